@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian 12/13 or Ubuntu 22.04+ machine for hpnlab.
+# Run as root. Installs system packages, starts Open vSwitch (without systemd
+# when there is none) and makes .venv with the project and its pinned deps.
+# Every step checks first, so a second run is fast and changes nothing.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$here/.venv"
+log() { printf '[bootstrap] %s\n' "$*"; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bootstrap: must run as root (Mininet and OVS need it); fix: sudo $0" >&2
+  exit 2
+fi
+
+# Packages: the fabric (mininet, OVS), traffic (iperf3, perftest, rdma-core),
+# inspection (tcpdump, ethtool, iproute2) and the toolchain for the venv.
+pkgs=(mininet openvswitch-switch iperf3 iproute2 ethtool iputils-ping tcpdump
+      rdma-core ibverbs-utils perftest python3-venv python3-pip git make procps kmod)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing: ${missing[*]}"
+  apt-get update -qq
+  # policy-rc.d stops the package scripts from trying to start services:
+  # there may be no init system; we start OVS ourselves just below.
+  had_policy=0; [ -e /usr/sbin/policy-rc.d ] && had_policy=1
+  if [ "$had_policy" -eq 0 ]; then printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [ "$had_policy" -eq 0 ] && rm -f /usr/sbin/policy-rc.d
+else
+  log "system packages present"
+fi
+
+# Open vSwitch: ovs-ctl starts ovsdb-server and ovs-vswitchd without systemd.
+# Without the kernel module ovs-vswitchd still runs; bridges use datapath_type=netdev.
+if ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
+  log "Open vSwitch running"
+else
+  log "starting Open vSwitch"
+  /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random start >/dev/null 2>&1 \
+    || /usr/share/openvswitch/scripts/ovs-ctl --system-id=random start --no-ovs-vswitchd >/dev/null 2>&1 || true
+  if ! pgrep -x ovs-vswitchd >/dev/null; then
+    # ovs-ctl refuses vswitchd when it cannot load the kernel module; start it ourselves.
+    ovs-vswitchd --pidfile --detach --log-file >/dev/null 2>&1 || true
+  fi
+  ovs-vsctl --timeout=10 show >/dev/null || { echo "bootstrap: Open vSwitch did not start; see /var/log/openvswitch/" >&2; exit 1; }
+fi
+
+# The venv sees the system site-packages because Debian's Mininet lives there.
+stamp="$venv/.hpnlab-installed"
+want="$(cat "$here/requirements.txt" "$here/pyproject.toml" | sha256sum | cut -c1-16)"
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating $venv"
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing Python dependencies (pinned in requirements.txt)"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt"
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e "$here"
+  echo "$want" >"$stamp"
+else
+  log "venv up to date"
+fi
+log "ready: $venv/bin/hpnlab"

@@ -1,0 +1,64 @@
+"""Topology builders. Pure Python: no Mininet, no root.
+
+    from topos import build
+    topo = build("hpn", preset="mini", hosts_per_segment=8)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import clos, hpn, rail
+from .errors import InputError
+from .fabric import FabricParams, build_fabric
+from .model import Link, Node, Topology
+from .params import Params, parse_params
+
+__all__ = ["BUILDERS", "Builder", "InputError", "Link", "Node", "Topology", "build"]
+
+
+@dataclass(frozen=True)
+class Builder:
+    name: str
+    description: str
+    params: type[Params]
+    to_fabric: Callable[[Any], FabricParams]
+    presets: dict[str, dict[str, Any]]
+
+
+BUILDERS: dict[str, Builder] = {
+    b.name: b
+    for b in (
+        Builder("hpn", hpn.DESCRIPTION, hpn.HpnParams, hpn.to_fabric, hpn.PRESETS),
+        Builder("dcn_plus", clos.DCN_PLUS_DESCRIPTION, clos.DcnPlusParams, clos.dcn_plus_to_fabric,
+                clos.DCN_PLUS_PRESETS),
+        Builder("spine_leaf", clos.SPINE_LEAF_DESCRIPTION, clos.SpineLeafParams, clos.spine_leaf_to_fabric,
+                clos.SPINE_LEAF_PRESETS),
+        Builder("fat_tree", clos.FAT_TREE_DESCRIPTION, clos.FatTreeParams, clos.fat_tree_to_fabric,
+                clos.FAT_TREE_PRESETS),
+        Builder("rail_optimized", rail.DESCRIPTION, rail.RailParams, rail.to_fabric, rail.PRESETS),
+    )
+}
+
+
+def get_builder(name: str) -> Builder:
+    if name not in BUILDERS:
+        raise InputError("unknown topology", f"use one of: {', '.join(BUILDERS)}", field="topology", value=name)
+    return BUILDERS[name]
+
+
+def resolve_params(name: str, preset: str | None = None, **params: Any) -> Params:
+    """Preset values overlaid with explicit ones, validated by the builder's model."""
+    b = get_builder(name)
+    preset = preset or "mini"
+    if preset not in b.presets:
+        raise InputError(f"{name}: unknown preset", f"use one of: {', '.join(b.presets)}", field="preset",
+                         value=preset)
+    return parse_params(b.params, name, {**b.presets[preset], **params})
+
+
+def build(name: str, preset: str | None = None, **params: Any) -> Topology:
+    b = get_builder(name)
+    p = resolve_params(name, preset, **params)
+    return build_fabric(b.to_fabric(p), name, p.model_dump())
