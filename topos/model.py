@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, Iterator, Literal
 
 Role = Literal["host", "tor", "agg", "core"]
 ROLES: tuple[Role, ...] = ("host", "tor", "agg", "core")
@@ -104,6 +104,15 @@ class Topology:
     def links_of(self, node: str) -> Iterator[Link]:
         return (l for l in self.links if node in (l.a, l.b))
 
+    def find_link(self, name: str) -> Link:
+        for l in self.links:
+            if l.name == name:
+                return l
+        from .errors import InputError
+
+        raise InputError("no such link", "use a name like h3:nic0:p0 or tor-p0-s0-r0-a:5-agg-p0-pl0-0:1 "
+                         "('hpnlab topo export' lists them)", field="link", value=name)
+
     def by_short(self, short: str) -> Node:
         for n in self.nodes.values():
             if n.short == short:
@@ -162,16 +171,10 @@ class Topology:
         """A MultiGraph: parallel ToR-agg links stay distinct edges (keyed by link name)."""
         import networkx as nx
 
-        g = nx.MultiGraph(kind=self.kind, **{k: v for k, v in self.figures.items() if not isinstance(v, dict)})
+        g = nx.MultiGraph(kind=self.kind, **{k: v for k, v in self.figures.items() if v is not None})
         for n in self.nodes.values():
             g.add_node(n.name, **{k: v for k, v in asdict(n).items() if k != "name" and v is not None})
         for l in self.links:
             g.add_edge(l.a, l.b, key=l.name, a_port=l.a_port, b_port=l.b_port, rate_gbps=l.rate_gbps, kind=l.kind)
         return g
 
-
-def iter_pairs(items: Iterable[str]) -> Iterator[tuple[str, str]]:
-    items = list(items)
-    for i, a in enumerate(items):
-        for b in items[i + 1 :]:
-            yield a, b

@@ -1,0 +1,260 @@
+"""The `hpnlab` command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from topos import BUILDERS, build, get_builder
+from topos.errors import InputError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def parse_kv(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise InputError("a topology parameter must be key=value", "write it like hosts_per_segment=8",
+                             field="param", value=p)
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def topology_from_args(name: str, preset: str | None, params: tuple[str, ...]):
+    return build(name, preset=preset, **parse_kv(params))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+def cli(verbose: int) -> None:
+    """hpnlab: emulate AI-training datacenter networks (HPN and baselines) on Mininet + OVS."""
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+# -- doctor ------------------------------------------------------------------
+def _yes(v) -> str:
+    return {True: "[green]yes[/]", False: "[red]no[/]", None: "[yellow]not checked[/]"}[v]
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the probe as JSON.")
+def doctor(as_json: bool) -> None:
+    """What this kernel and machine can do, and what the testbed will use."""
+    from .capabilities import probe
+
+    caps = probe()
+    if as_json:
+        click.echo(json.dumps(caps.to_dict(), indent=1))
+        return
+    t = Table(title=f"hpnlab doctor — kernel {caps.kernel}")
+    t.add_column("capability")
+    t.add_column("available")
+    t.add_column("what the testbed does")
+    t.add_row("root", _yes(caps.root), "needed for up/run" if not caps.root else "")
+    t.add_row("Open vSwitch running", _yes(caps.ovs_running), caps.ovs_version or "start: scripts/bootstrap.sh")
+    t.add_row("OVS kernel datapath", _yes(caps.ovs_kernel_datapath), f"uses datapath '{caps.datapath}'")
+    for q, ok in caps.qdiscs.items():
+        t.add_row(f"qdisc {q}", _yes(ok), "" if ok else "not available here (the VM has it)")
+    t.add_row("tc ingress", _yes(caps.ingress), "")
+    t.add_row("bonding", _yes(caps.bonding), "dual-ToR by multipath routes" if not caps.bonding else "")
+    t.add_row("rdma_rxe (soft-RoCE)", _yes(caps.rdma_rxe), "")
+    t.add_row("rxe inside network namespaces", _yes(caps.rxe_in_netns),
+              "transport rdma" if caps.rxe_in_netns else "transport tcp (rdma needs the VM)")
+    t.add_row("/dev/kvm", _yes(caps.kvm_device), "hardware virt" if caps.kvm_hw_virt else "TCG for the VM tier")
+    t.add_row("Mininet", _yes(caps.mininet_version is not None), caps.mininet_version or "")
+    console.print(t)
+    for n in caps.notes:
+        console.print(f"• {n}")
+
+
+# -- topo ----------------------------------------------------------------------
+@cli.group()
+def topo() -> None:
+    """Build, show and export topologies (no root needed)."""
+
+
+@topo.command("list")
+def topo_list() -> None:
+    """Builders and their presets."""
+    t = Table(title="topology builders")
+    for c in ("name", "presets", "description"):
+        t.add_column(c)
+    for b in BUILDERS.values():
+        t.add_row(b.name, ", ".join(b.presets), b.description)
+    console.print(t)
+
+
+def _figures_table(tp) -> Table:
+    c = tp.counts()
+    f = tp.figures
+    t = Table(title=f"{tp.kind} — counts and figures")
+    t.add_column("item")
+    t.add_column("value", justify="right")
+    rows = [("hosts", c["hosts"]), ("ToRs", c["tors"]), ("aggregation switches", c["aggs"]),
+            ("core switches", c["cores"])]
+    rows += [(k, v) for k, v in c.items() if k.startswith("links")]
+    rows += [("planes", f["planes"]), ("GPUs per host", f["gpus_per_host"]),
+             ("GPUs per segment", f"{f['gpus_per_segment']:,}"), ("GPUs per pod", f"{f['gpus_per_pod']:,}"),
+             ("GPUs total", f"{f['gpus_total']:,}"), ("ports per ToR", f["tor_ports"]),
+             ("ports per aggregation switch", f["agg_ports"]),
+             ("ToR oversubscription (down:up)", f"{f['tor_oversubscription']:.3f}:1")]
+    if f["agg_oversubscription"] is not None:
+        rows.append(("aggregation-to-core oversubscription", f"{f['agg_oversubscription']:.3f}:1"))
+    elif "core_oversubscription" in tp.params:
+        rows.append(("aggregation-to-core oversubscription",
+                     f"no core tier (1 pod); set {tp.params['core_oversubscription']:g}:1"))
+    for k, v in rows:
+        t.add_row(k, str(v))
+    return t
+
+
+def _invariants_table(tp) -> Table:
+    p = tp.params
+    t = Table(title="invariants (checked on build)")
+    t.add_column("invariant")
+    t.add_column("result")
+    nics = sum(h.nics for h in tp.hosts)
+    t.add_row("switch, link and port counts match the closed forms", "[green]ok[/]")
+    if p.get("dual_tor", False):
+        t.add_row(f"each NIC's two ports on two different ToRs ({nics} NICs)", "[green]ok[/]")
+    if p.get("dual_plane", False):
+        t.add_row("…and those ToRs are in different planes", "[green]ok[/]")
+        t.add_row("plane-p ToRs link only to plane-p aggregation switches", "[green]ok[/]")
+    if p.get("rail_optimized", False):
+        t.add_row("NIC r lands on rail-r ToRs only", "[green]ok[/]")
+    return t
+
+
+preset_opt = click.option("--preset", default=None, help="Named parameter set (default: mini).")
+
+
+@topo.command("show")
+@click.argument("name")
+@click.argument("params", nargs=-1)
+@preset_opt
+@click.option("--png", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the picture (default results/topo/NAME-PRESET.png).")
+@click.option("--no-png", is_flag=True, help="Skip the picture.")
+def topo_show(name: str, params: tuple[str, ...], preset: str | None, png: str | None, no_png: bool) -> None:
+    """Counts, ratios and invariants of a topology, and a picture of it. PARAMS are key=value."""
+    tp = topology_from_args(name, preset, params)
+    console.print(_figures_table(tp))
+    console.print(_invariants_table(tp))
+    if not no_png:
+        from topos.draw import draw
+
+        out = draw(tp, png or Path("results/topo") / f"{name}-{preset or 'mini'}.png")
+        console.print(f"picture: {out}")
+
+
+@topo.command("export")
+@click.argument("name")
+@click.argument("params", nargs=-1)
+@preset_opt
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default="-", help="File (default stdout).")
+@click.option("--format", "fmt", type=click.Choice(["json", "graphml"]), default="json")
+def topo_export(name: str, params: tuple[str, ...], preset: str | None, output: str, fmt: str) -> None:
+    """Write a topology as JSON (what the controller reads) or GraphML (networkx)."""
+    tp = topology_from_args(name, preset, params)
+    if fmt == "json":
+        text = tp.to_json()
+    else:
+        import io
+
+        import networkx as nx
+
+        g = tp.to_networkx()
+        buf = io.BytesIO()
+        nx.write_graphml(g, buf)
+        text = buf.getvalue().decode()
+    if output == "-":
+        click.echo(text)
+    else:
+        Path(output).write_text(text)
+        err_console.print(f"wrote {output}")
+
+
+# -- up / clean ------------------------------------------------------------------
+@cli.command()
+@click.argument("name")
+@click.argument("params", nargs=-1)
+@preset_opt
+@click.option("--mode", type=click.Choice(["ecmp", "shortest"]), default="ecmp", help="Static routing mode.")
+@click.option("--pingall", is_flag=True, help="Ping every host NIC from every host and report.")
+@click.option("--fail", "fail_links", multiple=True, help="Take this link down after start (repeatable).")
+@click.option("--no-cli", is_flag=True, help="Do not open the Mininet CLI (exit after the checks).")
+@click.option("--delay-ms", type=float, default=None, help="Per-link delay (needs netem).")
+def up(name, params, preset, mode, pingall, fail_links, no_cli, delay_ms) -> None:
+    """Start a topology in Mininet + OVS with static L3 routing and open the Mininet CLI."""
+    from .network import Network
+    from .owner import exit_cleanly_on_signals
+
+    tp = topology_from_args(name, preset, params)
+    for link in fail_links:
+        tp.find_link(link)  # a bad name is refused before anything starts
+    exit_cleanly_on_signals()
+    with Network(tp, mode=mode, delay_ms=delay_ms) as net:
+        console.print(_figures_table(tp))
+        console.print(f"network up in {net.timings['start_s']:.1f} s "
+                      f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, run {net.owner.run_id})")
+        for link in fail_links:
+            net.set_link(link, up=False)
+            console.print(f"failed {link}")
+        if pingall:
+            r = net.pingall()
+            colour = "green" if not r.failures else "red"
+            console.print(f"[{colour}]pingall: {r.received}/{r.sent} replies, {100 * r.loss:.1f}% loss[/]")
+            for src, ip in r.failures[:10]:
+                console.print(f"  no reply {src} -> {ip}")
+            if r.failures and no_cli:
+                raise SystemExit(1)
+        if not no_cli:
+            from .mncli import TestbedCLI
+
+            TestbedCLI(net)
+
+
+@cli.command()
+@click.option("--force", is_flag=True, help="Also undo runs whose owner process is still alive.")
+def clean(force: bool) -> None:
+    """Remove what crashed hpnlab runs left behind (only what hpnlab created)."""
+    from .capabilities import probe
+    from .owner import clean as do_clean
+
+    probe().require_root("cleaning up")
+    removed, skipped = do_clean(force=force)
+    for r in removed:
+        console.print(f"removed {r}")
+    for s in skipped:
+        console.print(f"[yellow]left running:[/] {s}")
+    if not removed:
+        console.print("nothing to clean")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except InputError as exc:
+        err_console.print(f"hpnlab: error: {exc.line()}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

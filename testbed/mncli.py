@@ -1,0 +1,58 @@
+"""The Mininet CLI with the testbed's own commands: paths, fail, restore."""
+
+from __future__ import annotations
+
+from mininet.cli import CLI
+
+from controllers.routing import trace
+from topos.addressing import nic_address
+from topos.errors import InputError
+
+from .network import Network
+
+
+class TestbedCLI(CLI):
+    prompt = "hpnlab> "
+
+    def __init__(self, network: Network, **kw):
+        self.network = network
+        super().__init__(network.net, **kw)
+
+    def _host(self, name: str):
+        topo = self.network.topo
+        node = topo.nodes.get(name) or next((n for n in topo.hosts if n.short == name), None)
+        if node is None or node.role != "host":
+            raise InputError("no such host", "use a host name like h0", field="host", value=name)
+        return node
+
+    def do_paths(self, line: str) -> None:
+        """paths A B [NIC]: every switch path (all ECMP branches) from host A to host B's NIC (default 0)."""
+        args = line.split()
+        if len(args) not in (2, 3):
+            self.stdout.write("usage: paths A B [NIC]\n")
+            return
+        try:
+            a, b = self._host(args[0]), self._host(args[1])
+            dst = nic_address(b, int(args[2]) if len(args) == 3 else 0)
+            paths = sorted(trace(self.network.fabric, self.network.tables, a.name, dst.ip))
+        except (InputError, LookupError) as exc:
+            self.stdout.write(f"{exc}\n")
+            return
+        self.stdout.write(f"{len(paths)} path(s) {a.name} -> {b.name} ({dst.ip}):\n")
+        for p in paths:
+            self.stdout.write("  " + " -> ".join(p) + "\n")
+
+    def _set(self, line: str, up: bool) -> None:
+        try:
+            self.network.set_link(line.strip(), up=up)
+            self.stdout.write(f"{line.strip()} {'restored' if up else 'failed'}\n")
+        except InputError as exc:
+            self.stdout.write(f"{exc}\n")
+
+    def do_fail(self, line: str) -> None:
+        """fail LINK: take a link down (e.g. fail h3:nic0:p0) and reroute."""
+        self._set(line, up=False)
+
+    def do_restore(self, line: str) -> None:
+        """restore LINK: bring a failed link back and reroute."""
+        self._set(line, up=True)

@@ -1,0 +1,307 @@
+"""Start a Topology in Mininet with Open vSwitch, and always take it down again.
+
+    with Network(topo) as net:       # preflight, build, address, route
+        net.pingall()
+        net.set_link("h3:nic0:p0", up=False)
+
+- Switches are OVS bridges with the Topology's DPIDs and port numbers, the
+  userspace datapath where the kernel has no openvswitch module, offloads off
+  on every interface (userspace OVS stalls TCP otherwise).
+- Hosts follow the address plan in topos/addressing.py; both ports of a NIC
+  carry the NIC's IP and MAC and a multipath route spreads over them.
+- Routing is `static` (rules computed here from the Topology and installed
+  with ovs-ofctl) or `controller` (an OpenFlow controller on loopback does it).
+- Every bridge, interface and process is recorded in an Ownership record
+  before or as it is created; stop() and `hpnlab clean` undo exactly that.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from controllers.routing import Fabric, Tables, compute_tables
+from topos.addressing import all_addresses, dpid_hex, nic_address
+from topos.errors import InputError
+from topos.model import Link, Topology
+
+from .capabilities import Capabilities, probe
+from .owner import BRIDGE_TAG, Ownership, live_runs, tagged_bridges
+from .static_routes import SwitchRules, host_route_script
+
+log = logging.getLogger(__name__)
+
+OFFLOADS = ["tso", "gso", "gro", "tx", "rx"]
+
+
+@dataclass
+class PingResult:
+    sent: int
+    received: int
+    failures: list[tuple[str, str]]
+
+    @property
+    def loss(self) -> float:
+        return 1 - self.received / self.sent if self.sent else 0.0
+
+
+def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None) -> None:
+    """Every check that can refuse a run, before anything on the system changes."""
+    caps.require_root("starting a network")
+    caps.require_ovs()
+    if delay_ms:
+        caps.require_qdisc("netem", "link delay (--delay-ms)")
+    others = live_runs()
+    if others:
+        r = others[0]
+        raise InputError("another hpnlab network is running", "stop it first (or 'hpnlab clean --force')",
+                         field="run", value=f"{r.run_id} pid {r.data['owner_pid']}")
+    ours = tagged_bridges()
+    out = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout.split()
+    for sw in topo.switches:
+        if sw.short in out:
+            fix = "run 'hpnlab clean' (left over from a crashed run)" if sw.short in ours else \
+                "rename or remove that bridge; hpnlab will not touch what it did not create"
+            raise InputError("an OVS bridge with a name this topology needs already exists", fix,
+                             field="bridge", value=sw.short)
+        if Path(f"/sys/class/net/{sw.short}-eth1").exists():
+            raise InputError("an interface with a name this topology needs already exists",
+                             "run 'hpnlab clean' or remove it", field="interface", value=f"{sw.short}-eth1")
+
+
+class Network:
+    def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp",
+                 caps: Capabilities | None = None, delay_ms: float | None = None):
+        if routing not in ("static", "controller"):
+            raise InputError("unknown routing", "use static or controller", field="routing", value=routing)
+        self.topo = topo
+        self.routing = routing
+        self.mode = mode
+        self.caps = caps or probe()
+        self.delay_ms = delay_ms
+        self.fabric = Fabric(topo)
+        self.down: set[str] = set()
+        self.tables: Tables | None = None
+        self.net = None
+        self.owner: Ownership | None = None
+        self._rules: dict[str, SwitchRules] = {}
+        self._host_exceptions: dict[str, set[str]] = {}
+        self._workdir: tempfile.TemporaryDirectory | None = None
+        self.timings: dict[str, float] = {}
+
+    # -- lifecycle ----------------------------------------------------------
+    def __enter__(self) -> "Network":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        preflight(self.topo, self.caps, self.delay_ms)
+        from mininet.link import Link as MnLink
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import OVSSwitch
+
+        setLogLevel(os.environ.get("HPNLAB_MININET_LOG", "warning"))
+        t0 = time.monotonic()
+        self.owner = Ownership()
+        self._workdir = tempfile.TemporaryDirectory(prefix="hpnlab-")
+        switches = [s.short for s in self.topo.switches]
+        self.owner.intend("bridges", switches)
+        self.owner.intend("interfaces", self._root_intfs())
+        net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
+                      link=MnLink, waitConnected=False)
+        self.net = net
+        for h in self.topo.hosts:
+            a = nic_address(h, 0)
+            node = net.addHost(h.short, ip=f"{a.ip}/32", mac=a.mac)
+            self.owner.process(node.pid, f"mininet host {h.short}")
+        for s in self.topo.switches:
+            node = net.addSwitch(s.short, cls=OVSSwitch, dpid=dpid_hex(s), datapath=self.caps.datapath,
+                                 failMode="secure", protocols="OpenFlow13", batch=True)
+            self.owner.process(node.pid, f"mininet switch shell {s.short}")
+        for l in self.topo.links:
+            a, b = self.topo.nodes[l.a], self.topo.nodes[l.b]
+            net.addLink(a.short, b.short, port1=l.a_port, port2=l.b_port)
+        net.build()
+        self.timings["build_s"] = time.monotonic() - t0
+        # Tag bridges as they are created so an orphan is still recognisable as ours.
+        net.start()
+        tag = []
+        for s in switches:
+            tag += ["--", "set", "bridge", s, f"external_ids:{BRIDGE_TAG}={self.owner.run_id}"]
+        self._run(["ovs-vsctl", *tag])
+        self._offloads_off()
+        if self.delay_ms:
+            self._delay_links(self.delay_ms)
+        self._configure_hosts()
+        if self.routing == "static":
+            self.reconcile()
+        self.timings["start_s"] = time.monotonic() - t0
+        log.info("network up in %.1f s (%d switches, %d hosts)", self.timings["start_s"], len(switches),
+                 len(self.topo.hosts))
+
+    def stop(self) -> None:
+        if self.net is not None:
+            try:
+                self.net.stop()
+            except Exception as exc:  # the owner record still removes what is left
+                log.warning("mininet stop failed: %s", exc)
+            self.net = None
+        if self.owner is not None:
+            left = self.owner.undo()
+            if left:
+                log.info("removed after mininet stop: %s", ", ".join(left))
+            self.owner = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None
+
+    # -- helpers ------------------------------------------------------------
+    @staticmethod
+    def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+        r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:4])}... failed: {r.stderr.strip()}")
+        return r
+
+    def node(self, name: str):
+        """Mininet node for a Topology node name (or a short name)."""
+        n = self.topo.nodes.get(name)
+        return self.net.get(n.short if n else name)
+
+    def intf_name(self, node: str, port: int) -> str:
+        return f"{self.topo.nodes[node].short}-eth{port}"
+
+    def _root_intfs(self) -> list[str]:
+        """Switch-side interfaces: they live in the root namespace."""
+        return [self.intf_name(s.name, l.port_of(s.name)) for s in self.topo.switches
+                for l in self.topo.links_of(s.name)]
+
+    def _offloads_off(self) -> None:
+        # Userspace OVS does not segment or checksum for the kernel: with offloads
+        # on, TSO super-frames and missing checksums stall TCP.
+        script = "\n".join(f"ethtool -K {i} {' off '.join(OFFLOADS)} off >/dev/null 2>&1"
+                           for i in self._root_intfs())
+        subprocess.run(["sh", "-c", script], check=False)
+
+    def _delay_links(self, delay_ms: float) -> None:
+        """netem on every switch-side egress: a host-to-host path of h hops gets h x delay one way."""
+        from pyroute2 import IPRoute
+
+        with IPRoute() as ipr:
+            for ifname in self._root_intfs():
+                idx = ipr.link_lookup(ifname=ifname)[0]
+                ipr.tc("replace", "netem", idx, delay=int(delay_ms * 1000))
+
+    def _host_intfs(self, host: str) -> dict[tuple[int, int], str]:
+        return {(l.nic, l.nic_port): self.intf_name(host, l.a_port)
+                for l in self.topo.links_of(host) if l.kind == "host-tor"}
+
+    def _write(self, name: str, lines: list[str]) -> str:
+        path = Path(self._workdir.name) / name
+        path.write_text("\n".join(lines) + "\n")
+        return str(path)
+
+    def _configure_hosts(self) -> None:
+        addrs = all_addresses(self.topo)
+        for h in self.topo.hosts:
+            intfs = self._host_intfs(h.name)
+            sh = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+                  # one IP on two ports: reverse-path filtering would drop the asymmetric half
+                  "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
+                  "sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1"]
+            batch = []
+            for (nic, _port), ifname in sorted(intfs.items()):
+                a = nic_address(h, nic)
+                sh += [f"sysctl -qw net.ipv4.conf.{ifname}.rp_filter=0 "
+                       f"net.ipv4.conf.{ifname}.ignore_routes_with_linkdown=1",
+                       f"ethtool -K {ifname} {' off '.join(OFFLOADS)} off >/dev/null 2>&1"]
+                batch += [f"addr flush dev {ifname}", f"link set dev {ifname} address {a.mac}",
+                          f"addr add {a.ip}/32 dev {ifname}", f"link set dev {ifname} up"]
+                # Static neighbours: the fabric carries no ARP broadcast at all.
+                batch += [f"neigh replace {d.ip} lladdr {d.mac} dev {ifname} nud permanent"
+                          for d in addrs if d.nic == nic and d.host != h.name]
+                self.node(h.name).intf(ifname).ip = a.ip
+                self.node(h.name).intf(ifname).prefixLen = 32
+            out = self.node(h.name).cmd(f"sh {self._write(h.short + '.sh', sh)}; "
+                                        f"ip -batch {self._write(h.short + '.ip', batch)} 2>&1")
+            if out.strip():
+                raise RuntimeError(f"configuring {h.name}: {out.strip()}")
+
+    # -- routing ------------------------------------------------------------
+    def reconcile(self) -> Tables:
+        """Bring switch rules and host routes to what the current link state needs."""
+        t0 = time.monotonic()
+        tables = compute_tables(self.fabric, self.down, mode="shortest" if self.mode == "shortest" else "ecmp")
+        old = self.tables
+        for sw in self.topo.switches:
+            table = tables.switch[sw.name]
+            if old is not None and old.switch[sw.name] == table:
+                continue
+            rules = self._rules.setdefault(sw.name, SwitchRules())
+            groups, flows, stale = rules.render(table)
+            of = ["ovs-ofctl", "-O", "OpenFlow13"]
+            if groups:
+                self._run([*of, "add-groups", sw.short, self._write(f"{sw.short}.groups", groups)])
+            self._run([*of, "replace-flows", sw.short, self._write(f"{sw.short}.flows", flows)])
+            for gid in stale:
+                self._run([*of, "del-groups", sw.short, f"group_id={gid}"])
+        for h in self.topo.hosts:
+            lines, exc = host_route_script(h.name, h.nics, self._host_intfs(h.name), tables,
+                                           self._host_exceptions.get(h.name, set()))
+            self._host_exceptions[h.name] = exc
+            out = self.node(h.name).cmd(f"ip -force -batch {self._write(h.short + '.routes', lines)} 2>&1")
+            if "rror" in out:
+                raise RuntimeError(f"routes on {h.name}: {out.strip()}")
+        self.tables = tables
+        self.timings["last_reconcile_s"] = time.monotonic() - t0
+        return tables
+
+    def find_link(self, name: str) -> Link:
+        link = self.fabric.by_link_name.get(name)
+        return link if link is not None else self.topo.find_link(name)
+
+    def set_link(self, name: str, up: bool) -> None:
+        """Fail or restore a link as a cable cut would: both ends lose carrier.
+
+        Only the switch-side (b) end is set admin-down; its veth peer then loses
+        carrier, which is what a host NIC sees when the cable or ToR port dies
+        (its routes stay, marked linkdown, and come back by themselves).
+        """
+        link = self.find_link(name)
+        self.node(link.b).cmd(f"ip link set dev {self.intf_name(link.b, link.b_port)} {'up' if up else 'down'}")
+        (self.down.discard if up else self.down.add)(name)
+        if self.routing == "static":
+            self.reconcile()
+
+    # -- checks -------------------------------------------------------------
+    def pingall(self, timeout_s: float = 2.0) -> PingResult:
+        """Ping every other host's every NIC address from every host, in parallel per host."""
+        addrs = all_addresses(self.topo)
+        sent = received = 0
+        failures: list[tuple[str, str]] = []
+        for h in self.topo.hosts:
+            targets = [a.ip for a in addrs if a.host != h.name]
+            script = " ".join(f"(ping -c1 -W{timeout_s:g} -q {ip} >/dev/null 2>&1 && echo ok {ip} || echo fail {ip}) &"
+                              for ip in targets) + " wait"
+            out = self.node(h.name).cmd(script)
+            results = dict(reversed(line.split()) for line in out.splitlines() if line.startswith(("ok ", "fail ")))
+            for ip in targets:
+                sent += 1
+                if results.get(ip) == "ok":
+                    received += 1
+                else:
+                    failures.append((h.name, ip))
+        return PingResult(sent, received, failures)

@@ -1,0 +1,180 @@
+"""Ownership of every system change a run makes, so that it can always be undone.
+
+A run writes a record under /run/hpnlab/<run-id>.json *before* it creates each
+thing (bridges, root-namespace interfaces, network namespaces) and right after
+it starts each process (with the process start time, so a reused PID is never
+killed). `undo()` removes exactly what the record lists; `hpnlab clean` undoes
+the records of runs whose owner process is gone, plus any OVS bridge tagged
+with an hpnlab run id that has no record any more. Nothing is found or killed
+by a broad name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .capabilities import ovs_db_target
+
+log = logging.getLogger(__name__)
+
+RUN_DIR = Path(os.environ.get("HPNLAB_RUN_DIR", "/run/hpnlab"))
+BRIDGE_TAG = "hpnlab-run"
+
+
+def _proc_start(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def alive(pid: int, start: int | None) -> bool:
+    now = _proc_start(pid)
+    return now is not None and (start is None or now == start)
+
+
+def _sh(*cmd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=30)
+
+
+def _vsctl(*args: str) -> subprocess.CompletedProcess:
+    return _sh("ovs-vsctl", *ovs_db_target(), "--timeout=10", *args)
+
+
+class Ownership:
+    """The record of one run's system changes."""
+
+    def __init__(self, run_id: str | None = None, data: dict[str, Any] | None = None):
+        if data is None:
+            run_id = run_id or time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+            data = {"run_id": run_id, "owner_pid": os.getpid(), "owner_start": _proc_start(os.getpid()),
+                    "started": time.time(), "bridges": [], "interfaces": [], "netns": [], "processes": []}
+        self.data = data
+        self.path = RUN_DIR / f"{self.data['run_id']}.json"
+
+    @property
+    def run_id(self) -> str:
+        return self.data["run_id"]
+
+    def _save(self) -> None:
+        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data))
+        tmp.replace(self.path)
+
+    def intend(self, kind: str, names: list[str]) -> None:
+        """Record things about to be created (bridges, interfaces, netns)."""
+        new = [n for n in names if n not in self.data[kind]]
+        self.data[kind].extend(new)
+        self._save()
+
+    def process(self, pid: int, what: str) -> None:
+        self.data["processes"].append({"pid": pid, "start": _proc_start(pid), "what": what})
+        self._save()
+
+    def owner_alive(self) -> bool:
+        return alive(self.data["owner_pid"], self.data.get("owner_start"))
+
+    def undo(self) -> list[str]:
+        """Remove everything recorded; idempotent; returns what was actually removed."""
+        done: list[str] = []
+        for p in self.data["processes"]:
+            if alive(p["pid"], p["start"]):
+                try:
+                    os.kill(p["pid"], signal.SIGKILL)
+                    done.append(f"process {p['pid']} ({p['what']})")
+                except ProcessLookupError:
+                    pass
+        bridges = self.data["bridges"]
+        if bridges:
+            existing = set(_vsctl("list-br").stdout.split())
+            gone = [b for b in bridges if b in existing]
+            if gone:
+                args: list[str] = []
+                for b in gone:
+                    args += ["--", "--if-exists", "del-br", b]
+                _vsctl(*args)
+                done += [f"bridge {b}" for b in gone]
+        for ifname in self.data["interfaces"] + self.data["bridges"]:
+            # Userspace bridges leave a tap named like the bridge; veth peers die with their pair.
+            if Path(f"/sys/class/net/{ifname}").exists():
+                _sh("ip", "link", "del", ifname)
+                done.append(f"interface {ifname}")
+        for ns in self.data["netns"]:
+            if Path(f"/run/netns/{ns}").exists():
+                _sh("ip", "netns", "del", ns)
+                done.append(f"netns {ns}")
+        self.path.unlink(missing_ok=True)
+        return done
+
+    @classmethod
+    def load_all(cls) -> list["Ownership"]:
+        if not RUN_DIR.is_dir():
+            return []
+        out = []
+        for f in sorted(RUN_DIR.glob("*.json")):
+            try:
+                out.append(cls(data=json.loads(f.read_text())))
+            except (OSError, ValueError, KeyError):
+                log.warning("unreadable run record %s", f)
+        return out
+
+
+def tagged_bridges() -> dict[str, str]:
+    """OVS bridges carrying an hpnlab run tag: name -> run id."""
+    r = _vsctl("--format=json", "--columns=name,external_ids", "list", "Bridge")
+    if r.returncode != 0:
+        return {}
+    out = {}
+    for name, ext in json.loads(r.stdout)["data"]:
+        ids = dict(ext[1]) if ext and ext[0] == "map" else {}
+        if BRIDGE_TAG in ids:
+            out[name] = ids[BRIDGE_TAG]
+    return out
+
+
+def clean(force: bool = False) -> tuple[list[str], list[str]]:
+    """Undo runs whose owner died (all runs with force). Returns (removed, skipped-live-runs)."""
+    removed: list[str] = []
+    skipped: list[str] = []
+    known = set()
+    for rec in Ownership.load_all():
+        known.add(rec.run_id)
+        if rec.owner_alive() and not force:
+            skipped.append(f"{rec.run_id} (pid {rec.data['owner_pid']} still running)")
+            continue
+        removed += rec.undo()
+    orphans = [b for b, run in tagged_bridges().items() if run not in known or force]
+    if orphans:
+        removed += Ownership(data={"run_id": "orphans", "owner_pid": -1, "bridges": orphans, "interfaces": [],
+                                   "netns": [], "processes": []}).undo()
+    return removed, skipped
+
+
+def live_runs() -> list[Ownership]:
+    return [r for r in Ownership.load_all() if r.owner_alive() and r.data["owner_pid"] != os.getpid()]
+
+
+class _Terminated(SystemExit):
+    pass
+
+
+def exit_cleanly_on_signals() -> None:
+    """Turn SIGTERM/SIGHUP into SystemExit so `finally` blocks (teardown) run, as on Ctrl-C."""
+
+    def handler(signum, _frame):
+        raise _Terminated(128 + signum)
+
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, handler)

@@ -1,0 +1,42 @@
+"""The CLI as a user runs it (a subprocess), for the commands that need no root."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def test_topo_show_paper_prints_the_papers_figures(hpnlab, tmp_path):
+    png = tmp_path / "paper.png"
+    r = hpnlab("topo", "show", "hpn", "--preset", "paper", "--png", str(png))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for row, value in (("GPUs per segment", "1,024"), ("GPUs per pod", "15,360"), ("ToRs", "240"),
+                       ("aggregation switches", "120"), ("ToR oversubscription", "1.067:1")):
+        line = next(l for l in out.splitlines() if row in l)
+        assert value in line, line
+    assert png.stat().st_size > 20_000
+
+
+def test_topo_export_json_and_graphml(hpnlab, tmp_path):
+    r = hpnlab("topo", "export", "fat_tree", "k=4", "-o", str(tmp_path / "t.json"))
+    assert r.returncode == 0, r.stderr
+    d = json.loads((tmp_path / "t.json").read_text())
+    assert len([n for n in d["nodes"] if n["role"] == "host"]) == 16
+    r = hpnlab("topo", "export", "hpn", "--format", "graphml")
+    assert r.returncode == 0 and r.stdout.count("<edge ") == 64
+
+
+@pytest.mark.parametrize("args,field", [
+    (["topo", "show", "nope"], "topology="),
+    (["topo", "show", "hpn", "pods=-2"], "pods="),
+    (["topo", "show", "hpn", "hosts_per_segment=400"], "tor_capacity_gbps="),
+    (["topo", "show", "hpn", "rails"], "param="),
+    (["topo", "show", "hpn", "--preset", "giant"], "preset="),
+])
+def test_bad_input_one_line_exit_2(hpnlab, args, field):
+    r = hpnlab(*args, "--no-png")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"hpnlab: error: {field}") and "fix:" in lines[0]
