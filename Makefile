@@ -1,0 +1,30 @@
+# On a fresh machine `make test` and `make demo` are the whole set-up:
+# both run scripts/bootstrap.sh first (idempotent, seconds when nothing is missing).
+SHELL := /bin/bash
+VENV := .venv
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+PYTEST_ARGS ?=
+
+.PHONY: bootstrap test test-unit test-emu demo clean bench
+
+bootstrap:
+	$(SUDO) bash scripts/bootstrap.sh
+
+test: bootstrap
+	$(SUDO) $(VENV)/bin/pytest -q tests/unit tests/emu $(PYTEST_ARGS)
+
+test-unit: bootstrap
+	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
+
+test-emu: bootstrap
+	$(SUDO) $(VENV)/bin/pytest -q tests/emu $(PYTEST_ARGS)
+
+# The default experiment at this stage: build the default HPN, show its table,
+# ping every host NIC from every host, fail one host port, ping again.
+demo: bootstrap
+	$(SUDO) $(VENV)/bin/hpnlab topo show hpn
+	$(SUDO) $(VENV)/bin/hpnlab up hpn --pingall --no-cli
+	$(SUDO) $(VENV)/bin/hpnlab up hpn --fail h5:nic0:p0 --pingall --no-cli
+
+clean:
+	$(SUDO) $(VENV)/bin/hpnlab clean

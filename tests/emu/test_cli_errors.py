@@ -1,0 +1,41 @@
+"""Bad input to `hpnlab up`: one line, exit code 2, nothing on the machine changed."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def assert_one_line_error(r, field: str):
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"hpnlab: error: {field}") and "fix:" in lines[0]
+
+
+@pytest.mark.parametrize("args,field", [
+    (["nope"], "topology="),
+    (["hpn", "hosts_per_segment=-3"], "hosts_per_segment="),
+    (["hpn", "hosts_per_segment=300"], "tor_capacity_gbps="),
+    (["hpn", "--fail", "h99:nic0:p0"], "link="),
+])
+def test_bad_topology_input(hpnlab, no_leftovers, args, field):
+    assert_one_line_error(hpnlab("up", *args, "--no-cli"), field)
+
+
+def test_missing_netem_for_delay(hpnlab, no_leftovers):
+    from testbed.capabilities import probe
+
+    if probe().qdiscs.get("netem"):
+        pytest.skip("this kernel has netem")
+    r = hpnlab("up", "hpn", "--no-cli", "--delay-ms", "5")
+    assert_one_line_error(r, "qdisc='netem'")
+    assert "VM" in r.stderr
+
+
+def test_not_root(hpnlab, no_leftovers):
+    assert_one_line_error(hpnlab("up", "hpn", "--no-cli", user="65534"), "user=")
+
+
+def test_ovs_not_running(hpnlab, no_leftovers, tmp_path):
+    r = hpnlab("up", "hpn", "--no-cli", env={"HPNLAB_OVS_DB": f"unix:{tmp_path}/no-such-db.sock"})
+    assert_one_line_error(r, "ovs=")

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+import json
+import subprocess
+
+
+def test_doctor_reports_what_it_finds(hpnlab, no_leftovers):
+    r = hpnlab("doctor", "--json")
+    assert r.returncode == 0, r.stderr
+    caps = json.loads(r.stdout)
+    # htb and tbf are in every kernel this runs on; the probe must find them.
+    assert caps["qdiscs"]["htb"] is True and caps["qdiscs"]["tbf"] is True
+    assert caps["root"] is True and caps["ovs_running"] is True
+    assert caps["datapath"] == ("kernel" if caps["ovs_kernel_datapath"] else "user")
+    # The probe's netem answer agrees with trying it by hand in a scratch namespace.
+    by_hand = subprocess.run(["unshare", "--net", "sh", "-c",
+                              "ip link add v0 type veth peer name v1 && tc qdisc add dev v0 root netem delay 1ms"],
+                             capture_output=True).returncode == 0
+    assert caps["qdiscs"]["netem"] is by_hand
+    table = hpnlab("doctor")
+    assert "OVS kernel datapath" in table.stdout and "qdisc netem" in table.stdout
