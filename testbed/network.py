@@ -32,7 +32,9 @@ from topos.model import Link, Topology
 
 from .capabilities import Capabilities, probe
 from .owner import BRIDGE_TAG, Ownership, live_runs, tagged_bridges
-from .static_routes import SwitchRules, host_route_script
+from controllers.ruleset import RuleSet
+
+from .static_routes import host_route_script, ofctl_batches
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +91,7 @@ class Network:
         self.tables: Tables | None = None
         self.net = None
         self.owner: Ownership | None = None
-        self._rules: dict[str, SwitchRules] = {}
+        self._rules: dict[str, RuleSet] = {}
         self._host_exceptions: dict[str, set[str]] = {}
         self._workdir: tempfile.TemporaryDirectory | None = None
         self.timings: dict[str, float] = {}
@@ -245,17 +247,18 @@ class Network:
         """Bring switch rules and host routes to what the current link state needs."""
         t0 = time.monotonic()
         tables = compute_tables(self.fabric, self.down, mode="shortest" if self.mode == "shortest" else "ecmp")
-        old = self.tables
+        of = ["ovs-ofctl", "-O", "OpenFlow13"]
         for sw in self.topo.switches:
-            table = tables.switch[sw.name]
-            if old is not None and old.switch[sw.name] == table:
+            change = self._rules.setdefault(sw.name, RuleSet()).update(tables.switch[sw.name])
+            if change.empty:
                 continue
-            rules = self._rules.setdefault(sw.name, SwitchRules())
-            groups, flows, stale = rules.render(table)
-            of = ["ovs-ofctl", "-O", "OpenFlow13"]
+            groups, flows, dels, stale = ofctl_batches(change)
             if groups:
                 self._run([*of, "add-groups", sw.short, self._write(f"{sw.short}.groups", groups)])
-            self._run([*of, "replace-flows", sw.short, self._write(f"{sw.short}.flows", flows)])
+            if flows:
+                self._run([*of, "add-flows", sw.short, self._write(f"{sw.short}.flows", flows)])
+            for match in dels:
+                self._run([*of, "--strict", "del-flows", sw.short, match])
             for gid in stale:
                 self._run([*of, "del-groups", sw.short, f"group_id={gid}"])
         for h in self.topo.hosts:

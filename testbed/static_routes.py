@@ -1,47 +1,35 @@
-"""Translate routing Tables into OpenFlow rules and host routes (no controller needed).
+"""Install routing Tables without a controller: ovs-ofctl rules and host routes.
 
-Switches get one rule per destination address: output to a port, or to an
-OpenFlow 1.3 select group (OVS hashes each flow's 5-tuple over its buckets) for
-an ECMP set. Hosts get one multipath route per rail over both ports of that
-rail's NIC; a destination that only some ports still reach gets a /32 route
-over those ports (the kernel itself skips a port whose link is down).
+Switch rules come from controllers.ruleset (one rule per destination, select
+groups for ECMP sets). Hosts get one multipath route per rail over both ports
+of that rail's NIC; a destination that only some ports still reach gets a /32
+route over those ports (the kernel itself skips a port whose link is down).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from controllers.routing import Tables
+from controllers.ruleset import Change
 from topos.addressing import rail_subnet
 
 RULE_PRIORITY = 100
 
 
-@dataclass
-class SwitchRules:
-    groups: dict[tuple[int, ...], int] = field(default_factory=dict)  # ECMP port set -> group id
+def group_line(gid: int, ports: tuple[int, ...]) -> str:
+    return f"group_id={gid},type=select," + ",".join(f"bucket=watch_port:{p},output:{p}" for p in ports)
 
-    def render(self, table: dict[str, tuple[int, ...]]) -> tuple[list[str], list[str], list[int]]:
-        """Group lines to add, flow lines (the whole table), group ids no longer used."""
-        new_groups: list[str] = []
-        used: set[int] = set()
-        flows = []
-        for ip, ports in sorted(table.items()):
-            if len(ports) == 1:
-                action = f"output:{ports[0]}"
-            else:
-                gid = self.groups.get(ports)
-                if gid is None:
-                    gid = max(self.groups.values(), default=0) + 1
-                    self.groups[ports] = gid
-                    new_groups.append(f"group_id={gid},type=select," + ",".join(f"bucket=output:{p}" for p in ports))
-                used.add(gid)
-                action = f"group:{gid}"
-            flows.append(f"priority={RULE_PRIORITY},ip,nw_dst={ip},actions={action}")
-        stale = [gid for ports, gid in self.groups.items() if gid not in used]
-        for ports in [p for p, g in self.groups.items() if g in stale]:
-            del self.groups[ports]
-        return new_groups, flows, stale
+
+def flow_line(ip: str, action: tuple[str, int]) -> str:
+    kind, arg = action
+    return f"priority={RULE_PRIORITY},ip,nw_dst={ip},actions={'output' if kind == 'output' else 'group'}:{arg}"
+
+
+def ofctl_batches(change: Change) -> tuple[list[str], list[str], list[str], list[int]]:
+    """(groups to add, flows to add or modify, flow matches to delete, group ids to delete)."""
+    groups = [group_line(g, p) for g, p in sorted(change.new_groups.items())]
+    flows = [flow_line(ip, a) for ip, a in sorted(change.rules.items())]
+    dels = [f"priority={RULE_PRIORITY},ip,nw_dst={ip}" for ip in change.removed]
+    return groups, flows, dels, change.stale_groups
 
 
 def host_route_script(host: str, nics: int, intf_of: dict[tuple[int, int], str], tables: Tables,

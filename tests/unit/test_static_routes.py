@@ -1,20 +1,26 @@
 from __future__ import annotations
 
 from controllers.routing import Fabric, compute_tables
-from testbed.static_routes import SwitchRules, host_route_script
+from controllers.ruleset import RuleSet
+from testbed.static_routes import host_route_script, ofctl_batches
 from topos import build
 
 
-def test_switch_rules_groups_for_ecmp_and_stale_groups_removed():
-    r = SwitchRules()
-    groups, flows, stale = r.render({"10.0.0.1": (1,), "10.0.0.2": (5, 6), "10.0.0.3": (5, 6)})
-    assert groups == ["group_id=1,type=select,bucket=output:5,bucket=output:6"]
+def test_ruleset_reuses_groups_and_reports_only_changes():
+    r = RuleSet()
+    c = r.update({"10.0.0.1": (1,), "10.0.0.2": (5, 6), "10.0.0.3": (5, 6)})
+    assert c.new_groups == {1: (5, 6)}
+    assert c.rules == {"10.0.0.1": ("output", 1), "10.0.0.2": ("group", 1), "10.0.0.3": ("group", 1)}
+    groups, flows, dels, stale = ofctl_batches(c)
+    assert groups == ["group_id=1,type=select,bucket=watch_port:5,output:5,bucket=watch_port:6,output:6"]
     assert "priority=100,ip,nw_dst=10.0.0.1,actions=output:1" in flows
-    assert sum("group:1" in f for f in flows) == 2
-    assert stale == []
-    groups, flows, stale = r.render({"10.0.0.2": (5,), "10.0.0.3": (6, 7)})
-    assert groups == ["group_id=2,type=select,bucket=output:6,bucket=output:7"]
-    assert stale == [1]
+    # Same table again: nothing to do.
+    assert r.update({"10.0.0.1": (1,), "10.0.0.2": (5, 6), "10.0.0.3": (5, 6)}).empty
+    # One destination loses a port, another moves to a new set, one disappears.
+    c = r.update({"10.0.0.2": (5,), "10.0.0.3": (6, 7)})
+    assert c.new_groups == {2: (6, 7)}
+    assert c.rules == {"10.0.0.2": ("output", 5), "10.0.0.3": ("group", 2)}
+    assert c.removed == ["10.0.0.1"] and c.stale_groups == [1]
     assert r.groups == {(6, 7): 2}
 
 
