@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from controllers.client import ControllerClient
 from controllers.routing import Fabric, Tables, compute_tables
 from topos.addressing import all_addresses, dpid_hex, nic_address
 from topos.errors import InputError
@@ -76,11 +79,21 @@ def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None)
                              "run 'hpnlab clean' or remove it", field="interface", value=f"{sw.short}-eth1")
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Network:
     def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp",
-                 caps: Capabilities | None = None, delay_ms: float | None = None):
+                 caps: Capabilities | None = None, delay_ms: float | None = None, log_dir: str | None = None):
         if routing not in ("static", "controller"):
             raise InputError("unknown routing", "use static or controller", field="routing", value=routing)
+        modes = ("ecmp", "shortest") if routing == "static" else ("ecmp", "precise", "shortest")
+        if mode not in modes:
+            raise InputError(f"routing mode not available with {routing} routing", f"use one of: {', '.join(modes)}",
+                             field="mode", value=mode)
         self.topo = topo
         self.routing = routing
         self.mode = mode
@@ -94,6 +107,9 @@ class Network:
         self._rules: dict[str, RuleSet] = {}
         self._host_exceptions: dict[str, set[str]] = {}
         self._workdir: tempfile.TemporaryDirectory | None = None
+        self.log_dir = log_dir
+        self.controller: ControllerClient | None = None
+        self._controller_proc: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
 
     # -- lifecycle ----------------------------------------------------------
@@ -113,7 +129,7 @@ class Network:
         from mininet.link import Link as MnLink
         from mininet.log import setLogLevel
         from mininet.net import Mininet
-        from mininet.node import OVSSwitch
+        from mininet.node import OVSSwitch, RemoteController
 
         setLogLevel(os.environ.get("HPNLAB_MININET_LOG", "warning"))
         t0 = time.monotonic()
@@ -125,6 +141,9 @@ class Network:
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
                       link=MnLink, waitConnected=False)
         self.net = net
+        if self.routing == "controller":
+            of_port = self._start_controller()
+            net.addController(RemoteController("c0", ip="127.0.0.1", port=of_port))
         for h in self.topo.hosts:
             a = nic_address(h, 0)
             node = net.addHost(h.short, ip=f"{a.ip}/32", mac=a.mac)
@@ -148,13 +167,57 @@ class Network:
         if self.delay_ms:
             self._delay_links(self.delay_ms)
         self._configure_hosts()
-        if self.routing == "static":
-            self.reconcile()
+        if self.routing == "controller":
+            t1 = time.monotonic()
+            health = self.controller.wait_ready(60, alive=lambda: self._controller_proc.poll() is None)
+            self.timings["controller_ready_s"] = time.monotonic() - t1
+            log.info("controller: %d switches connected and routed", health["installed"])
+        self.reconcile()
         self.timings["start_s"] = time.monotonic() - t0
         log.info("network up in %.1f s (%d switches, %d hosts)", self.timings["start_s"], len(switches),
                  len(self.topo.hosts))
 
+    def _start_controller(self) -> int:
+        """The controller as its own process, OpenFlow and REST on loopback ports picked free."""
+        topo_file = self._write("topology.json", [self.topo.to_json()])
+        of_port, rest_port = _free_port(), _free_port()
+        log_path = Path(self.log_dir or self._workdir.name) / "controller.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._controller_log = open(log_path, "w")
+        self._controller_proc = subprocess.Popen(
+            [sys.executable, "-m", "controllers.launcher", "--topology", topo_file, "--mode", self.mode,
+             "--of-port", str(of_port), "--rest-port", str(rest_port)],
+            stdout=self._controller_log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.owner.process(self._controller_proc.pid, "hpnlab controller")
+        self.controller = ControllerClient(rest_port)
+        self.controller_log = log_path
+        deadline = time.monotonic() + 30
+        while True:  # switches get a controller that already listens
+            try:
+                socket.create_connection(("127.0.0.1", of_port), timeout=0.2).close()
+                break
+            except OSError:
+                if self._controller_proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"controller did not start; see {log_path}") from None
+                time.sleep(0.05)
+        return of_port
+
+    def _stop_controller(self) -> None:
+        p = self._controller_proc
+        if p is None:
+            return
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self._controller_log.close()
+        self._controller_proc = None
+
     def stop(self) -> None:
+        self._stop_controller()  # first, so it does not chase the teardown's port events
         if self.net is not None:
             try:
                 self.net.stop()
@@ -232,9 +295,10 @@ class Network:
                        f"ethtool -K {ifname} {' off '.join(OFFLOADS)} off >/dev/null 2>&1"]
                 batch += [f"addr flush dev {ifname}", f"link set dev {ifname} address {a.mac}",
                           f"addr add {a.ip}/32 dev {ifname}", f"link set dev {ifname} up"]
-                # Static neighbours: the fabric carries no ARP broadcast at all.
-                batch += [f"neigh replace {d.ip} lladdr {d.mac} dev {ifname} nud permanent"
-                          for d in addrs if d.nic == nic and d.host != h.name]
+                if self.routing == "static":
+                    # Static neighbours: the fabric carries no ARP at all (the controller answers it otherwise).
+                    batch += [f"neigh replace {d.ip} lladdr {d.mac} dev {ifname} nud permanent"
+                              for d in addrs if d.nic == nic and d.host != h.name]
                 self.node(h.name).intf(ifname).ip = a.ip
                 self.node(h.name).intf(ifname).prefixLen = 32
             out = self.node(h.name).cmd(f"sh {self._write(h.short + '.sh', sh)}; "
@@ -244,11 +308,11 @@ class Network:
 
     # -- routing ------------------------------------------------------------
     def reconcile(self) -> Tables:
-        """Bring switch rules and host routes to what the current link state needs."""
+        """Bring host routes (and, without a controller, switch rules) to what the link state needs."""
         t0 = time.monotonic()
         tables = compute_tables(self.fabric, self.down, mode="shortest" if self.mode == "shortest" else "ecmp")
         of = ["ovs-ofctl", "-O", "OpenFlow13"]
-        for sw in self.topo.switches:
+        for sw in self.topo.switches if self.routing == "static" else ():
             change = self._rules.setdefault(sw.name, RuleSet()).update(tables.switch[sw.name])
             if change.empty:
                 continue
@@ -286,8 +350,7 @@ class Network:
         link = self.find_link(name)
         self.node(link.b).cmd(f"ip link set dev {self.intf_name(link.b, link.b_port)} {'up' if up else 'down'}")
         (self.down.discard if up else self.down.add)(name)
-        if self.routing == "static":
-            self.reconcile()
+        self.reconcile()
 
     # -- checks -------------------------------------------------------------
     def pingall(self, timeout_s: float = 2.0) -> PingResult:

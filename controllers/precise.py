@@ -1,0 +1,109 @@
+"""HPN-style precise routing: give declared flows link-disjoint paths where they exist.
+
+A collective declares its flows ahead (src host, dst address, protocol, ports).
+Each flow's candidates are all its shortest paths, including which port of the
+source NIC it leaves on (that picks the plane). Flows are placed one by one on
+the candidate whose busiest link, after adding the flow, is least loaded (then
+the least total load, then the lowest index, so results are reproducible):
+with enough disjoint paths no two flows share a link, otherwise they spread as
+evenly as this greedy order allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .routing import Fabric, Tables
+
+Hop = tuple[str, int]  # (node, egress port): a directed link
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    src: str  # host name
+    dst: str  # destination IP
+    proto: str = "udp"  # "tcp" | "udp"
+    sport: int = 0
+    dport: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.proto}:{self.src}:{self.sport}->{self.dst}:{self.dport}"
+
+
+@dataclass(frozen=True)
+class Path:
+    host_port: int  # egress port of the source host (NIC port: plane)
+    hops: tuple[Hop, ...]  # (switch, egress port) from the first ToR to the last
+
+    @property
+    def links(self) -> tuple[Hop, ...]:
+        return self.hops
+
+    def switches(self) -> list[str]:
+        return [s for s, _ in self.hops]
+
+
+@dataclass
+class Assignment:
+    paths: dict[str, Path] = field(default_factory=dict)  # flow key -> path
+    load: dict[Hop, int] = field(default_factory=dict)  # directed link -> flows on it
+
+    def shared_links(self) -> int:
+        return sum(1 for v in self.load.values() if v > 1)
+
+
+def candidate_paths(fab: Fabric, tables: Tables, src: str, dst_ip: str) -> list[Path]:
+    dst = next(a for a in fab.addresses if a.ip == dst_ip)
+    port_to: dict[tuple[str, int], str] = {}
+    for sw, nbrs in fab.adj.items():
+        for nb, port, _ in nbrs:
+            port_to[sw, port] = nb
+    out: list[Path] = []
+
+    def walk(sw: str, hops: tuple[Hop, ...], host_port: int) -> None:
+        for p in tables.switch[sw].get(dst_ip, ()):
+            nxt = port_to.get((sw, p))
+            if nxt is None:  # the port toward the destination host itself
+                out.append(Path(host_port, hops + ((sw, p),)))
+            elif nxt not in (s for s, _ in hops):
+                walk(nxt, hops + ((sw, p),), host_port)
+
+    for l in fab.attach[src, dst.nic]:
+        if l.a_port in tables.host[src, dst.nic].get(dst_ip, ()):
+            walk(l.b, (), l.a_port)
+    return sorted(out, key=lambda p: (p.host_port, p.hops))
+
+
+def path_links(f: FlowSpec, p: Path) -> tuple[Hop, ...]:
+    """Directed links a flow loads: its source host's port, then each switch egress."""
+    return ((f.src, p.host_port),) + p.links
+
+
+def loads(flows: dict[str, FlowSpec], paths: dict[str, Path]) -> dict[Hop, int]:
+    out: dict[Hop, int] = {}
+    for k, p in paths.items():
+        for h in path_links(flows[k], p):
+            out[h] = out.get(h, 0) + 1
+    return out
+
+
+def assign(fab: Fabric, tables: Tables, flows: Iterable[FlowSpec], load: dict[Hop, int] | None = None) -> Assignment:
+    """Place flows in order; `load` carries flows already placed (kept as they are)."""
+    result = Assignment(load=dict(load or {}))
+    for f in flows:
+        cands = candidate_paths(fab, tables, f.src, f.dst)
+        if not cands:
+            continue
+        # The source host's own port counts as a link too: two flows leaving on one port collide there.
+        def cost(p: Path) -> tuple[int, int]:
+            after = [result.load.get(h, 0) + 1 for h in path_links(f, p)]
+            return max(after), sum(after)
+
+        best = min(range(len(cands)), key=lambda i: (*cost(cands[i]), i))
+        path = cands[best]
+        result.paths[f.key] = path
+        for h in path_links(f, path):
+            result.load[h] = result.load.get(h, 0) + 1
+    return result

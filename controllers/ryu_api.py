@@ -1,0 +1,30 @@
+"""The Ryu application API, from os-ken (default) or Ryu 4.34 (when only it is installed).
+
+Both expose the same modules under different package names; the app imports
+everything it needs from here so it loads under either.
+"""
+
+from __future__ import annotations
+
+try:
+    from os_ken.base import app_manager
+    from os_ken.controller import ofp_event
+    from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+    from os_ken.lib.packet import arp, ethernet, ether_types, lldp, packet
+    from os_ken.ofproto import ofproto_v1_3
+
+    BaseApp = app_manager.OSKenApp
+    FRAMEWORK = "os-ken"
+except ImportError:  # pragma: no cover - exercised only where Ryu is installed instead
+    from ryu.base import app_manager  # type: ignore[no-redef]
+    from ryu.controller import ofp_event  # type: ignore[no-redef]
+    from ryu.controller.handler import (  # type: ignore[no-redef]
+        CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls)
+    from ryu.lib.packet import arp, ethernet, ether_types, lldp, packet  # type: ignore[no-redef]
+    from ryu.ofproto import ofproto_v1_3  # type: ignore[no-redef]
+
+    BaseApp = app_manager.RyuApp
+    FRAMEWORK = "ryu"
+
+__all__ = ["BaseApp", "CONFIG_DISPATCHER", "DEAD_DISPATCHER", "FRAMEWORK", "MAIN_DISPATCHER", "app_manager", "arp",
+           "ether_types", "ethernet", "lldp", "ofp_event", "ofproto_v1_3", "packet", "set_ev_cls"]
