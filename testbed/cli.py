@@ -189,13 +189,16 @@ def topo_export(name: str, params: tuple[str, ...], preset: str | None, output: 
 @click.argument("name")
 @click.argument("params", nargs=-1)
 @preset_opt
-@click.option("--mode", type=click.Choice(["ecmp", "shortest"]), default="ecmp", help="Static routing mode.")
+@click.option("--routing", type=click.Choice(["static", "controller"]), default="static",
+              help="static: rules computed and installed by hpnlab; controller: the OpenFlow controller app.")
+@click.option("--mode", type=click.Choice(["ecmp", "precise", "shortest"]), default="ecmp",
+              help="Routing mode (precise needs --routing controller).")
 @click.option("--pingall", is_flag=True, help="Ping every host NIC from every host and report.")
 @click.option("--fail", "fail_links", multiple=True, help="Take this link down after start (repeatable).")
 @click.option("--no-cli", is_flag=True, help="Do not open the Mininet CLI (exit after the checks).")
 @click.option("--delay-ms", type=float, default=None, help="Per-link delay (needs netem).")
-def up(name, params, preset, mode, pingall, fail_links, no_cli, delay_ms) -> None:
-    """Start a topology in Mininet + OVS with static L3 routing and open the Mininet CLI."""
+def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_ms) -> None:
+    """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""
     from .network import Network
     from .owner import exit_cleanly_on_signals
 
@@ -203,10 +206,13 @@ def up(name, params, preset, mode, pingall, fail_links, no_cli, delay_ms) -> Non
     for link in fail_links:
         tp.find_link(link)  # a bad name is refused before anything starts
     exit_cleanly_on_signals()
-    with Network(tp, mode=mode, delay_ms=delay_ms) as net:
+    with Network(tp, routing=routing, mode=mode, delay_ms=delay_ms) as net:
         console.print(_figures_table(tp))
         console.print(f"network up in {net.timings['start_s']:.1f} s "
-                      f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, run {net.owner.run_id})")
+                      f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, {routing} routing, "
+                      f"mode {mode}, run {net.owner.run_id})")
+        if net.controller is not None:
+            console.print(f"controller REST API: {net.controller.base} (log: {net.controller_log})")
         for link in fail_links:
             net.set_link(link, up=False)
             console.print(f"failed {link}")
@@ -222,6 +228,25 @@ def up(name, params, preset, mode, pingall, fail_links, no_cli, delay_ms) -> Non
             from .mncli import TestbedCLI
 
             TestbedCLI(net)
+
+
+@cli.command()
+@click.option("--topology", "topology_file", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Topology JSON from 'hpnlab topo export'.")
+@click.option("--mode", type=click.Choice(["ecmp", "precise", "shortest"]), default="ecmp")
+@click.option("--of-port", type=int, default=6653, help="OpenFlow port on 127.0.0.1.")
+@click.option("--rest-port", type=int, default=8080, help="REST API port on 127.0.0.1.")
+def controller(topology_file: str, mode: str, of_port: int, rest_port: int) -> None:
+    """Run the OpenFlow controller app (os-ken, or Ryu) in the foreground, on loopback."""
+    from controllers.launcher import run
+    from topos.model import Topology
+
+    try:
+        Topology.from_json(Path(topology_file).read_text())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"not a topology JSON ({exc})", "write one with 'hpnlab topo export NAME -o FILE'",
+                         field="topology", value=topology_file) from None
+    run(topology_file, mode, of_port, rest_port)
 
 
 @cli.command()

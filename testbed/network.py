@@ -143,7 +143,8 @@ class Network:
         self.net = net
         if self.routing == "controller":
             of_port = self._start_controller()
-            net.addController(RemoteController("c0", ip="127.0.0.1", port=of_port))
+            c0 = net.addController(RemoteController("c0", ip="127.0.0.1", port=of_port))
+            self.owner.process(c0.pid, "mininet controller shell c0")
         for h in self.topo.hosts:
             a = nic_address(h, 0)
             node = net.addHost(h.short, ip=f"{a.ip}/32", mac=a.mac)
@@ -286,7 +287,9 @@ class Network:
             sh = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
                   # one IP on two ports: reverse-path filtering would drop the asymmetric half
                   "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
-                  "sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1"]
+                  "sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1",
+                  # hash flows (5-tuple), not host pairs, over a NIC's two ports, as RoCE NICs do
+                  "sysctl -qw net.ipv4.fib_multipath_hash_policy=1"]
             batch = []
             for (nic, _port), ifname in sorted(intfs.items()):
                 a = nic_address(h, nic)
@@ -326,7 +329,10 @@ class Network:
             for gid in stale:
                 self._run([*of, "del-groups", sw.short, f"group_id={gid}"])
         for h in self.topo.hosts:
-            lines, exc = host_route_script(h.name, h.nics, self._host_intfs(h.name), tables,
+            nic_ports: dict[int, list[int]] = {}
+            for l in self.topo.links_of(h.name):
+                nic_ports.setdefault(l.nic, []).append(l.a_port)
+            lines, exc = host_route_script(h.name, h.short, nic_ports, tables,
                                            self._host_exceptions.get(h.name, set()))
             self._host_exceptions[h.name] = exc
             out = self.node(h.name).cmd(f"ip -force -batch {self._write(h.short + '.routes', lines)} 2>&1")
@@ -351,6 +357,43 @@ class Network:
         self.node(link.b).cmd(f"ip link set dev {self.intf_name(link.b, link.b_port)} {'up' if up else 'down'}")
         (self.down.discard if up else self.down.add)(name)
         self.reconcile()
+
+    # -- processes and steering ------------------------------------------------
+    def popen(self, host: str, args: list[str], **kw) -> subprocess.Popen:
+        """A process inside a host's namespace, owned by this run (killed at teardown if still running)."""
+        p = self.node(host).popen(args, **kw)
+        self.owner.process(p.pid, f"{' '.join(args[:4])} on {host}")
+        return p
+
+    def python(self, host: str, module: str, *args: str, **kw) -> subprocess.Popen:
+        return self.popen(host, [sys.executable, "-m", module, *args], cwd=str(Path(__file__).parents[1]), **kw)
+
+    def steer(self, flow: dict) -> None:
+        """Pin a declared flow to the host port the controller chose, by its 5-tuple (policy routing).
+
+        This is how an HPN host picks a path: the port (plane) here, the rest by
+        the exact-match rules the controller put on the switches.
+        """
+        e = flow["egress"]
+        table = 100 + e["port"]
+        h = self.node(flow["src"])
+        h.cmd(f"ip route replace {flow['dst']}/32 dev {e['ifname']} table {table}")
+        h.cmd(f"ip rule add to {flow['dst']} ipproto {flow['proto']} sport {flow['sport']} dport {flow['dport']} "
+              f"lookup {table} priority {1000 + flow['cookie']}")
+
+    def port_counters(self) -> dict[str, dict[int, dict[str, int]]]:
+        """tx/rx bytes and drops of every switch port, read from OVS itself (independent of the controller)."""
+        import re
+
+        out: dict[str, dict[int, dict[str, int]]] = {}
+        pat = re.compile(r"port\s+(\d+): rx pkts=(\d+), bytes=(\d+), drop=(\d+).*?tx pkts=(\d+), bytes=(\d+), "
+                         r"drop=(\d+)", re.S)
+        for sw in self.topo.switches:
+            text = self._run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", sw.short]).stdout
+            out[sw.name] = {int(m[0]): {"rx_packets": int(m[1]), "rx_bytes": int(m[2]), "rx_dropped": int(m[3]),
+                                        "tx_packets": int(m[4]), "tx_bytes": int(m[5]), "tx_dropped": int(m[6])}
+                            for m in pat.findall(text)}
+        return out
 
     # -- checks -------------------------------------------------------------
     def pingall(self, timeout_s: float = 2.0) -> PingResult:

@@ -39,6 +39,14 @@ def _proc_start(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[19])
 
 
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def alive(pid: int, start: int | None) -> bool:
     now = _proc_start(pid)
     return now is not None and (start is None or now == start)
@@ -89,13 +97,19 @@ class Ownership:
     def undo(self) -> list[str]:
         """Remove everything recorded; idempotent; returns what was actually removed."""
         done: list[str] = []
+        killed = []
         for p in self.data["processes"]:
             if alive(p["pid"], p["start"]):
                 try:
                     os.kill(p["pid"], signal.SIGKILL)
                     done.append(f"process {p['pid']} ({p['what']})")
+                    killed.append(p)
                 except ProcessLookupError:
                     pass
+        deadline = time.monotonic() + 2
+        while killed and time.monotonic() < deadline:  # gone, not just signalled, before we report done
+            killed = [p for p in killed if alive(p["pid"], p["start"]) and not _zombie(p["pid"])]
+            time.sleep(0.01)
         bridges = self.data["bridges"]
         if bridges:
             existing = set(_vsctl("list-br").stdout.split())

@@ -32,27 +32,26 @@ def ofctl_batches(change: Change) -> tuple[list[str], list[str], list[str], list
     return groups, flows, dels, change.stale_groups
 
 
-def host_route_script(host: str, nics: int, intf_of: dict[tuple[int, int], str], tables: Tables,
+def host_route_script(host: str, short: str, nic_ports: dict[int, list[int]], tables: Tables,
                       installed: set[str]) -> tuple[list[str], set[str]]:
     """`ip -batch` lines that bring a host's routes to the tables' state.
 
-    intf_of maps (nic, host port) -> interface name. `installed` is the set of
-    /32 exception routes from the last call; the new set is returned.
+    nic_ports maps each NIC to its host ports (interface `{short}-eth{port}`).
+    `installed` is the set of /32 exception routes from the last call; the new
+    set is returned.
     """
+    def hops(ports) -> str:
+        return " ".join(f"nexthop dev {short}-eth{p}" for p in sorted(ports))
+
     lines: list[str] = []
     wanted: set[str] = set()
-    for nic in range(nics):
-        ports = sorted(p for (n, p) in intf_of if n == nic)
-        hops = " ".join(f"nexthop dev {intf_of[nic, p]}" for p in ports)
-        lines.append(f"route replace {rail_subnet(nic)} {hops}")
+    for nic, ports in sorted(nic_ports.items()):
+        lines.append(f"route replace {rail_subnet(nic)} {hops(ports)}")
         live = set(tables.host_live[host, nic])
         for ip, reach in tables.host[host, nic].items():
             if set(reach) == live:
                 continue
             wanted.add(ip)
-            if reach:
-                lines.append(f"route replace {ip}/32 " + " ".join(f"nexthop dev {intf_of[nic, p]}" for p in reach))
-            else:
-                lines.append(f"route replace unreachable {ip}/32")
+            lines.append(f"route replace {ip}/32 {hops(reach)}" if reach else f"route replace unreachable {ip}/32")
     lines += [f"route del {ip}/32" for ip in sorted(installed - wanted)]
     return lines, wanted

@@ -1,0 +1,95 @@
+"""Measurements on a running Network: paced probe streams and per-link byte counts.
+
+Shared by the emulation tests and the benchmarks, so both measure the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from topos.addressing import nic_address
+
+from .network import Network
+
+
+@dataclass
+class StreamSpec:
+    src: str
+    dst: str  # host name
+    nic: int = 0
+    sport: int = 5000
+    dport: int = 7000
+    pps: float = 1000
+    duration: float = 3.0
+    size: int = 200
+    stream: int = 0
+
+    def dst_ip(self, net: Network) -> str:
+        return nic_address(net.topo.nodes[self.dst], self.nic).ip
+
+
+def run_streams(net: Network, specs: list[StreamSpec], actions: list[tuple[float, Callable[[], None]]] = (),
+                tail: float = 1.0) -> dict:
+    """Run paced UDP streams (one receiver per destination port); fire `actions` at their offsets.
+
+    Returns the receivers' reports keyed by "dst:dport", plus the wall time of each action.
+    """
+    work = Path(net._workdir.name)
+    duration = max(s.duration for s in specs)
+    receivers = {}
+    for s in specs:
+        key = f"{s.dst}:{s.dport}"
+        if key not in receivers:
+            out = work / f"recv-{s.dst}-{s.dport}.json"
+            out.unlink(missing_ok=True)
+            receivers[key] = (net.python(s.dst, "traffic.udpstream", "recv", "--port", str(s.dport), "--duration",
+                                         str(duration + tail + 0.5), "--out", str(out)), out)
+    time.sleep(0.3)  # receivers bound before the first packet
+    senders = [net.python(s.src, "traffic.udpstream", "send", "--dst", s.dst_ip(net), "--dport", str(s.dport),
+                          "--sport", str(s.sport), "--pps", str(s.pps), "--duration", str(s.duration),
+                          "--size", str(s.size), "--stream", str(s.stream)) for s in specs]
+    start = time.time()
+    fired = []
+    for offset, action in sorted(actions, key=lambda a: a[0]):
+        delay = start + offset - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        fired.append(time.time())
+        action()
+    for p in senders:
+        p.wait(timeout=duration + 30)
+    result = {"start": start, "actions_at": fired, "receivers": {}}
+    for key, (p, out) in receivers.items():
+        p.wait(timeout=duration + tail + 30)
+        result["receivers"][key] = json.loads(out.read_text())
+    return result
+
+
+def port_delta(before: dict, after: dict, field: str = "tx_bytes") -> dict[tuple[str, int], int]:
+    """Per (switch, port) growth of a counter between two Network.port_counters() readings."""
+    return {(sw, port): after[sw][port][field] - before[sw].get(port, {}).get(field, 0)
+            for sw in after for port in after[sw]}
+
+
+def uplinks_used(net: Network, delta: dict[tuple[str, int], int], min_bytes: int) -> set[str]:
+    """ToR-to-aggregation links (by name) that carried at least `min_bytes` upward."""
+    used = set()
+    for l in net.topo.links:
+        if l.kind == "tor-agg" and delta.get((l.a, l.a_port), 0) >= min_bytes:
+            used.add(l.name)
+    return used
+
+
+def host_links_used(net: Network, rx: dict[tuple[str, int], int], host: str, min_bytes: int) -> set[str]:
+    """Host-to-ToR links of `host` whose ToR port received at least `min_bytes` (per-port rx deltas)."""
+    return {l.name for l in net.topo.links_of(host) if l.kind == "host-tor" and rx.get((l.b, l.b_port), 0) >= min_bytes}
+
+
+def gap_after(report: dict, t: float, stream: int = 0) -> float:
+    """Longest silence of a stream that started at or after time t - 50 ms (the failure), in ms."""
+    return max((g["ms"] for g in report["gaps"] if g["stream"] == stream and g["start"] + g["ms"] / 1000 >= t),
+               default=0.0)
