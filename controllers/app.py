@@ -28,7 +28,7 @@ from .precise import FlowSpec
 from .ruleset import Change
 from .ryu_api import (CONFIG_DISPATCHER, DEAD_DISPATCHER, FRAMEWORK, MAIN_DISPATCHER, BaseApp, arp, ether_types,
                       ethernet, lldp, ofp_event, ofproto_v1_3, packet, set_ev_cls)
-from .state import PRECISE_PRIORITY, FabricState, PreciseRule, Update
+from .state import PRECISE_PRIORITY, FabricState, PreciseRule, Update, expected_neighbours, wiring_mismatches
 
 log = logging.getLogger("hpnlab.controller")
 
@@ -240,32 +240,19 @@ class HpnController(BaseApp):
 
     def _verify_wiring(self) -> None:
         """Send LLDP out of every switch-to-switch port and compare what arrives with the topology."""
-        expected = {}
-        for l in self.topo.links:
-            if l.kind != "host-tor":
-                expected[l.a, l.a_port] = (l.b, l.b_port)
-                expected[l.b, l.b_port] = (l.a, l.a_port)
+        expected = expected_neighbours(self.topo)
         self.lldp_seen.clear()
         for (sw, port) in expected:
             self._lldp_out(sw, port)
         deadline = time.time() + LLDP_SETTLE_S * 5
         while time.time() < deadline and len(self.lldp_seen) < len(expected):
             time.sleep(0.05)
-        mismatches = []
-        for (sw, port), want in sorted(expected.items()):
-            got = self.lldp_seen.get((sw, port))
-            if got != want and (sw, port) not in self._down_ports():
-                mismatches.append({"port": f"{sw}:{port}", "expected": f"{want[0]}:{want[1]}",
-                                   "seen": None if got is None else f"{got[0]}:{got[1]}"})
+        mismatches = wiring_mismatches(self.topo, self.lldp_seen, self.state.down)
         self.lldp_report = {"checked_ports": len(expected), "seen": len(self.lldp_seen), "mismatches": mismatches}
         for m in mismatches:
             log.warning("wiring mismatch at %s: expected %s, LLDP saw %s", m["port"], m["expected"], m["seen"])
         if not mismatches:
             log.info("LLDP: all %d switch ports wired as the topology says", len(expected))
-
-    def _down_ports(self) -> set[tuple[str, int]]:
-        return {(l.a, l.a_port) for l in self.topo.links if l.name in self.state.down} | \
-               {(l.b, l.b_port) for l in self.topo.links if l.name in self.state.down}
 
     # -- counters ---------------------------------------------------------------
     def _request(self, sw: str, kind: str, timeout: float = 2.0) -> list:

@@ -206,7 +206,7 @@ def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_m
     for link in fail_links:
         tp.find_link(link)  # a bad name is refused before anything starts
     exit_cleanly_on_signals()
-    with Network(tp, routing=routing, mode=mode, delay_ms=delay_ms) as net:
+    with Network(tp, routing=routing, mode=mode, delay_ms=delay_ms, log_dir="results/logs") as net:
         console.print(_figures_table(tp))
         console.print(f"network up in {net.timings['start_s']:.1f} s "
                       f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, {routing} routing, "

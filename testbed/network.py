@@ -158,8 +158,8 @@ class Network:
             net.addLink(a.short, b.short, port1=l.a_port, port2=l.b_port)
         net.build()
         self.timings["build_s"] = time.monotonic() - t0
-        # Tag bridges as they are created so an orphan is still recognisable as ours.
         net.start()
+        # The run id on every bridge: an orphan stays recognisable as ours even if its record is lost.
         tag = []
         for s in switches:
             tag += ["--", "set", "bridge", s, f"external_ids:{BRIDGE_TAG}={self.owner.run_id}"]

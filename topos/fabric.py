@@ -123,20 +123,18 @@ def shape(p: FabricParams, kind: str = "fabric") -> Shape:
 
 
 def _check_capacity(p: FabricParams, s: Shape, kind: str) -> None:
-    tor_need = s.tor_down * p.port_gbps + p.tor_uplinks * p.uplink_gbps
-    if tor_need > p.tor_capacity_gbps:
-        raise InputError(
-            f"{kind}: a ToR needs {s.tor_down}x{p.port_gbps:g}G down + {p.tor_uplinks}x{p.uplink_gbps:g}G up = "
-            f"{tor_need:g} Gbit/s, above its capacity",
-            "fewer hosts_per_segment or tor_uplinks, or a larger tor_capacity_gbps",
-            field="tor_capacity_gbps", value=p.tor_capacity_gbps)
-    agg_need = (s.agg_down + s.agg_up) * p.uplink_gbps
-    if agg_need > p.agg_capacity_gbps:
-        raise InputError(
-            f"{kind}: an aggregation switch needs {s.agg_down} down + {s.agg_up} up x {p.uplink_gbps:g}G = "
-            f"{agg_need:g} Gbit/s, above its capacity",
-            "fewer segments_per_pod or tor_uplinks, more aggs_per_plane, or a larger agg_capacity_gbps",
-            field="agg_capacity_gbps", value=p.agg_capacity_gbps)
+    checks = (
+        ("a ToR", f"{s.tor_down}x{p.port_gbps:g}G down + {p.tor_uplinks}x{p.uplink_gbps:g}G up",
+         s.tor_down * p.port_gbps + p.tor_uplinks * p.uplink_gbps, "tor_capacity_gbps", p.tor_capacity_gbps,
+         "fewer hosts_per_segment or tor_uplinks"),
+        ("an aggregation switch", f"{s.agg_down} down + {s.agg_up} up x {p.uplink_gbps:g}G",
+         (s.agg_down + s.agg_up) * p.uplink_gbps, "agg_capacity_gbps", p.agg_capacity_gbps,
+         "fewer segments_per_pod or tor_uplinks, more aggs_per_plane"),
+    )
+    for who, ports, need, fld, capacity, fewer in checks:
+        if need > capacity:
+            raise InputError(f"{kind}: {who} needs {ports} = {need:g} Gbit/s, above its capacity",
+                             f"{fewer}, or a larger {fld}", field=fld, value=capacity)
 
 
 def build_fabric(p: FabricParams, kind: str, public_params: dict) -> Topology:

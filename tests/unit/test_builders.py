@@ -137,6 +137,7 @@ def test_check_invariants_catches_a_cross_plane_link():
     ("hpn", {"hosts_per_segment": 0}, "hosts_per_segment"),
     ("hpn", {"bogus": 1}, "bogus"),
     ("hpn", {"hosts_per_segment": 300}, "tor_capacity_gbps"),  # 300x200G + 4x400G > 51.2T
+    ("hpn", {"segments_per_pod": 200, "aggs_per_plane": 2, "tor_uplinks": 2}, "agg_capacity_gbps"),
     ("hpn", {"dual_tor": False}, "dual_plane"),
     ("hpn", {"tor_uplinks": 6}, "tor_uplinks"),
     ("hpn", {"pods": 2, "core_oversubscription": 3}, "core_oversubscription"),

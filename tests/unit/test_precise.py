@@ -83,3 +83,31 @@ def test_withdraw_frees_links():
     st.declare(cross_segment_flows(4))
     assert st.withdraw(None).precise_del
     assert st.flows == {} and st.assignment.load == {}
+
+
+def test_fat_tree_flows_disjoint_up_to_the_core():
+    fab = Fabric(build("fat_tree", k=4))
+    pod1 = [h for h in fab.topo.hosts if h.pod == 1]
+    flows = [FlowSpec(f"h{i}", f"10.0.0.{pod1[i].index + 1}", "udp", 6000 + i, 7000) for i in range(4)]
+    a = assign(fab, compute_tables(fab), flows)
+    assert len(a.paths) == 4 and a.shared_links() == 0
+    cores = {h[0] for p in a.paths.values() for h in p.hops if fab.topo.nodes[h[0]].role == "core"}
+    assert len(cores) == 4  # (k/2)^2 cores, one per flow
+
+
+def test_lldp_wiring_check_reports_a_swapped_cable():
+    from controllers.state import expected_neighbours, wiring_mismatches
+
+    topo = build("hpn")
+    seen = dict(expected_neighbours(topo))
+    assert wiring_mismatches(topo, seen, set()) == []
+    # Two uplinks of one ToR plugged into each other's aggregation switch ports.
+    a, b = ("tor-p0-s0-r0-a", 5), ("tor-p0-s0-r0-a", 6)
+    seen[a], seen[b] = seen[b], seen[a]
+    bad = wiring_mismatches(topo, seen, set())
+    assert [m["port"] for m in bad] == ["tor-p0-s0-r0-a:5", "tor-p0-s0-r0-a:6"]
+    assert bad[0]["expected"] == "agg-p0-pl0-0:1" and bad[0]["seen"] == "agg-p0-pl0-1:1"
+    # A link that is down is not a wiring fault.
+    del seen[a]
+    link = topo.find_link("tor-p0-s0-r0-a:5-agg-p0-pl0-0:1")
+    assert [m["port"] for m in wiring_mismatches(topo, seen, {link.name})] == ["tor-p0-s0-r0-a:6"]
