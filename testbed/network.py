@@ -37,6 +37,7 @@ from .capabilities import Capabilities, probe
 from .owner import BRIDGE_TAG, Ownership, live_runs, tagged_bridges
 from controllers.ruleset import RuleSet
 
+from .qos_spec import QosSpec
 from .static_routes import host_route_script, ofctl_batches
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,18 @@ class PingResult:
         return 1 - self.received / self.sent if self.sent else 0.0
 
 
-def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None) -> None:
+def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None, qos: QosSpec | None = None) -> None:
     """Every check that can refuse a run, before anything on the system changes."""
     caps.require_root("starting a network")
     caps.require_ovs()
     if delay_ms:
         caps.require_qdisc("netem", "link delay (--delay-ms)")
+    if qos is not None:
+        caps.require_qdisc("htb", "link shaping")
+        if qos.delay_ms:
+            caps.require_qdisc("netem", "link delay (qos.delay_ms)")
+        if qos.loss_pct:
+            caps.require_qdisc("netem", "link loss (qos.loss_pct)")
     others = live_runs()
     if others:
         r = others[0]
@@ -87,7 +94,8 @@ def _free_port() -> int:
 
 class Network:
     def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp",
-                 caps: Capabilities | None = None, delay_ms: float | None = None, log_dir: str | None = None):
+                 caps: Capabilities | None = None, delay_ms: float | None = None, log_dir: str | None = None,
+                 qos: QosSpec | None = None):
         if routing not in ("static", "controller"):
             raise InputError("unknown routing", "use static or controller", field="routing", value=routing)
         modes = ("ecmp", "shortest") if routing == "static" else ("ecmp", "precise", "shortest")
@@ -111,6 +119,9 @@ class Network:
         self.controller: ControllerClient | None = None
         self._controller_proc: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
+        self.qos_spec = qos
+        self.qos = None
+        self.pfc = None
 
     # -- lifecycle ----------------------------------------------------------
     def __enter__(self) -> "Network":
@@ -125,7 +136,7 @@ class Network:
         self.stop()
 
     def start(self) -> None:
-        preflight(self.topo, self.caps, self.delay_ms)
+        preflight(self.topo, self.caps, self.delay_ms, self.qos_spec)
         from mininet.link import Link as MnLink
         from mininet.log import setLogLevel
         from mininet.net import Mininet
@@ -174,9 +185,39 @@ class Network:
             self.timings["controller_ready_s"] = time.monotonic() - t1
             log.info("controller: %d switches connected and routed", health["installed"])
         self.reconcile()
+        if self.qos_spec is not None:
+            self._start_qos()
         self.timings["start_s"] = time.monotonic() - t0
         log.info("network up in %.1f s (%d switches, %d hosts)", self.timings["start_s"], len(switches),
                  len(self.topo.hosts))
+
+    def _start_qos(self) -> None:
+        from .pfc import PfcAgent
+        from .qos import Qos
+
+        t = time.monotonic()
+        self.qos = Qos(self, self.qos_spec)
+        self.qos.apply()
+        if self.qos_spec.pfc.enabled:
+            from .owner import RUN_DIR
+
+            self.pfc = PfcAgent(self.qos, state_file=RUN_DIR / f"{self.owner.run_id}.pfc.json")
+            self.pfc.start()
+        self.timings["qos_s"] = time.monotonic() - t
+
+    def stop_qos(self) -> dict | None:
+        """Stop the PFC agent and remove every qdisc the QoS layer added; returns the agent's report."""
+        report = None
+        if self.pfc is not None:
+            self.pfc.stop()
+            report = self.pfc.report()
+            if self.pfc.state_file is not None:
+                self.pfc.state_file.unlink(missing_ok=True)
+            self.pfc = None
+        if self.qos is not None:
+            self.qos.remove()
+            self.qos = None
+        return report
 
     def _start_controller(self) -> int:
         """The controller as its own process, OpenFlow and REST on loopback ports picked free."""
@@ -218,7 +259,11 @@ class Network:
         self._controller_proc = None
 
     def stop(self) -> None:
-        self._stop_controller()  # first, so it does not chase the teardown's port events
+        try:
+            self.stop_qos()
+        except Exception as exc:  # the interfaces go with Mininet below anyway
+            log.warning("qos teardown: %s", exc)
+        self._stop_controller()  # before Mininet, so it does not chase the teardown's port events
         if self.net is not None:
             try:
                 self.net.stop()

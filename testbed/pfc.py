@@ -1,0 +1,211 @@
+"""A PFC-like pause agent: lossless queues that never drop, with pauses that propagate hop by hop.
+
+Every poll the agent reads the backlog of every lossless egress queue (one
+netlink qdisc dump per namespace: the root namespace holds every switch port).
+When the queue of switch S toward port p passes XOFF, S "sends PAUSE" on its
+other ports: the neighbours' egress toward S (switch ports or host NICs) get
+their lossless class throttled to a trickle. Below XON the pause is released.
+A paused neighbour's own queue then fills and, past its XOFF, pauses its own
+upstream: the pause walks back to the sending hosts, as real PFC does.
+
+Like a shared-buffer switch that counts ingress by port, the emulation pauses
+every ingress neighbour of the congested switch, not only those feeding the
+congested port: that is also how PFC head-of-line blocking spreads to innocent
+flows. Host NIC queues never pause anyone (nothing is upstream of a host) and
+are large: a host does not drop its own lossless traffic.
+
+Counted per port: pause events, paused time; per lossless queue: XOFF events
+and the maximum depth; for the agent itself: achieved poll period and CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .qos import LEAF_HANDLE, Port, Qos
+from .tcfast import QdiscDumper, dumper_in
+
+log = logging.getLogger(__name__)
+
+LOSSLESS_LEAF = LEAF_HANDLE["lossless"]
+PRIORITY = 3  # the 802.1p priority the lossless class stands for
+
+
+@dataclass
+class QueueState:
+    port: Port
+    upstream: list[str]  # keys of the egress ports this queue pauses
+    xoff: bool = False
+    max_backlog: int = 0
+    xoff_events: int = 0
+    drops: int = 0
+
+
+@dataclass
+class PauseState:
+    by: set[str] = field(default_factory=set)  # congested queues holding this port paused
+    events: int = 0
+    since: float | None = None
+    paused_s: float = 0.0
+
+
+class PfcAgent:
+    def __init__(self, qos: Qos, state_file: Path | None = None, host_every: int = 10):
+        self.qos = qos
+        self.spec = qos.spec.pfc
+        self.period = self.spec.poll_ms / 1000
+        self.state_file = state_file
+        self.host_every = host_every  # host queues pause nobody: sampled every Nth poll, for depth only
+        self.queues: dict[str, QueueState] = {}
+        self.pauses: dict[str, PauseState] = {}
+        by_node: dict[str, list[Port]] = {}
+        for p in qos.ports.values():
+            by_node.setdefault(p.node, []).append(p)
+        for p in qos.ports.values():
+            # Ingress neighbours of p.node other than the one p sends to, seen from their side.
+            ups = [] if p.is_host else [f"{q.peer}:{q.peer_port}" for q in by_node[p.node] if q.key != p.key]
+            self.queues[p.key] = QueueState(p, [u for u in ups if u in qos.ports])
+            self.pauses[p.key] = PauseState()
+        self._by_ifindex = {(p.netns, p.ifindex): p.key for p in qos.ports.values()}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.polls = 0
+        self.period_samples: list[float] = []
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self.samples: list[dict] = []  # time series: t, per-queue backlog (non-zero), paused ports
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="hpnlab-pfc", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        now = time.monotonic()
+        for key, st in self.pauses.items():
+            if st.since is not None:
+                st.paused_s += now - st.since
+                st.since = None
+                try:
+                    self.qos.set_paused(key, False)
+                except Exception:  # the port may be gone already
+                    pass
+
+    # -- the loop --------------------------------------------------------------------
+    def _run(self) -> None:
+        dumpers: dict[str | None, QdiscDumper] = {}
+        for p in self.qos.ports.values():
+            if p.netns not in dumpers:
+                dumpers[p.netns] = dumper_in(p.netns)
+        t_cpu0, t_wall0 = time.thread_time(), time.monotonic()
+        last = time.monotonic()
+        next_at = last
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                self.period_samples.append(now - last)
+                last = now
+                self.poll(dumpers, include_hosts=self.polls % self.host_every == 0)
+                self.polls += 1
+                next_at += self.period
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    self._stop.wait(delay)
+                else:
+                    next_at = time.monotonic()  # fell behind: do not try to catch up in a burst
+        except Exception:
+            log.exception("PFC agent stopped")
+        finally:
+            self.cpu_s = time.thread_time() - t_cpu0
+            self.wall_s = time.monotonic() - t_wall0
+            for d in dumpers.values():
+                d.close()
+
+    def poll(self, dumpers: dict[str | None, QdiscDumper], include_hosts: bool = True) -> None:
+        now = time.monotonic()
+        backlog: dict[str, int] = {}
+        for netns, d in dumpers.items():
+            if netns is not None and not include_hosts:
+                continue
+            for q in d.dump(LOSSLESS_LEAF):
+                key = self._by_ifindex.get((netns, q.ifindex))
+                if key is not None:
+                    backlog[key] = q.backlog
+                    self.queues[key].drops = q.drops
+        for key, b in backlog.items():
+            qs = self.queues[key]
+            if b > qs.max_backlog:
+                qs.max_backlog = b
+            if not qs.upstream:
+                continue
+            plan = qs.port.plan
+            if not qs.xoff and b > plan.xoff:
+                qs.xoff = True
+                qs.xoff_events += 1
+                for up in qs.upstream:
+                    self._hold(up, key, now)
+            elif qs.xoff and b < plan.xon:
+                qs.xoff = False
+                for up in qs.upstream:
+                    self._release(up, key, now)
+        if self.polls % 20 == 0:
+            self.samples.append({"t": now, "backlog": {k: v for k, v in backlog.items() if v},
+                                 "paused": sorted(self.qos.paused)})
+            if self.state_file is not None:
+                self._write_state()
+
+    def _hold(self, port: str, by: str, now: float) -> None:
+        st = self.pauses[port]
+        if not st.by:
+            st.events += 1
+            st.since = now
+            self.qos.set_paused(port, True)
+        st.by.add(by)
+
+    def _release(self, port: str, by: str, now: float) -> None:
+        st = self.pauses[port]
+        st.by.discard(by)
+        if not st.by and st.since is not None:
+            st.paused_s += now - st.since
+            st.since = None
+            self.qos.set_paused(port, False)
+
+    # -- reporting -------------------------------------------------------------------
+    def report(self) -> dict:
+        periods = sorted(self.period_samples[1:]) or [0.0]
+        tiers: dict[str, dict[str, float]] = {}
+        for key, st in self.pauses.items():
+            node = self.qos.net.topo.nodes[self.qos.ports[key].node]
+            t = tiers.setdefault(node.role, {"pause_events": 0, "paused_s": 0.0, "ports_paused": 0})
+            t["pause_events"] += st.events
+            t["paused_s"] += st.paused_s
+            t["ports_paused"] += 1 if st.events else 0
+        return {
+            "priority": PRIORITY,
+            "polls": self.polls,
+            "poll_period_ms": {"configured": self.spec.poll_ms,
+                               "median": round(1000 * periods[len(periods) // 2], 3),
+                               "p99": round(1000 * periods[int(len(periods) * 0.99)], 3)},
+            "agent_cpu_share": round(self.cpu_s / self.wall_s, 4) if self.wall_s else None,
+            "pauses_by_tier": tiers,
+            "ports": {k: {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
+                      for k, s in self.pauses.items() if s.events},
+            "queues": {k: {"max_backlog": q.max_backlog, "xoff_events": q.xoff_events, "drops": q.drops,
+                           "xoff": q.port.plan.xoff, "headroom": q.port.plan.headroom}
+                       for k, q in self.queues.items() if q.max_backlog or q.drops},
+        }
+
+    def _write_state(self) -> None:
+        state = {"paused": sorted(self.qos.paused),
+                 "pause_events": {k: s.events for k, s in self.pauses.items() if s.events}}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.state_file)

@@ -1,0 +1,184 @@
+"""Shape every link direction with HTB, separate priority classes, size buffers in bytes.
+
+Each egress port (switch side of every link in the root namespace, host side
+in each host's namespace) gets:
+
+    1:   htb (default 1:40)
+    1:1  the link, rate = ceil = topology rate / scale
+    1:10 high      -> bfifo 10:   (DSCP 48)
+    1:30 lossless  -> bfifo 30:   (DSCP 26, or UDP dport 4791: RoCEv2)
+    1:40 default   -> bfifo 40:   (everything else)
+
+All tc changes go through pyroute2 (netlink). The PFC agent pauses a port's
+lossless class by lowering its rate and ceil to PAUSE_RATE and restores them
+on resume.
+
+A pause is a throttle, not a full stop: HTB has no zero rate, and a frame a
+class sends at a tiny rate leaves a token debt of frame/rate that it repays in
+real time after the resume (one 1514-byte frame at 8 kbit/s: 1.5 s of silence).
+So a paused class keeps `pause_rate_fraction` of its rate (default 1/16): the
+debt stays below 16 frame times and the leak is what the headroom absorbs. remove() deletes the root qdisc of every port it shaped, which puts
+the veth back to its default (noqueue).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyroute2 import IPRoute, NetNS
+from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
+from pyroute2.netlink.rtnl.tcmsg import sched_pfifo as _sched_pfifo
+
+from .qos_spec import CLASS_IDS, MTU, PARENT_MINOR, PortPlan, QosSpec, port_plan
+from .tcfast import ClassSwitch, htb_class_message, in_netns
+
+if TYPE_CHECKING:
+    from .network import Network
+
+# pyroute2 knows pfifo but not bfifo; both take the same struct (one u32 limit: packets for
+# pfifo, bytes for bfifo), so bfifo uses pfifo's encoder.
+_tc_plugins.setdefault("bfifo", _sched_pfifo)
+
+log = logging.getLogger(__name__)
+
+ROOT = 0x10000
+HOST_LOSSLESS_LIMIT = 16 << 20  # a host does not drop its own lossless traffic: its "queue" is memory
+ETH_P_IP = 0x0800
+LEAF_HANDLE = {c: m << 16 for c, m in CLASS_IDS.items()}
+
+
+@dataclass
+class Port:
+    """One shaped egress port."""
+
+    node: str  # topology node that sends on it
+    port: int  # its port number there
+    peer: str  # node at the other end
+    peer_port: int
+    ifname: str
+    netns: str | None  # None: root namespace; else /proc/PID/ns/net of a host
+    ifindex: int
+    plan: PortPlan
+    is_host: bool
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}:{self.port}"
+
+
+class Qos:
+    def __init__(self, net: "Network", spec: QosSpec):
+        self.net = net
+        self.spec = spec
+        self.ports: dict[str, Port] = {}
+        self._handles: dict[str | None, IPRoute] = {}
+        self._lock = threading.Lock()  # netlink sockets are not shared across threads unlocked
+        self.paused: set[str] = set()
+        self._switches: dict[str | None, ClassSwitch] = {}
+        self._pause_msgs: dict[str, tuple[bytes, bytes]] = {}  # port -> (running, paused)
+
+    def _ipr(self, netns: str | None):
+        if netns not in self._handles:
+            self._handles[netns] = IPRoute() if netns is None else NetNS(netns, flags=0)
+        return self._handles[netns]
+
+    def close(self) -> None:
+        for h in [*self._handles.values(), *self._switches.values()]:
+            h.close()
+        self._handles.clear()
+        self._switches.clear()
+
+    # -- apply / remove -----------------------------------------------------------
+    def plan_ports(self) -> list[Port]:
+        topo = self.net.topo
+        out = []
+        total = {n: sum(l.rate_gbps for l in topo.links_of(n)) for n in topo.nodes}
+        for l in topo.links:
+            for node, port, peer, peer_port in ((l.a, l.a_port, l.b, l.b_port), (l.b, l.b_port, l.a, l.a_port)):
+                is_host = topo.nodes[node].role == "host"
+                netns = f"/proc/{self.net.node(node).pid}/ns/net" if is_host else None
+                ifname = self.net.intf_name(node, port)
+                ipr = self._ipr(netns)
+                out.append(Port(node, port, peer, peer_port, ifname, netns, ipr.link_lookup(ifname=ifname)[0],
+                                port_plan(l.rate_gbps, self.spec, total[node] - l.rate_gbps), is_host))
+        return out
+
+    def apply(self) -> None:
+        for p in self.plan_ports():
+            self._apply_port(p)
+            self.ports[p.key] = p
+            lossless = (ROOT | CLASS_IDS["lossless"], ROOT | PARENT_MINOR)
+            self._pause_msgs[p.key] = tuple(
+                htb_class_message(p.ifindex, *lossless, **self._class_args(p, "lossless", paused, raw=True))
+                for paused in (False, True))
+            if p.netns not in self._switches:
+                self._switches[p.netns] = in_netns(p.netns, ClassSwitch)
+        log.info("qos: %d egress ports shaped (scale 1/%g)", len(self.ports), self.spec.scale)
+
+    def _class_args(self, p: Port, cls: str, paused: bool = False, raw: bool = False) -> dict:
+        if paused:
+            rate = ceil = max(8000, int(p.plan.rate_bps * self.spec.pfc.pause_rate_fraction))
+        else:
+            rate, ceil = p.plan.class_rates_bps[cls], p.plan.rate_bps
+        if raw:
+            return dict(rate_bps=rate, ceil_bps=ceil, prio=p.plan.prio[cls], quantum=MTU, burst=MTU * 2,
+                        cburst=MTU * 2)
+        return dict(rate=f"{rate}bit", ceil=f"{ceil}bit", prio=p.plan.prio[cls], quantum=MTU,
+                    burst=MTU * 2, cburst=MTU * 2)
+
+    def _apply_port(self, p: Port) -> None:
+        ipr = self._ipr(p.netns)
+        idx = p.ifindex
+        rate = f"{p.plan.rate_bps}bit"
+        ipr.tc("add", "htb", idx, handle=ROOT, default=CLASS_IDS["default"])
+        ipr.tc("add-class", "htb", idx, handle=ROOT | PARENT_MINOR, parent=ROOT, rate=rate, ceil=rate,
+               burst=MTU * 2, cburst=MTU * 2, quantum=MTU)
+        for cls, minor in CLASS_IDS.items():
+            ipr.tc("add-class", "htb", idx, handle=ROOT | minor, parent=ROOT | PARENT_MINOR,
+                   **self._class_args(p, cls))
+            limit = p.plan.buffer_bytes
+            if cls == "lossless":
+                limit = HOST_LOSSLESS_LIMIT if p.is_host and self.spec.pfc.enabled else p.plan.lossless_limit
+            ipr.tc("add", "bfifo", idx, handle=LEAF_HANDLE[cls], parent=ROOT | minor, limit=limit)
+        tos = lambda dscp: f"0x{dscp << 18:08x}/0x00fc0000+0"  # noqa: E731 - TOS byte is the 2nd of word 0
+        filters = [(1, CLASS_IDS["high"], [tos(self.spec.high_dscp)]),
+                   (2, CLASS_IDS["lossless"], [tos(self.spec.lossless_dscp)]),
+                   (3, CLASS_IDS["lossless"], ["0x00110000/0x00ff0000+8",  # protocol UDP
+                                               f"0x{self.spec.roce_udp_port:08x}/0x0000ffff+20"])]
+        for prio, minor, keys in filters:
+            ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=prio, protocol=ETH_P_IP, target=ROOT | minor,
+                   keys=keys)
+        if self.spec.delay_ms or self.spec.loss_pct:
+            # netem below the default class only: delay/loss for lossy traffic, as on a real lossy link
+            args = {}
+            if self.spec.delay_ms:
+                args["delay"] = int(self.spec.delay_ms * 1000)
+            if self.spec.loss_pct:
+                args["loss"] = self.spec.loss_pct
+            ipr.tc("replace", "netem", idx, handle=LEAF_HANDLE["default"], parent=ROOT | CLASS_IDS["default"],
+                   **args)
+
+    def remove(self) -> int:
+        """Delete every root qdisc this put on; returns how many."""
+        n = 0
+        with self._lock:
+            for p in self.ports.values():
+                try:
+                    self._ipr(p.netns).tc("del", "htb", p.ifindex, handle=ROOT, parent=0xFFFFFFFF)
+                    n += 1
+                except Exception as exc:  # the interface may already be gone with its namespace
+                    log.debug("qos remove %s: %s", p.key, exc)
+            self.ports.clear()
+            self.paused.clear()
+        self.close()
+        return n
+
+    # -- pause / resume (PFC) -------------------------------------------------------
+    def set_paused(self, key: str, paused: bool) -> None:
+        p = self.ports[key]
+        with self._lock:
+            self._switches[p.netns].send(self._pause_msgs[key][paused])
+            (self.paused.add if paused else self.paused.discard)(key)
