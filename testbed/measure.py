@@ -93,3 +93,31 @@ def gap_after(report: dict, t: float, stream: int = 0) -> float:
     """Longest silence of a stream that started at or after time t - 50 ms (the failure), in ms."""
     return max((g["ms"] for g in report["gaps"] if g["stream"] == stream and g["start"] + g["ms"] / 1000 >= t),
                default=0.0)
+
+
+def iperf(net: Network, pairs: list[tuple[str, str]], duration: float, tos: int | None = None, nic: int = 0,
+          base_port: int = 5201, during: Callable[[], None] | None = None) -> list[dict]:
+    """TCP flows with iperf3, one server per flow; returns per flow bytes received, seconds, retransmits.
+
+    `during` runs while the flows are in steady state (after 1 s), e.g. to sample counters.
+    """
+    servers = [net.popen(dst, ["iperf3", "-s", "-1", "-J", "-p", str(base_port + i)])
+               for i, (_src, dst) in enumerate(pairs)]
+    time.sleep(0.5)
+    extra = ["-S", str(tos)] if tos is not None else []
+    clients = [net.popen(src, ["iperf3", "-c", nic_address(net.topo.nodes[dst], nic).ip, "-p", str(base_port + i),
+                               "-t", str(duration), "-J", *extra], stdout=__import__("subprocess").PIPE)
+               for i, (src, dst) in enumerate(pairs)]
+    if during is not None:
+        time.sleep(1.0)
+        during()
+    out = []
+    for c in clients:
+        d = json.loads(c.communicate(timeout=duration + 30)[0])
+        end = d["end"]
+        out.append({"bytes": end["sum_received"]["bytes"], "seconds": end["sum_received"]["seconds"],
+                    "retransmits": end["sum_sent"].get("retransmits", 0)})
+    for s in servers:
+        s.wait(timeout=10)
+    return out
+

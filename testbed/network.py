@@ -211,8 +211,6 @@ class Network:
         if self.pfc is not None:
             self.pfc.stop()
             report = self.pfc.report()
-            if self.pfc.state_file is not None:
-                self.pfc.state_file.unlink(missing_ok=True)
             self.pfc = None
         if self.qos is not None:
             self.qos.remove()

@@ -129,7 +129,8 @@ class Ownership:
             if Path(f"/run/netns/{ns}").exists():
                 _sh("ip", "netns", "del", ns)
                 done.append(f"netns {ns}")
-        self.path.unlink(missing_ok=True)
+        for f in RUN_DIR.glob(f"{self.run_id}.*"):  # the record and its companions (e.g. PFC state)
+            f.unlink(missing_ok=True)
         return done
 
     @classmethod

@@ -89,6 +89,8 @@ class PfcAgent:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self.state_file is not None:
+            self.state_file.unlink(missing_ok=True)
         now = time.monotonic()
         for key, st in self.pauses.items():
             if st.since is not None:

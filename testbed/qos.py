@@ -33,7 +33,7 @@ from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo as _sched_pfifo
 
 from .qos_spec import CLASS_IDS, MTU, PARENT_MINOR, PortPlan, QosSpec, port_plan
-from .tcfast import ClassSwitch, htb_class_message, in_netns
+from .tcfast import ClassSwitch, QdiscStats, dumper_in, htb_class_message, in_netns
 
 if TYPE_CHECKING:
     from .network import Network
@@ -175,6 +175,24 @@ class Qos:
             self.paused.clear()
         self.close()
         return n
+
+    # -- reading ---------------------------------------------------------------------
+    def stats(self, handle: int | None = None, ports: list[Port] | None = None) -> dict[str, list[QdiscStats]]:
+        """Qdiscs on each shaped port (or on `ports`), optionally only one handle: port key -> qdiscs."""
+        ports = list(self.ports.values()) if ports is None else ports
+        out: dict[str, list[QdiscStats]] = {p.key: [] for p in ports}
+        by_ns: dict[str | None, dict[int, str]] = {}
+        for p in ports:
+            by_ns.setdefault(p.netns, {})[p.ifindex] = p.key
+        for ns, idx in by_ns.items():
+            d = dumper_in(ns)
+            try:
+                for q in d.dump(handle):
+                    if q.ifindex in idx:
+                        out[idx[q.ifindex]].append(q)
+            finally:
+                d.close()
+        return out
 
     # -- pause / resume (PFC) -------------------------------------------------------
     def set_paused(self, key: str, paused: bool) -> None:

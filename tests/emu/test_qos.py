@@ -1,0 +1,94 @@
+"""Shaping, priority classes and PFC on real veths and OVS, measured with iperf3 and qdisc counters."""
+
+from __future__ import annotations
+
+import time
+
+from testbed.measure import iperf
+from testbed.network import Network
+from testbed.qos import LEAF_HANDLE, ROOT
+from testbed.qos_spec import QosSpec
+from topos import build
+
+TC_H_ROOT = 0xFFFFFFFF
+DSCP26 = 26 << 2
+
+
+def test_single_flow_gets_the_shaped_rate(no_leftovers):
+    with Network(build("hpn"), qos=QosSpec(pfc={"enabled": False})) as net:
+        rate = net.qos.ports["h0:0"].plan.rate_bps  # 200G / 10,000 = 20 Mbit/s
+        samples = {}
+
+        def sample():
+            samples[0] = (time.monotonic(), net.qos.stats(ROOT))
+            time.sleep(4)
+            samples[1] = (time.monotonic(), net.qos.stats(ROOT))
+
+        flows = iperf(net, [("h0", "h4")], duration=7, during=sample)
+        (t0, a), (t1, b) = samples[0], samples[1]
+        sent = max(b[k][0].bytes - a[k][0].bytes for k in ("h0:0", "h0:1"))  # the port the flow hashed onto
+        achieved = sent * 8 / (t1 - t0)
+        assert 0.95 * rate <= achieved <= 1.02 * rate, f"{achieved / 1e6:.2f} Mbit/s of {rate / 1e6:.0f}"
+        goodput = flows[0]["bytes"] * 8 / flows[0]["seconds"]
+        assert goodput >= 0.9 * rate  # TCP/IP headers are ~4.4% of a 1514-byte frame
+
+
+def incast(pfc: bool, seconds: float = 6):
+    with Network(build("hpn"), qos=QosSpec(pfc={"enabled": pfc})) as net:
+        flows = iperf(net, [(f"h{i}", "h7") for i in range(7)], duration=seconds, tos=DSCP26)
+        lossless = net.qos.stats(LEAF_HANDLE["lossless"])
+        plans = {k: p.plan for k, p in net.qos.ports.items()}
+        report = net.stop_qos()
+    goodput = sum(f["bytes"] for f in flows) * 8 / seconds
+    drops = {k: q[0].drops for k, q in lossless.items() if q and q[0].drops}
+    return goodput, drops, report, plans
+
+
+def test_incast_lossless_with_pfc_and_lossy_without(no_leftovers):
+    bottleneck = 2 * 20e6  # h7's two rail-0 ports
+    goodput, drops, report, plans = incast(pfc=True)
+    assert drops == {}, f"lossless queues dropped: {drops}"
+    for key, q in report["queues"].items():
+        assert q["max_backlog"] <= plans[key].xoff + plans[key].headroom, key
+    assert report["pauses_by_tier"]["host"]["pause_events"] > 0
+    assert goodput >= 0.9 * bottleneck, f"{goodput / 1e6:.1f} Mbit/s"
+
+    goodput_off, drops_off, _, _ = incast(pfc=False)
+    assert sum(drops_off.values()) > 50, drops_off
+
+
+def test_stopping_qos_restores_interface_defaults(no_leftovers):
+    with Network(build("hpn", hosts_per_segment=2), qos=QosSpec()) as net:
+        ports = list(net.qos.ports.values())
+        roots = {k: [q.kind for q in qs if q.parent == TC_H_ROOT] for k, qs in net.qos.stats(ports=ports).items()}
+        assert all(kinds == ["htb"] for kinds in roots.values())
+        assert len(ports) == 2 * len(net.topo.links)
+        net.pfc.stop()
+        removed = net.qos.remove()
+        assert removed == len(ports)
+        from testbed.qos import Qos
+
+        after = Qos(net, net.qos_spec).stats(ports=ports)
+        kinds = {k: sorted(q.kind for q in qs) for k, qs in after.items()}
+        assert all(v == ["noqueue"] for v in kinds.values()), {k: v for k, v in kinds.items() if v != ["noqueue"]}
+        net.qos = net.pfc = None
+
+
+def test_raw_dump_agrees_with_pyroute2(no_leftovers):
+    from pyroute2 import IPRoute
+
+    from testbed.tcfast import QdiscDumper
+
+    with Network(build("hpn", hosts_per_segment=2), qos=QosSpec(pfc={"enabled": False})) as net:
+        d = QdiscDumper()
+        before = {(q.ifindex, q.handle): (q.kind, q.bytes) for q in d.dump()}
+        with IPRoute() as ipr:
+            ref = {(m["index"], m["handle"]): (m.get_attr("TCA_KIND"), m.get_attr("TCA_STATS2")
+                                               .get_attr("TCA_STATS_BASIC")["bytes"])
+                   for m in ipr.get_qdiscs()}
+        after = {(q.ifindex, q.handle): (q.kind, q.bytes) for q in d.dump()}
+        d.close()
+        assert before.keys() == ref.keys() == after.keys()
+        for k, (kind, nbytes) in ref.items():  # counters only grow between the three reads
+            assert before[k][0] == kind and before[k][1] <= nbytes <= after[k][1], k
+        assert sum(1 for (_i, h) in ref if h == LEAF_HANDLE["lossless"]) == len(net._root_intfs())

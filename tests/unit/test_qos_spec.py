@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import pytest
+
+from testbed.qos_spec import MTU, QosSpec, port_plan
+from testbed.tcfast import RTM_NEWTCLASS, htb_class_message
+from topos.errors import InputError
+
+
+def test_port_plan_defaults_from_rate_and_poll():
+    spec = QosSpec()  # scale 10,000, poll 5 ms
+    p = port_plan(200, spec, ingress_gbps=4 * 400 + 3 * 200)  # a ToR port: 4 uplinks + 3 other hosts
+    assert p.rate_bps == 20_000_000
+    r = 20e6 / 8
+    assert p.xoff == max(8 * MTU, int(4 * r * 0.005)) == 50_000
+    assert p.xon == 25_000
+    assert p.headroom == int(2 * (2200e9 / 1e4 / 8) * 0.005 + 2 * MTU) == 278_028
+    assert p.lossless_limit == p.xoff + p.headroom + 2 * MTU
+    assert p.buffer_bytes == max(16 * MTU, int(r * 0.020))
+    assert p.prio == {"high": 0, "lossless": 1, "default": 2}
+    assert set(p.class_rates_bps.values()) == {200_000}  # 1% floors under strict priority
+
+
+def test_weighted_and_pfc_off():
+    spec = QosSpec(scheduling="weighted", pfc={"enabled": False})
+    p = port_plan(400, spec)
+    assert p.class_rates_bps == {"high": 4_000_000, "lossless": 24_000_000, "default": 12_000_000}
+    assert len(set(p.prio.values())) == 1
+    assert p.lossless_limit == p.buffer_bytes  # without PFC the lossless class is an ordinary queue
+
+
+@pytest.mark.parametrize("raw,field", [
+    ({"weights": {"high": 1, "lossless": 1}}, "qos.weights"),
+    ({"weights": {"high": 1, "lossless": 0, "default": 1}}, "qos.weights"),
+    ({"lossless_dscp": 48}, "qos.lossless_dscp"),
+])
+def test_bad_qos_names_the_field(raw, field):
+    with pytest.raises(InputError) as exc:
+        QosSpec(**raw)
+    assert exc.value.field == field
+
+
+def test_xon_must_be_below_xoff():
+    with pytest.raises(InputError, match="XON"):
+        port_plan(200, QosSpec(pfc={"xoff_bytes": 10_000, "xon_bytes": 20_000}))
+
+
+def test_htb_class_message_decodes_as_pyroute2_reads_it():
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    raw = htb_class_message(7, 0x10030, 0x10001, rate_bps=2_500_000, ceil_bps=40_000_000, burst=3028, cburst=3028,
+                            quantum=MTU, prio=1)
+    msg = tcmsg(raw)
+    msg.decode()
+    assert msg["header"]["type"] == RTM_NEWTCLASS and msg["header"]["length"] == len(raw)
+    assert (msg["index"], msg["handle"], msg["parent"]) == (7, 0x10030, 0x10001)
+    assert msg.get_attr("TCA_KIND") == "htb"
+    parms = msg.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
+    assert parms["rate"] == 2_500_000 // 8 and parms["ceil"] == 40_000_000 // 8
+    assert parms["rate___reserved"] == 1  # the linklayer byte: Ethernet, so no rate table is needed
+    assert parms["prio"] == 1 and parms["quantum"] == MTU
