@@ -36,9 +36,31 @@ else
   log "system packages present"
 fi
 
+# Userspace OVS sends on every port through ONE AF_PACKET socket, created at its
+# first send with the default send buffer. Every packet waiting in any egress
+# qdisc is charged to that buffer: at Linux's default (208 KB) the fabric's queues
+# together hold ~90 frames and OVS silently drops the rest. 64 MB lets the
+# emulated switch buffers fill as configured.
+want_wmem=67108864
+printf 'net.core.wmem_default = %s\nnet.core.wmem_max = %s\n' "$want_wmem" "$want_wmem" >/etc/sysctl.d/60-hpnlab.conf
+sysctl -q -w net.core.wmem_max=$want_wmem net.core.wmem_default=$want_wmem
+ovs_sndbuf() {  # the send buffer of ovs-vswitchd's packet socket, or nothing if it has none yet
+  ss -0 -m -p 2>/dev/null | grep ovs-vswitchd | sed -n 's/.*tb\([0-9]*\).*/\1/p' | head -1
+}
+
 # Open vSwitch: ovs-ctl starts ovsdb-server and ovs-vswitchd without systemd.
 # Without the kernel module ovs-vswitchd still runs; bridges use datapath_type=netdev.
 if ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
+  tb=$(ovs_sndbuf | head -1)
+  if [ -n "$tb" ] && [ "$tb" -lt "$want_wmem" ]; then
+    if [ -z "$(ovs-vsctl list-br)" ]; then
+      log "restarting Open vSwitch so its packet socket gets the larger send buffer ($tb -> $want_wmem)"
+      /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random restart >/dev/null 2>&1
+    else
+      log "WARNING: ovs-vswitchd's packet socket has a $tb-byte send buffer and bridges exist;" \
+          "restart Open vSwitch when they are gone (queued packets beyond it are dropped)"
+    fi
+  fi
   log "Open vSwitch running"
 else
   log "starting Open vSwitch"

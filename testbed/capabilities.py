@@ -56,6 +56,7 @@ class Capabilities:
     kvm_device: bool
     kvm_hw_virt: bool
     mininet_version: str | None
+    ovs_send_buffer: int | None = None  # bytes: userspace OVS's packet socket (or the default it will get)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -82,6 +83,15 @@ class Capabilities:
                 "Open vSwitch is not running (ovs-vsctl cannot reach ovsdb-server)",
                 "run 'sudo scripts/bootstrap.sh' or '/usr/share/openvswitch/scripts/ovs-ctl start'",
                 field="ovs", value="down")
+
+    def require_ovs_send_buffer(self, needed: int) -> None:
+        """Userspace OVS charges every packet queued in any egress qdisc to one socket's send buffer."""
+        if self.datapath == "user" and self.ovs_send_buffer is not None and self.ovs_send_buffer < needed:
+            raise InputError(
+                f"userspace OVS's packet socket can hold {self.ovs_send_buffer} bytes in flight, less than the "
+                f"{needed} the emulated switch buffers need (beyond it OVS drops silently)",
+                "run 'sudo scripts/bootstrap.sh' (raises net.core.wmem_default and restarts Open vSwitch)",
+                field="ovs_send_buffer", value=self.ovs_send_buffer)
 
     def require_qdisc(self, kind: str, purpose: str) -> None:
         if not self.qdiscs.get(kind):
@@ -169,6 +179,21 @@ def _rxe_between_namespaces() -> bool:
             _run(["ip", "netns", "del", n])
 
 
+def _ovs_send_buffer() -> int | None:
+    """tb of ovs-vswitchd's AF_PACKET socket; before its first send, the default it will be created with."""
+    try:
+        out = _run(["ss", "-0", "-m", "-p"]).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    for line in out.splitlines():
+        if "ovs-vswitchd" in line and ",tb" in line:
+            return int(line.split(",tb", 1)[1].split(",", 1)[0])
+    try:
+        return int(open("/proc/sys/net/core/wmem_default").read())
+    except OSError:
+        return None
+
+
 def _mininet_version() -> str | None:
     try:
         from mininet.net import VERSION  # noqa: PLC0415 - optional, only for reporting
@@ -205,7 +230,8 @@ def probe() -> Capabilities:
         root=root, kernel=platform.release(), ovs_running=running, ovs_version=version,
         ovs_kernel_datapath=_genl_family("ovs_datapath"), qdiscs=qdiscs, ingress=found.get("ingress", unknown),
         bonding=found.get("bonding", unknown), rdma_rxe=rxe, rxe_in_netns=rxe_ns,
-        kvm_device=os.path.exists("/dev/kvm"), kvm_hw_virt=kvm_hw, mininet_version=_mininet_version(), notes=notes)
+        kvm_device=os.path.exists("/dev/kvm"), kvm_hw_virt=kvm_hw, mininet_version=_mininet_version(),
+        ovs_send_buffer=_ovs_send_buffer() if running else None, notes=notes)
     if not caps.ovs_kernel_datapath:
         caps.notes.append("OVS uses the userspace datapath (netdev); offloads are turned off on every interface")
     if not caps.qdiscs.get("netem"):

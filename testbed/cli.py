@@ -63,6 +63,12 @@ def doctor(as_json: bool) -> None:
     t.add_row("root", _yes(caps.root), "needed for up/run" if not caps.root else "")
     t.add_row("Open vSwitch running", _yes(caps.ovs_running), caps.ovs_version or "start: scripts/bootstrap.sh")
     t.add_row("OVS kernel datapath", _yes(caps.ovs_kernel_datapath), f"uses datapath '{caps.datapath}'")
+    if caps.datapath == "user" and caps.ovs_send_buffer is not None:
+        from .network import OVS_SEND_BUFFER_NEEDED
+
+        ok = caps.ovs_send_buffer >= OVS_SEND_BUFFER_NEEDED
+        t.add_row("OVS packet socket send buffer", _yes(ok), f"{caps.ovs_send_buffer:,} bytes" +
+                  ("" if ok else " (queues drop silently: run scripts/bootstrap.sh)"))
     for q, ok in caps.qdiscs.items():
         t.add_row(f"qdisc {q}", _yes(ok), "" if ok else "not available here (the VM has it)")
     t.add_row("tc ingress", _yes(caps.ingress), "")
@@ -197,7 +203,10 @@ def topo_export(name: str, params: tuple[str, ...], preset: str | None, output: 
 @click.option("--fail", "fail_links", multiple=True, help="Take this link down after start (repeatable).")
 @click.option("--no-cli", is_flag=True, help="Do not open the Mininet CLI (exit after the checks).")
 @click.option("--delay-ms", type=float, default=None, help="Per-link delay (needs netem).")
-def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_ms) -> None:
+@click.option("--qos/--no-qos", default=False, help="Shape links (HTB, priority classes) at rate/scale.")
+@click.option("--pfc/--no-pfc", default=True, help="With --qos: PFC-like lossless class.")
+@click.option("--scale", type=float, default=10_000, help="With --qos: emulated rate = topology rate / scale.")
+def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale) -> None:
     """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""
     from .network import Network
     from .owner import exit_cleanly_on_signals
@@ -206,7 +215,10 @@ def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_m
     for link in fail_links:
         tp.find_link(link)  # a bad name is refused before anything starts
     exit_cleanly_on_signals()
-    with Network(tp, routing=routing, mode=mode, delay_ms=delay_ms, log_dir="results/logs") as net:
+    from .qos_spec import QosSpec
+
+    qos_spec = QosSpec(scale=scale, pfc={"enabled": pfc}) if qos else None
+    with Network(tp, routing=routing, mode=mode, delay_ms=delay_ms, log_dir="results/logs", qos=qos_spec) as net:
         console.print(_figures_table(tp))
         console.print(f"network up in {net.timings['start_s']:.1f} s "
                       f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, {routing} routing, "
@@ -228,6 +240,42 @@ def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_m
             from .mncli import TestbedCLI
 
             TestbedCLI(net)
+
+
+@cli.group()
+def qos() -> None:
+    """Queues, rates and PFC state of the running network."""
+
+
+def qos_table(rows: list[dict], title: str) -> Table:
+    t = Table(title=title)
+    for c in ("port", "class", "rate", "sent", "backlog", "drops", "pause"):
+        t.add_column(c, justify="left" if c in ("port", "class", "pause") else "right")
+    for r in rows:
+        pause = ("[red]PAUSED[/] " if r["paused"] else "") + (f"{r['pause_events']} events" if r["pause_events"]
+                                                              else "")
+        t.add_row(f"{r['port']} ({r['ifname']})", r["class"], f"{r['rate_bps'] / 1e6:g} Mbit/s",
+                  f"{r['sent_bytes']:,}", f"{r['backlog']:,}", f"{r['drops']:,}", pause)
+    return t
+
+
+@qos.command("show")
+@click.argument("node", required=False)
+@click.option("--run", "run_id", default=None, help="Run id (default: the running one).")
+@click.option("--busy", is_flag=True, help="Only classes that sent, queued or dropped something.")
+def qos_show(node: str | None, run_id: str | None, busy: bool) -> None:
+    """Each port's classes, rates, backlogs, drops and pause state (optionally of one NODE)."""
+    from .capabilities import probe
+    from .qos_show import snapshot
+
+    probe().require_root("reading queues inside the hosts' namespaces")
+    rows = snapshot(run_id, node)
+    if not rows:
+        raise InputError("no running network with QoS", "start one with 'hpnlab up hpn --qos' (or an experiment)",
+                         field="run", value=run_id or "none")
+    if busy:
+        rows = [r for r in rows if r["sent_bytes"] or r["backlog"] or r["drops"] or r["pause_events"]]
+    console.print(qos_table(rows, f"qos — {len({r['port'] for r in rows})} ports"))
 
 
 @cli.command()

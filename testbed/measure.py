@@ -27,6 +27,7 @@ class StreamSpec:
     duration: float = 3.0
     size: int = 200
     stream: int = 0
+    tos: int = 0
 
     def dst_ip(self, net: Network) -> str:
         return nic_address(net.topo.nodes[self.dst], self.nic).ip
@@ -51,7 +52,7 @@ def run_streams(net: Network, specs: list[StreamSpec], actions: list[tuple[float
     time.sleep(0.3)  # receivers bound before the first packet
     senders = [net.python(s.src, "traffic.udpstream", "send", "--dst", s.dst_ip(net), "--dport", str(s.dport),
                           "--sport", str(s.sport), "--pps", str(s.pps), "--duration", str(s.duration),
-                          "--size", str(s.size), "--stream", str(s.stream)) for s in specs]
+                          "--size", str(s.size), "--stream", str(s.stream), "--tos", str(s.tos)) for s in specs]
     start = time.time()
     fired = []
     for offset, action in sorted(actions, key=lambda a: a[0]):
@@ -60,9 +61,11 @@ def run_streams(net: Network, specs: list[StreamSpec], actions: list[tuple[float
             time.sleep(delay)
         fired.append(time.time())
         action()
+    sent = []
     for p in senders:
-        p.wait(timeout=duration + 30)
-    result = {"start": start, "actions_at": fired, "receivers": {}}
+        out, _ = p.communicate(timeout=duration + 30)
+        sent.append(json.loads(out) if out else None)
+    result = {"start": start, "actions_at": fired, "receivers": {}, "senders": sent}
     for key, (p, out) in receivers.items():
         p.wait(timeout=duration + tail + 30)
         result["receivers"][key] = json.loads(out.read_text())

@@ -49,6 +49,21 @@ class TestbedCLI(CLI):
         except InputError as exc:
             self.stdout.write(f"{exc}\n")
 
+    def do_queues(self, line: str) -> None:
+        """queues [NODE]: classes, rates, backlogs, drops and pause state (needs --qos)."""
+        from rich.console import Console
+
+        from .cli import qos_table
+        from .qos_show import snapshot
+
+        if self.network.qos is None:
+            self.stdout.write("no QoS on this network: start it with --qos\n")
+            return
+        node = line.strip() or None
+        rows = [r for r in snapshot(self.network.owner.run_id, node)
+                if node or r["sent_bytes"] or r["backlog"] or r["drops"]]
+        Console(file=self.stdout).print(qos_table(rows, "queues"))
+
     def do_fail(self, line: str) -> None:
         """fail LINK: take a link down (e.g. fail h3:nic0:p0) and reroute."""
         self._set(line, up=False)

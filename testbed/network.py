@@ -43,6 +43,9 @@ from .static_routes import host_route_script, ofctl_batches
 log = logging.getLogger(__name__)
 
 OFFLOADS = ["tso", "gso", "gro", "tx", "rx"]
+# What shaped runs need from userspace OVS's one packet socket (what bootstrap.sh gives it): every
+# frame queued in any switch egress qdisc counts against it, at about twice its size (skb truesize).
+OVS_SEND_BUFFER_NEEDED = 32 << 20
 
 
 @dataclass
@@ -64,6 +67,7 @@ def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None,
         caps.require_qdisc("netem", "link delay (--delay-ms)")
     if qos is not None:
         caps.require_qdisc("htb", "link shaping")
+        caps.require_ovs_send_buffer(OVS_SEND_BUFFER_NEEDED)
         if qos.delay_ms:
             caps.require_qdisc("netem", "link delay (qos.delay_ms)")
         if qos.loss_pct:
@@ -198,6 +202,9 @@ class Network:
         t = time.monotonic()
         self.qos = Qos(self, self.qos_spec)
         self.qos.apply()
+        from .qos_show import write_ports
+
+        write_ports(self.owner.run_id, self.qos.ports.values())
         if self.qos_spec.pfc.enabled:
             from .owner import RUN_DIR
 

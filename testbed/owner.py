@@ -139,6 +139,8 @@ class Ownership:
             return []
         out = []
         for f in sorted(RUN_DIR.glob("*.json")):
+            if f.name.count(".") != 1:  # <run>.pfc.json, <run>.qos.json: companions, not records
+                continue
             try:
                 out.append(cls(data=json.loads(f.read_text())))
             except (OSError, ValueError, KeyError):

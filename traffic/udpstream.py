@@ -22,9 +22,11 @@ import time
 HEADER = struct.Struct("!QdI")  # seq, send time, stream id
 
 
-def send(dst: str, dport: int, sport: int, pps: float, duration: float, size: int, stream: int) -> dict:
+def send(dst: str, dport: int, sport: int, pps: float, duration: float, size: int, stream: int, tos: int = 0) -> dict:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if tos:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)  # DSCP << 2: picks the queue class
     s.bind(("0.0.0.0", sport))
     pad = b"\0" * max(0, size - HEADER.size)
     interval = 1.0 / pps
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--duration", type=float, default=5)
     s.add_argument("--size", type=int, default=200)
     s.add_argument("--stream", type=int, default=0)
+    s.add_argument("--tos", type=int, default=0, help="IP TOS byte (DSCP 26 -> 104: the lossless class)")
     r = sub.add_parser("recv")
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--duration", type=float, default=6)
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--out")
     a = ap.parse_args(argv)
     if a.cmd == "send":
-        out = send(a.dst, a.dport, a.sport, a.pps, a.duration, a.size, a.stream)
+        out = send(a.dst, a.dport, a.sport, a.pps, a.duration, a.size, a.stream, a.tos)
     else:
         out = recv(a.port, a.duration, a.gap_ms)
     text = json.dumps(out)

@@ -1,0 +1,63 @@
+"""`hpnlab qos show`: every shaped port's classes, rates, backlogs, drops and pause state.
+
+Works from another process: a run with QoS writes its port list next to its
+ownership record (RUN_DIR/<run>.qos.json) and the PFC agent its pause state
+(<run>.pfc.json); the queue counters are read live from the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .owner import RUN_DIR, live_runs
+from .qos_spec import CLASS_IDS
+from .tcfast import dumper_in
+
+LEAF_OF = {m << 16: c for c, m in CLASS_IDS.items()}
+
+
+def write_ports(run_id: str, ports) -> Path:
+    path = RUN_DIR / f"{run_id}.qos.json"
+    path.write_text(json.dumps([{"key": p.key, "ifname": p.ifname, "netns": p.netns, "ifindex": p.ifindex,
+                                 "rate_bps": p.plan.rate_bps, "xoff": p.plan.xoff, "xon": p.plan.xon,
+                                 "buffer": p.plan.buffer_bytes, "lossless_limit": p.plan.lossless_limit}
+                                for p in ports]))
+    return path
+
+
+def snapshot(run_id: str | None = None, node: str | None = None) -> list[dict]:
+    """One row per (port, class) of a running network (the only live run if run_id is None)."""
+    if run_id is None:
+        runs = [r for r in live_runs() if (RUN_DIR / f"{r.run_id}.qos.json").exists()]
+        if not runs:
+            return []
+        run_id = runs[0].run_id
+    ports = json.loads((RUN_DIR / f"{run_id}.qos.json").read_text())
+    pfc_file = RUN_DIR / f"{run_id}.pfc.json"
+    paused = set(json.loads(pfc_file.read_text())["paused"]) if pfc_file.exists() else set()
+    events = json.loads(pfc_file.read_text())["pause_events"] if pfc_file.exists() else {}
+    if node is not None:
+        ports = [p for p in ports if p["key"].split(":")[0] == node]
+    by_ns: dict[str | None, dict[int, dict]] = {}
+    for p in ports:
+        by_ns.setdefault(p["netns"], {})[p["ifindex"]] = p
+    rows = []
+    for ns, idx in by_ns.items():
+        d = dumper_in(ns)
+        try:
+            stats = d.dump()
+        finally:
+            d.close()
+        for q in stats:
+            p = idx.get(q.ifindex)
+            cls = LEAF_OF.get(q.handle)
+            if p is None or cls is None:
+                continue
+            rows.append({"port": p["key"], "ifname": p["ifname"], "class": cls, "rate_bps": p["rate_bps"],
+                         "sent_bytes": q.bytes, "backlog": q.backlog, "drops": q.drops,
+                         "paused": cls == "lossless" and p["key"] in paused,
+                         "pause_events": events.get(p["key"], 0) if cls == "lossless" else 0,
+                         "xoff": p["xoff"] if cls == "lossless" else None})
+    rows.sort(key=lambda r: (r["port"], r["class"]))
+    return rows
