@@ -93,7 +93,7 @@ def propagation(seconds: float) -> dict:
     specs = [StreamSpec(src=f"h{i}", dst="h4", sport=6000 + i, dport=7000, pps=pps, duration=seconds, size=size,
                         stream=i, tos=DSCP26) for i in range(4)]
     with Network(build("hpn"), qos=QosSpec()) as net:
-        r = run_streams(net, specs, tail=seconds)  # the receiver stays until the paused backlog drained
+        r = run_streams(net, specs, tail=2 * seconds)  # the receiver stays until the paused backlog drained
         lossless = net.qos.stats(LEAF_HANDLE["lossless"])
         report = net.stop_qos()
     rep = r["receivers"]["h4:7000"]

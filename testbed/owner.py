@@ -190,7 +190,13 @@ class _Terminated(SystemExit):
 def exit_cleanly_on_signals() -> None:
     """Turn SIGTERM/SIGHUP into SystemExit so `finally` blocks (teardown) run, as on Ctrl-C."""
 
+    owner = os.getpid()
+
     def handler(signum, _frame):
+        if os.getpid() != owner:  # a forked child (a library's helper) keeps the default behaviour
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         raise _Terminated(128 + signum)
 
     for s in (signal.SIGTERM, signal.SIGHUP):

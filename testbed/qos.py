@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pyroute2 import IPRoute, NetNS
+from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo as _sched_pfifo
 
@@ -80,9 +80,11 @@ class Qos:
         self._switches: dict[str | None, ClassSwitch] = {}
         self._pause_msgs: dict[str, tuple[bytes, bytes]] = {}  # port -> (running, paused)
 
-    def _ipr(self, netns: str | None):
+    def _ipr(self, netns: str | None) -> IPRoute:
+        # An IPRoute made while this thread is inside the namespace stays bound to it; pyroute2's
+        # NetNS would fork a helper per namespace instead (and inherit our signal handlers).
         if netns not in self._handles:
-            self._handles[netns] = IPRoute() if netns is None else NetNS(netns, flags=0)
+            self._handles[netns] = in_netns(netns, IPRoute)
         return self._handles[netns]
 
     def close(self) -> None:

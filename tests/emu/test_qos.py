@@ -114,3 +114,19 @@ def test_raw_dump_agrees_with_pyroute2(no_leftovers):
         for k, (kind, nbytes) in ref.items():  # counters only grow between the three reads
             assert before[k][0] == kind and before[k][1] <= nbytes <= after[k][1], k
         assert sum(1 for (_i, h) in ref if h == LEAF_HANDLE["lossless"]) == len(net._root_intfs())
+
+
+def test_qos_show_reads_the_live_run(no_leftovers, hpnlab):
+    with Network(build("hpn", hosts_per_segment=2), qos=QosSpec()) as net:
+        assert net.pingall().received == 4 * 3 * 2
+        r = hpnlab("qos", "show", "--busy")
+        assert r.returncode == 0, r.stderr
+        from testbed.qos_show import snapshot
+
+        rows = snapshot(net.owner.run_id)
+        assert len(rows) == 3 * len(net.qos.ports)
+        # Pings are lossy traffic: the default class of h0's ports sent them, lossless sent nothing.
+        h0 = {(r["port"], r["class"]): r for r in rows if r["port"].startswith("h0:")}
+        assert sum(h0[p, "default"]["sent_bytes"] for p in ("h0:0", "h0:1")) > 0
+        assert sum(h0[p, "lossless"]["sent_bytes"] for p in ("h0:0", "h0:1")) == 0
+    assert hpnlab("qos", "show").returncode == 2
