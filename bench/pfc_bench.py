@@ -97,7 +97,7 @@ def propagation(seconds: float) -> dict:
         lossless = net.qos.stats(LEAF_HANDLE["lossless"])
         report = net.stop_qos()
     rep = r["receivers"]["h4:7000"]
-    sent = sum(int(pps * seconds) for _ in specs)
+    sent = sum(s["sent"] for s in r["senders"])
     received = sum(s["received"] for s in rep["streams"].values())
     return {"sent_packets": sent, "received_packets": received,
             "lossless_drops_total": sum(q[0].drops for q in lossless.values() if q),

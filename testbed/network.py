@@ -426,10 +426,23 @@ class Network:
         """
         e = flow["egress"]
         table = 100 + e["port"]
-        h = self.node(flow["src"])
-        h.cmd(f"ip route replace {flow['dst']}/32 dev {e['ifname']} table {table}")
-        h.cmd(f"ip rule add to {flow['dst']} ipproto {flow['proto']} sport {flow['sport']} dport {flow['dport']} "
-              f"lookup {table} priority {1000 + flow['cookie']}")
+        self.node(flow["src"]).cmd(
+            f"ip route replace {flow['dst']}/32 dev {e['ifname']} table {table}; "
+            f"ip rule add {self._steer_match(flow)} lookup {table} priority {1000 + flow['cookie'] % 30000}")
+
+    @staticmethod
+    def _steer_match(flow: dict) -> str:
+        return f"to {flow['dst']} ipproto {flow['proto']} sport {flow['sport']} dport {flow['dport']}"
+
+    def unsteer(self, flow: dict) -> None:
+        self.node(flow["src"]).cmd(f"ip rule del {self._steer_match(flow)} priority {1000 + flow['cookie'] % 30000}")
+
+    def port_rate_bps(self, link: Link) -> float:
+        """A link's emulated rate; only shaped networks have one."""
+        if self.qos_spec is None:
+            raise InputError("bandwidth figures need shaped links", "start the network with qos (e.g. --qos)",
+                             field="qos", value=None)
+        return link.rate_gbps * 1e9 / self.qos_spec.scale
 
     def port_counters(self) -> dict[str, dict[int, dict[str, int]]]:
         """tx/rx bytes and drops of every switch port, read from OVS itself (independent of the controller)."""

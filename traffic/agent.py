@@ -1,0 +1,129 @@
+"""The TCP transport's per-host engine: runs inside one Mininet host, driven over stdin/stdout.
+
+    python -m traffic.agent --port 9000
+
+Reads JSON commands, one per line:
+    {"cmd": "send", "id": "s3f7c0", "dst": "10.0.0.5", "port": 9000, "bytes": 1048576, "sport": 41000, "tos": 104}
+    {"cmd": "quit"}
+and writes JSON events, one per line:
+    {"event": "ready", "port": 9000}
+    {"event": "sent", "id": ..., "bytes": ..., "start": t, "end": t, "five_tuple": [...]}
+    {"event": "recv", "id": ..., "bytes": ..., "start": t, "end": t}
+    {"event": "error", "id": ..., "error": "..."}
+
+A sender connects (from `sport` when given, so precise routing can pin the
+flow), sends a small header and the payload, and reports `sent` once the
+receiver acknowledged the last byte; the receiver reports `recv` when it has
+them all. Every flow is its own thread, so a step's flows run concurrently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import struct
+import sys
+import threading
+import time
+
+HEADER = struct.Struct("!16sQ")  # flow id, bytes
+CHUNK = 256 * 1024
+_PAYLOAD = memoryview(bytes(CHUNK))
+_out_lock = threading.Lock()
+
+
+def emit(event: dict) -> None:
+    with _out_lock:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        part = conn.recv(n - len(buf))
+        if not part:
+            raise ConnectionError("peer closed early")
+        buf += part
+    return bytes(buf)
+
+
+def serve(port: int) -> None:
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("0.0.0.0", port))
+    srv.listen(512)
+    emit({"event": "ready", "port": port})
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=_receive, args=(conn,), daemon=True).start()
+
+
+def _receive(conn: socket.socket) -> None:
+    fid = "?"
+    try:
+        with conn:
+            raw_id, total = HEADER.unpack(_recv_exact(conn, HEADER.size))
+            fid = raw_id.rstrip(b"\0").decode()
+            start = time.time()
+            got = 0
+            buf = bytearray(CHUNK)
+            while got < total:
+                n = conn.recv_into(buf, min(CHUNK, total - got))
+                if not n:
+                    raise ConnectionError(f"peer closed after {got} of {total} bytes")
+                got += n
+            end = time.time()
+            conn.sendall(b"\1")  # the sender's completion is the receiver's, not its own send buffer's
+            emit({"event": "recv", "id": fid, "bytes": got, "start": start, "end": end})
+    except OSError as exc:
+        emit({"event": "error", "id": fid, "error": f"receive: {exc}"})
+
+
+def _send(cmd: dict) -> None:
+    fid = cmd["id"]
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if cmd.get("tos"):
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(cmd["tos"]))
+        if cmd.get("sport"):
+            s.bind(("0.0.0.0", int(cmd["sport"])))
+        start = time.time()
+        s.connect((cmd["dst"], int(cmd["port"])))
+        local = s.getsockname()
+        total = int(cmd["bytes"])
+        s.sendall(HEADER.pack(fid.encode()[:16], total))
+        left = total
+        while left:
+            n = s.send(_PAYLOAD[: min(CHUNK, left)])
+            left -= n
+        _recv_exact(s, 1)
+        end = time.time()
+        s.close()
+        emit({"event": "sent", "id": fid, "bytes": total, "start": start, "end": end,
+              "five_tuple": ["tcp", local[0], local[1], cmd["dst"], int(cmd["port"])]})
+    except OSError as exc:
+        emit({"event": "error", "id": fid, "error": f"send: {exc}"})
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m traffic.agent")
+    ap.add_argument("--port", type=int, default=9000)
+    a = ap.parse_args(argv)
+    threading.Thread(target=serve, args=(a.port,), daemon=True).start()
+    for line in sys.stdin:
+        try:
+            cmd = json.loads(line)
+        except ValueError:
+            emit({"event": "error", "id": None, "error": f"bad command: {line.strip()[:80]}"})
+            continue
+        if cmd.get("cmd") == "quit":
+            break
+        if cmd.get("cmd") == "send":
+            threading.Thread(target=_send, args=(cmd,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""Collective algorithms as flow schedules (pure: no network, no root).
+
+A schedule is a list of steps; a step is a set of flows (source rank, destination
+rank, bytes) that run together and end when the slowest ends, as in a
+synchronous collective. A rank is a host NIC: (host, nic).
+
+Sizes follow nccl-tests: `size` is the buffer a rank holds (all-reduce,
+broadcast, send/recv) or the whole gathered/scattered buffer (all-gather,
+reduce-scatter, all-to-all), so bus bandwidth factors are the NCCL ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from topos.errors import InputError
+
+Rank = tuple[str, int]  # (host, nic)
+
+
+@dataclass(frozen=True)
+class Flow:
+    src: Rank
+    dst: Rank
+    bytes: int
+
+
+@dataclass
+class Schedule:
+    op: str
+    algorithm: str
+    size: int
+    ranks: list[Rank]
+    steps: list[list[Flow]] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.bytes for step in self.steps for f in step)
+
+    def sent_by(self, rank: Rank) -> int:
+        return sum(f.bytes for step in self.steps for f in step if f.src == rank)
+
+
+def _split(size: int, parts: int) -> list[int]:
+    """`size` bytes in `parts` chunks that differ by at most one byte and sum exactly to size."""
+    base, extra = divmod(size, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _need(ranks: list[Rank], at_least: int, op: str) -> None:
+    if len(ranks) < at_least:
+        raise InputError(f"{op} needs at least {at_least} ranks", "give a larger group", field="ranks",
+                         value=len(ranks))
+    if len(set(ranks)) != len(ranks):
+        raise InputError(f"{op}: a rank appears twice", "list each host NIC once", field="ranks", value=ranks)
+
+
+def ring_allreduce(ranks: list[Rank], size: int) -> Schedule:
+    """Reduce-scatter then all-gather around a ring: 2(n-1) steps of size/n per rank."""
+    n = len(ranks)
+    _need(ranks, 2, "all-reduce")
+    chunks = _split(size, n)
+    s = Schedule("allreduce", "ring", size, list(ranks))
+    for step in range(2 * (n - 1)):
+        # In step k rank i forwards chunk (i - k) mod n: every chunk travels the whole ring once per phase.
+        s.steps.append([Flow(ranks[i], ranks[(i + 1) % n], chunks[(i - step) % n]) for i in range(n)])
+    return s
+
+
+def halving_doubling_allreduce(ranks: list[Rank], size: int) -> Schedule:
+    """Rabenseifner: reduce-scatter by recursive halving, all-gather by recursive doubling (n a power of 2)."""
+    n = len(ranks)
+    _need(ranks, 2, "all-reduce")
+    if n & (n - 1):
+        raise InputError("halving-doubling needs a power-of-two group", "use 2, 4, 8, ... ranks or algorithm ring",
+                         field="ranks", value=n)
+    s = Schedule("allreduce", "halving_doubling", size, list(ranks))
+    dists = []
+    d = n // 2
+    while d:
+        dists.append(d)
+        d //= 2
+    part = size
+    for d in dists:  # halving: exchange half of what is left with the partner d away
+        part = part // 2
+        s.steps.append([Flow(ranks[i], ranks[i ^ d], part) for i in range(n)])
+    for d in reversed(dists):  # doubling: the mirror image
+        s.steps.append([Flow(ranks[i], ranks[i ^ d], part) for i in range(n)])
+        part *= 2
+    return s
+
+
+def ring_allgather(ranks: list[Rank], size: int) -> Schedule:
+    n = len(ranks)
+    _need(ranks, 2, "all-gather")
+    chunks = _split(size, n)
+    s = Schedule("allgather", "ring", size, list(ranks))
+    for step in range(n - 1):
+        s.steps.append([Flow(ranks[i], ranks[(i + 1) % n], chunks[(i - step) % n]) for i in range(n)])
+    return s
+
+
+def ring_reducescatter(ranks: list[Rank], size: int) -> Schedule:
+    s = ring_allgather(ranks, size)
+    s.op = "reducescatter"
+    return s
+
+
+def pairwise_alltoall(ranks: list[Rank], size: int) -> Schedule:
+    """n-1 steps; in step k rank i sends its block for rank i+k."""
+    n = len(ranks)
+    _need(ranks, 2, "all-to-all")
+    block = _split(size, n)
+    s = Schedule("alltoall", "pairwise", size, list(ranks))
+    for k in range(1, n):
+        s.steps.append([Flow(ranks[i], ranks[(i + k) % n], block[(i + k) % n]) for i in range(n)])
+    return s
+
+
+def pipelined_broadcast(ranks: list[Rank], size: int, chunks: int | None = None) -> Schedule:
+    """From ranks[0] down a chain in `chunks` pieces (default n): n-1+chunks-1 steps, (n-1)*size bytes in all."""
+    n = len(ranks)
+    _need(ranks, 2, "broadcast")
+    c = chunks or n
+    pieces = _split(size, c)
+    s = Schedule("broadcast", "pipeline", size, list(ranks))
+    for t in range(n - 1 + c - 1):
+        step = [Flow(ranks[p], ranks[p + 1], pieces[t - p]) for p in range(n - 1) if 0 <= t - p < c]
+        s.steps.append(step)
+    return s
+
+
+def sendrecv(ranks: list[Rank], size: int) -> Schedule:
+    """Pipeline-stage traffic: rank 2k sends to rank 2k+1, all pairs at once."""
+    _need(ranks, 2, "send/recv")
+    if len(ranks) % 2:
+        raise InputError("send/recv pairs ranks", "give an even number of ranks", field="ranks", value=len(ranks))
+    s = Schedule("sendrecv", "pairs", size, list(ranks))
+    s.steps.append([Flow(ranks[i], ranks[i + 1], size) for i in range(0, len(ranks), 2)])
+    return s
+
+
+def hierarchical_allreduce(hosts: list[str], rails: int, size: int) -> Schedule:
+    """NCCL on rail-optimized fabrics: intra-host reduce-scatter over NVLink (no network bytes), one ring
+    all-reduce per rail among that rail's NICs on size/rails each, all rails at once, then intra-host
+    all-gather (no network bytes)."""
+    if rails < 1:
+        raise InputError("rails must be at least 1", "give the NICs per host", field="rails", value=rails)
+    per_rail = _split(size, rails)
+    rings = [ring_allreduce([(h, r) for h in hosts], per_rail[r]) for r in range(rails)]
+    s = Schedule("allreduce", "hierarchical", size, [(h, r) for r in range(rails) for h in hosts])
+    for step in range(len(rings[0].steps)):
+        s.steps.append([f for ring in rings for f in ring.steps[step]])
+    return s
+
+
+ALGORITHMS: dict[str, dict[str, Callable[..., Schedule]]] = {
+    "allreduce": {"ring": ring_allreduce, "halving_doubling": halving_doubling_allreduce},
+    "allgather": {"ring": ring_allgather},
+    "reducescatter": {"ring": ring_reducescatter},
+    "alltoall": {"pairwise": pairwise_alltoall},
+    "broadcast": {"pipeline": pipelined_broadcast},
+    "sendrecv": {"pairs": sendrecv},
+}
+
+
+def build_schedule(op: str, ranks: list[Rank], size: int, algorithm: str | None = None) -> Schedule:
+    if op not in ALGORITHMS and op != "allreduce_hierarchical":
+        raise InputError("unknown collective", f"use one of: {', '.join(ALGORITHMS)}", field="op", value=op)
+    if size < 1:
+        raise InputError("size must be at least 1 byte", "give a positive size, e.g. 8MB", field="size", value=size)
+    algos = ALGORITHMS[op]
+    algorithm = algorithm or next(iter(algos))
+    if algorithm == "hierarchical" and op == "allreduce":
+        hosts = list(dict.fromkeys(h for h, _ in ranks))
+        rails = len({n for _, n in ranks})
+        if len(ranks) != len(hosts) * rails:
+            raise InputError("hierarchical all-reduce needs every rail of every host in the group",
+                             "give all host NICs, or use algorithm ring", field="ranks", value=len(ranks))
+        return hierarchical_allreduce(hosts, rails, size)
+    if algorithm not in algos:
+        raise InputError(f"unknown algorithm for {op}", f"use one of: {', '.join(algos)}"
+                         + (", hierarchical" if op == "allreduce" else ""), field="algorithm", value=algorithm)
+    return algos[algorithm](ranks, size)

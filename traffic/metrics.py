@@ -1,0 +1,53 @@
+"""nccl-tests' bandwidth definitions, and the ideal a run is read against.
+
+    algbw = size / time
+    busbw = algbw x factor   (all-reduce 2(n-1)/n; all-gather, reduce-scatter,
+                              all-to-all (n-1)/n; broadcast, send/recv 1)
+
+busbw is what each rank's link must carry, so its physical bound is the rate
+a rank can send at: the sum of its NIC ports' (scaled) rates, or one port's
+when the transport uses a single connection per peer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def busbw_factor(op: str, n: int) -> float:
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("allgather", "reducescatter", "alltoall"):
+        return (n - 1) / n
+    if op in ("broadcast", "sendrecv"):
+        return 1.0
+    raise ValueError(f"no bus bandwidth factor for {op!r}")
+
+
+@dataclass(frozen=True)
+class OpResult:
+    op: str
+    algorithm: str
+    ranks: int
+    size: int  # bytes, emulated
+    seconds: float
+    ideal_busbw_bps: float
+    step_seconds: list[float]
+    bytes_delivered: int
+    bytes_expected: int
+
+    @property
+    def algbw_bps(self) -> float:
+        return self.size * 8 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def busbw_bps(self) -> float:
+        return self.algbw_bps * busbw_factor(self.op, self.ranks)
+
+    @property
+    def fraction_of_ideal(self) -> float:
+        return self.busbw_bps / self.ideal_busbw_bps if self.ideal_busbw_bps else 0.0
+
+    def scaled_back(self, scale: float) -> dict:
+        """The same figures in the real fabric's units (sizes and rates x scale, times unchanged)."""
+        return {"size": self.size * scale, "algbw_bps": self.algbw_bps * scale, "busbw_bps": self.busbw_bps * scale}

@@ -1,0 +1,23 @@
+"""Transports carry a schedule's flows between the hosts: `tcp` (here) and `rdma` (soft-RoCE, in the VM).
+
+`choose("auto", caps)` takes rdma where the capability probe saw soft-RoCE
+work between two network namespaces, tcp otherwise.
+"""
+
+from __future__ import annotations
+
+from topos.errors import InputError
+
+TRANSPORTS = ("auto", "tcp", "rdma")
+
+
+def choose(name: str, rxe_in_netns: bool | None) -> str:
+    if name not in TRANSPORTS:
+        raise InputError("unknown transport", f"use one of: {', '.join(TRANSPORTS)}", field="transport", value=name)
+    if name == "auto":
+        return "rdma" if rxe_in_netns else "tcp"
+    if name == "rdma" and not rxe_in_netns:
+        raise InputError("the rdma transport needs soft-RoCE (rdma_rxe) inside network namespaces, which this "
+                         "kernel lacks", "run it in the project VM (make vm-test / vagrant up), or use transport tcp",
+                         field="transport", value=name)
+    return name

@@ -1,0 +1,115 @@
+"""TCP transport: one traffic.agent per host, flows as TCP connections with the schedule's step semantics."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+AGENT_PORT = 9000
+
+
+@dataclass
+class FlowRecord:
+    id: str
+    src: str
+    dst_ip: str
+    bytes: int
+    sport: int
+    sent: dict | None = None
+    recv: dict | None = None
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.error is not None or (self.sent is not None and self.recv is not None)
+
+
+@dataclass
+class TcpTransport:
+    net: object  # testbed.network.Network (duck-typed: .python(), .topo)
+    tos: int = 0
+    agents: dict = field(default_factory=dict)
+    records: dict[str, FlowRecord] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._events: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        import subprocess
+
+        for h in self.net.topo.hosts:
+            p = self.net.python(h.name, "traffic.agent", "--port", str(AGENT_PORT), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, bufsize=1)
+            self.agents[h.name] = p
+            threading.Thread(target=self._read, args=(h.name, p), daemon=True).start()
+        deadline = time.monotonic() + 20
+        ready = set()
+        while len(ready) < len(self.agents):
+            try:
+                host, ev = self._events.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise RuntimeError(f"traffic agents not ready: {sorted(set(self.agents) - ready)}") from None
+            if ev.get("event") == "ready":
+                ready.add(host)
+
+    def _read(self, host: str, p) -> None:
+        for line in p.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("event") in ("sent", "recv", "error") and ev.get("id") in self.records:
+                with self._lock:
+                    r = self.records[ev["id"]]
+                    if ev["event"] == "error":
+                        r.error = ev["error"]
+                    else:
+                        setattr(r, ev["event"], ev)
+                self._events.put((host, {"event": "progress"}))
+            else:
+                self._events.put((host, ev))
+
+    def send(self, fid: str, src: str, dst_ip: str, nbytes: int, sport: int = 0) -> FlowRecord:
+        rec = FlowRecord(fid, src, dst_ip, nbytes, sport)
+        with self._lock:
+            self.records[fid] = rec
+        cmd = {"cmd": "send", "id": fid, "dst": dst_ip, "port": AGENT_PORT, "bytes": nbytes, "sport": sport,
+               "tos": self.tos}
+        p = self.agents[src]
+        p.stdin.write(json.dumps(cmd) + "\n")
+        p.stdin.flush()
+        return rec
+
+    def wait(self, ids: list[str], timeout: float) -> list[FlowRecord]:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                recs = [self.records[i] for i in ids]
+            if all(r.done for r in recs):
+                return recs
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = [r.id for r in recs if not r.done]
+                raise TimeoutError(f"{len(missing)} flow(s) unfinished after {timeout:.0f} s: {missing[:5]}")
+            try:
+                self._events.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                pass
+
+    def stop(self) -> None:
+        for p in self.agents.values():
+            try:
+                p.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+                p.stdin.flush()
+            except (BrokenPipeError, ValueError):
+                pass
+        for p in self.agents.values():
+            try:
+                p.wait(timeout=5)
+            except Exception:
+                p.kill()
+        self.agents.clear()
