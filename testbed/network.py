@@ -339,7 +339,9 @@ class Network:
                   "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
                   "sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1",
                   # hash flows (5-tuple), not host pairs, over a NIC's two ports, as RoCE NICs do
-                  "sysctl -qw net.ipv4.fib_multipath_hash_policy=1"]
+                  "sysctl -qw net.ipv4.fib_multipath_hash_policy=1",
+                  # collectives reuse idle connections between steps: keep their window, as RDMA QPs do
+                  "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0"]
             batch = []
             for (nic, _port), ifname in sorted(intfs.items()):
                 a = nic_address(h, nic)

@@ -150,8 +150,11 @@ class Qos:
                    (2, CLASS_IDS["lossless"], [tos(self.spec.lossless_dscp)]),
                    (3, CLASS_IDS["lossless"], ["0x00110000/0x00ff0000+8",  # protocol UDP
                                                f"0x{self.spec.roce_udp_port:08x}/0x0000ffff+20"])]
+        if self.spec.ack_priority:
+            # IP total length < 128 (the top 9 bits of the 16-bit length are 0) and protocol TCP
+            filters.insert(0, (0, CLASS_IDS["high"], ["0x00000000/0x0000ff80+0", "0x00060000/0x00ff0000+8"]))
         for prio, minor, keys in filters:
-            ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=prio, protocol=ETH_P_IP, target=ROOT | minor,
+            ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=prio + 1, protocol=ETH_P_IP, target=ROOT | minor,
                    keys=keys)
         if self.spec.delay_ms or self.spec.loss_pct:
             # netem below the default class only: delay/loss for lossy traffic, as on a real lossy link

@@ -5,7 +5,8 @@ scale puts a 200G host port at 20 Mbit/s, where 2 cores of userspace OVS keep
 up (see ../shared/DESIGN.md, Scale).
 
 Classes (HTB children of one per-port parent at the link rate):
-    high      DSCP 48 (CNP, control)          strict priority 0
+    high      DSCP 48 (CNP, control), and TCP pure ACKs (`ack_priority`): a RoCE NIC
+              answers in hardware, not behind its own queued data    strict priority 0
     lossless  DSCP 26 or UDP dport 4791 (RoCEv2 data, priority 3)   priority 1
     default   everything else (lossy)          priority 2
 With `scheduling: weighted` all three share one HTB priority and get the link
@@ -16,7 +17,8 @@ R_in (bytes/s; the sum of its other links) and the agent's poll period T:
     headroom = 2 x R_in x T + 2 x MTU  (what can still arrive while a pause takes
                                         effect: one poll to notice, one to act; the
                                         queue sees every ingress, so all of them count)
-    XOFF     = max(8 x MTU, 4 x r x T)
+    XOFF     = max(32 x MTU, 4 x r x T)  (userspace OVS forwards in batches of up to 32
+                                         frames: a batch is a burst, not congestion)
     XON      = XOFF / 2
     lossless queue limit = XOFF + headroom + 2 x MTU  (never reached while PFC works)
 """
@@ -31,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from topos.errors import InputError
 
 MTU = 1514  # bytes on the wire for a full Ethernet frame without FCS
+OVS_BATCH = 32  # NETDEV_MAX_BURST: frames userspace OVS forwards per batch
 CLASS_IDS = {"high": 0x10, "lossless": 0x30, "default": 0x40}  # HTB minor ids under 1:
 PARENT_MINOR = 0x1
 
@@ -56,6 +59,7 @@ class QosSpec(BaseModel):
     lossless_dscp: int = Field(26, ge=0, le=63)
     high_dscp: int = Field(48, ge=0, le=63)
     roce_udp_port: int = Field(4791, ge=1, le=65535)
+    ack_priority: bool = Field(True, description="TCP segments under 128 bytes (pure ACKs) ride the high class")
     delay_ms: float | None = Field(None, gt=0, description="needs netem")
     loss_pct: float | None = Field(None, gt=0, le=100, description="needs netem")
     pfc: PfcSpec = Field(default_factory=PfcSpec)
@@ -97,7 +101,7 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
     t = spec.pfc.poll_ms / 1000
     buffer_bytes = max(spec.min_buffer_bytes, int(r * spec.buffer_ms / 1000))
     headroom = spec.pfc.headroom_bytes if spec.pfc.headroom_bytes is not None else int(2 * r_in * t + 2 * MTU)
-    xoff = spec.pfc.xoff_bytes if spec.pfc.xoff_bytes is not None else max(8 * MTU, int(4 * r * t))
+    xoff = spec.pfc.xoff_bytes if spec.pfc.xoff_bytes is not None else max(OVS_BATCH * MTU, int(4 * r * t))
     xon = spec.pfc.xon_bytes if spec.pfc.xon_bytes is not None else xoff // 2
     if xon >= xoff:
         raise InputError("XON must be below XOFF", f"use an xon_bytes below {xoff}", field="qos.pfc.xon_bytes",

@@ -11,10 +11,13 @@ and writes JSON events, one per line:
     {"event": "recv", "id": ..., "bytes": ..., "start": t, "end": t}
     {"event": "error", "id": ..., "error": "..."}
 
-A sender connects (from `sport` when given, so precise routing can pin the
-flow), sends a small header and the payload, and reports `sent` once the
-receiver acknowledged the last byte; the receiver reports `recv` when it has
-them all. Every flow is its own thread, so a step's flows run concurrently.
+A sender keeps one connection per (destination, port, source port) and reuses
+it for later flows, as NCCL keeps its connections for the life of a
+communicator (no handshake or slow start per step; the 5-tuple a precise path
+was pinned to stays the same). Each flow is a small header and the payload; the
+sender reports `sent` once the receiver acknowledged the last byte, the
+receiver reports `recv` when it has them all. Every flow runs in its own
+thread, so a step's flows run concurrently.
 """
 
 from __future__ import annotations
@@ -49,9 +52,13 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def serve(port: int) -> None:
+def serve(port: int, tos: int = 0) -> None:
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if tos:
+        # Accepted sockets inherit it: the receiver's ACKs ride the data's class, as RoCE's ACKs do.
+        # (In the default class they would starve behind strict-priority lossless data.)
+        srv.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
     srv.bind(("0.0.0.0", port))
     srv.listen(512)
     emit({"event": "ready", "port": port})
@@ -62,47 +69,66 @@ def serve(port: int) -> None:
 
 def _receive(conn: socket.socket) -> None:
     fid = "?"
+    buf = bytearray(CHUNK)
     try:
         with conn:
-            raw_id, total = HEADER.unpack(_recv_exact(conn, HEADER.size))
-            fid = raw_id.rstrip(b"\0").decode()
-            start = time.time()
-            got = 0
-            buf = bytearray(CHUNK)
-            while got < total:
-                n = conn.recv_into(buf, min(CHUNK, total - got))
-                if not n:
-                    raise ConnectionError(f"peer closed after {got} of {total} bytes")
-                got += n
-            end = time.time()
-            conn.sendall(b"\1")  # the sender's completion is the receiver's, not its own send buffer's
-            emit({"event": "recv", "id": fid, "bytes": got, "start": start, "end": end})
+            while True:
+                try:
+                    head = _recv_exact(conn, HEADER.size)
+                except ConnectionError:
+                    return  # the sender closed between flows
+                raw_id, total = HEADER.unpack(head)
+                fid = raw_id.rstrip(b"\0").decode()
+                start = time.time()
+                got = 0
+                while got < total:
+                    n = conn.recv_into(buf, min(CHUNK, total - got))
+                    if not n:
+                        raise ConnectionError(f"peer closed after {got} of {total} bytes")
+                    got += n
+                end = time.time()
+                conn.sendall(b"\1")  # the sender's completion is the receiver's, not its own send buffer's
+                emit({"event": "recv", "id": fid, "bytes": got, "start": start, "end": end})
     except OSError as exc:
         emit({"event": "error", "id": fid, "error": f"receive: {exc}"})
+
+
+_conns: dict[tuple, tuple[socket.socket, threading.Lock]] = {}
+_conns_lock = threading.Lock()
+
+
+def _connection(dst: str, port: int, sport: int, tos: int) -> tuple[socket.socket, threading.Lock, bool]:
+    key = (dst, port, sport, tos)
+    with _conns_lock:
+        if key in _conns:
+            return (*_conns[key], False)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tos:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+        if sport:
+            s.bind(("0.0.0.0", sport))
+        s.connect((dst, port))
+        _conns[key] = (s, threading.Lock())
+        return (*_conns[key], True)
 
 
 def _send(cmd: dict) -> None:
     fid = cmd["id"]
     try:
-        s = socket.socket()
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if cmd.get("tos"):
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(cmd["tos"]))
-        if cmd.get("sport"):
-            s.bind(("0.0.0.0", int(cmd["sport"])))
         start = time.time()
-        s.connect((cmd["dst"], int(cmd["port"])))
-        local = s.getsockname()
-        total = int(cmd["bytes"])
-        s.sendall(HEADER.pack(fid.encode()[:16], total))
-        left = total
-        while left:
-            n = s.send(_PAYLOAD[: min(CHUNK, left)])
-            left -= n
-        _recv_exact(s, 1)
+        s, lock, new = _connection(cmd["dst"], int(cmd["port"]), int(cmd.get("sport") or 0), int(cmd.get("tos") or 0))
+        with lock:  # one flow at a time per connection
+            local = s.getsockname()
+            total = int(cmd["bytes"])
+            s.sendall(HEADER.pack(fid.encode()[:16], total))
+            left = total
+            while left:
+                left -= s.send(_PAYLOAD[: min(CHUNK, left)])
+            _recv_exact(s, 1)
         end = time.time()
-        s.close()
-        emit({"event": "sent", "id": fid, "bytes": total, "start": start, "end": end,
+        emit({"event": "sent", "id": fid, "bytes": total, "start": start, "end": end, "new_connection": new,
               "five_tuple": ["tcp", local[0], local[1], cmd["dst"], int(cmd["port"])]})
     except OSError as exc:
         emit({"event": "error", "id": fid, "error": f"send: {exc}"})
@@ -111,8 +137,9 @@ def _send(cmd: dict) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m traffic.agent")
     ap.add_argument("--port", type=int, default=9000)
+    ap.add_argument("--tos", type=int, default=0, help="IP TOS of the receiver's side (its ACKs)")
     a = ap.parse_args(argv)
-    threading.Thread(target=serve, args=(a.port,), daemon=True).start()
+    threading.Thread(target=serve, args=(a.port, a.tos), daemon=True).start()
     for line in sys.stdin:
         try:
             cmd = json.loads(line)

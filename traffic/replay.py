@@ -3,9 +3,11 @@
 A step's flows start together and the step ends when the slowest has been
 received (a synchronous collective). Each flow is carried by `channels`
 connections (like NCCL channels; by default one per port of the NIC, so both
-planes of a dual-ToR NIC are used). In precise routing mode the step's
-connections are declared to the controller first, with the source ports they
-will use, and pinned to the host port the controller chose.
+planes of a dual-ToR NIC are used). Connections are per (source rank,
+destination rank, channel), opened once per replayer and reused by every step
+and op, as NCCL does. In precise routing mode each new connection is declared
+to the controller with the source port it will use, before its first byte, and
+pinned to the host port the controller chose.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from topos.addressing import nic_address
 
 from .collectives import Schedule
 from .metrics import OpResult
-from .transports.tcp import FlowRecord, TcpTransport
+from .transports.tcp import AGENT_PORT, FlowRecord, TcpTransport
 
 SPORT_BASE, SPORT_SPAN = 20000, 30000
 
@@ -31,13 +33,36 @@ class Replayer:
     step_timeout: float = 300.0
 
     def __post_init__(self):
-        self._next_sport = 0
+        self._sports: dict[tuple, int] = {}  # (src rank, dst rank, channel) -> source port
+        self._declared: list[dict] = []
         self.records: list[FlowRecord] = []
 
-    def _sport(self) -> int:
-        # Fresh source ports: a port still in TIME_WAIT toward the same peer could not be reused.
-        self._next_sport = (self._next_sport + 1) % SPORT_SPAN
-        return SPORT_BASE + self._next_sport
+    def _connections(self, schedule: Schedule) -> None:
+        """Give every new (src, dst, channel) of the schedule a source port; declare and pin them if precise."""
+        new = []
+        for step in schedule.steps:
+            for f in step:
+                for c in range(self.channels):
+                    key = (f.src, f.dst, c)
+                    if key not in self._sports:
+                        self._sports[key] = SPORT_BASE + len(self._sports) % SPORT_SPAN
+                        new.append(key)
+        if self.precise and new:
+            topo = self.net.topo
+            views = self.net.controller.declare([
+                {"src": src[0], "dst": nic_address(topo.nodes[dst[0]], dst[1]).ip, "proto": "tcp",
+                 "sport": self._sports[src, dst, c], "dport": AGENT_PORT} for src, dst, c in new])
+            for v in views:
+                self.net.steer(v)
+            self._declared += views
+
+    def close(self) -> None:
+        """Unpin and withdraw what this replayer declared."""
+        if self._declared:
+            for v in self._declared:
+                self.net.unsteer(v)
+            self.net.controller.withdraw([v["flow"] for v in self._declared])
+            self._declared = []
 
     def ideal_busbw(self, schedule: Schedule) -> float:
         """What a rank can send at: its NIC's ports in use (one per channel) at their scaled rate."""
@@ -50,8 +75,10 @@ class Replayer:
 
     def run(self, schedule: Schedule) -> OpResult:
         topo = self.net.topo
+        self._connections(schedule)
         step_times = []
         delivered = 0
+        self._op = getattr(self, "_op", 0) + 1
         t_op = time.monotonic()
         for k, step in enumerate(schedule.steps):
             subflows = []
@@ -61,14 +88,8 @@ class Replayer:
                 for c in range(self.channels):
                     nbytes = base + (1 if c < extra else 0)
                     if nbytes:
-                        subflows.append((f"{k}.{i}.{c}", f.src[0], dst_ip, nbytes, self._sport()))
-            declared = []
-            if self.precise:
-                views = self.net.controller.declare([{"src": s, "dst": d, "proto": "tcp", "sport": sp,
-                                                      "dport": 9000} for _, s, d, _, sp in subflows])
-                for v in views:
-                    self.net.steer(v)
-                declared = [v["flow"] for v in views]
+                        subflows.append((f"{self._op}.{k}.{i}.{c}", f.src[0], dst_ip, nbytes,
+                                         self._sports[f.src, f.dst, c]))
             t0 = time.monotonic()
             for fid, src, dst_ip, nbytes, sport in subflows:
                 self.transport.send(fid, src, dst_ip, nbytes, sport)
@@ -79,10 +100,6 @@ class Replayer:
                 raise RuntimeError(f"step {k}: {len(errors)} flow(s) failed, e.g. {errors[0].error}")
             delivered += sum(r.recv["bytes"] for r in recs)
             self.records += recs
-            if declared:
-                for v in views:
-                    self.net.unsteer(v)
-                self.net.controller.withdraw(declared)
         seconds = time.monotonic() - t_op
         return OpResult(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, seconds,
                         self.ideal_busbw(schedule), step_times, delivered, schedule.total_bytes)

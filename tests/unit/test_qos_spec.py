@@ -12,8 +12,9 @@ def test_port_plan_defaults_from_rate_and_poll():
     p = port_plan(200, spec, ingress_gbps=4 * 400 + 3 * 200)  # a ToR port: 4 uplinks + 3 other hosts
     assert p.rate_bps == 20_000_000
     r = 20e6 / 8
-    assert p.xoff == max(8 * MTU, int(4 * r * 0.005)) == 50_000
+    assert p.xoff == max(32 * MTU, int(4 * r * 0.005)) == 50_000
     assert p.xon == 25_000
+    assert port_plan(100, spec).xoff == 32 * MTU  # 10 Mbit/s: the OVS batch floor
     assert p.headroom == int(2 * (2200e9 / 1e4 / 8) * 0.005 + 2 * MTU) == 278_028
     assert p.lossless_limit == p.xoff + p.headroom + 2 * MTU
     assert p.buffer_bytes == max(16 * MTU, int(r * 0.020))

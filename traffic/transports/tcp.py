@@ -42,7 +42,8 @@ class TcpTransport:
         import subprocess
 
         for h in self.net.topo.hosts:
-            p = self.net.python(h.name, "traffic.agent", "--port", str(AGENT_PORT), stdin=subprocess.PIPE,
+            p = self.net.python(h.name, "traffic.agent", "--port", str(AGENT_PORT), "--tos", str(self.tos),
+                                stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, bufsize=1)
             self.agents[h.name] = p
             threading.Thread(target=self._read, args=(h.name, p), daemon=True).start()
