@@ -243,6 +243,20 @@ def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_m
 
 
 @cli.group()
+def traffic() -> None:
+    """Collective traffic over the emulated fabric."""
+
+
+def _register_traffic() -> None:
+    from .traffic_cli import traffic_run
+
+    traffic.add_command(traffic_run)
+
+
+_register_traffic()
+
+
+@cli.group()
 def qos() -> None:
     """Queues, rates and PFC state of the running network."""
 

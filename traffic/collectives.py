@@ -33,6 +33,7 @@ class Schedule:
     size: int
     ranks: list[Rank]
     steps: list[list[Flow]] = field(default_factory=list)
+    groups: int = 1  # concurrent collectives merged into this schedule (ranks split evenly)
 
     @property
     def total_bytes(self) -> int:
@@ -166,7 +167,7 @@ ALGORITHMS: dict[str, dict[str, Callable[..., Schedule]]] = {
 
 
 def build_schedule(op: str, ranks: list[Rank], size: int, algorithm: str | None = None) -> Schedule:
-    if op not in ALGORITHMS and op != "allreduce_hierarchical":
+    if op not in ALGORITHMS:
         raise InputError("unknown collective", f"use one of: {', '.join(ALGORITHMS)}", field="op", value=op)
     if size < 1:
         raise InputError("size must be at least 1 byte", "give a positive size, e.g. 8MB", field="size", value=size)

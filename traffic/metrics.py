@@ -36,13 +36,15 @@ class OpResult:
     bytes_delivered: int
     bytes_expected: int
 
+    groups: int = 1  # concurrent collectives of the same shape (e.g. one per rail)
+
     @property
     def algbw_bps(self) -> float:
         return self.size * 8 / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def busbw_bps(self) -> float:
-        return self.algbw_bps * busbw_factor(self.op, self.ranks)
+        return self.algbw_bps * busbw_factor(self.op, self.ranks // self.groups)
 
     @property
     def fraction_of_ideal(self) -> float:

@@ -65,12 +65,17 @@ class Replayer:
             self._declared = []
 
     def ideal_busbw(self, schedule: Schedule) -> float:
-        """What a rank can send at: its NIC's ports in use (one per channel) at their scaled rate."""
+        """The busbw bound: what a rank can send at (its NIC's ports in use, one per channel, at their
+        scaled rate). For the hierarchical all-reduce, whose n = hosts x rails ranks each carry only a
+        rail's share, NCCL's busbw bound is that rate x (n-1)/(hosts-1)."""
         rates = []
         for host, nic in schedule.ranks:
             links = [l for l in self.net.topo.links_of(host) if l.kind == "host-tor" and l.nic == nic]
             per_port = min(self.net.port_rate_bps(l) for l in links)
             rates.append(per_port * min(self.channels, len(links)))
+        if schedule.algorithm == "hierarchical":
+            n, hosts = len(schedule.ranks), len({h for h, _ in schedule.ranks})
+            return min(rates) * (n - 1) / (hosts - 1)
         return min(rates)
 
     def run(self, schedule: Schedule) -> OpResult:
@@ -102,4 +107,28 @@ class Replayer:
             self.records += recs
         seconds = time.monotonic() - t_op
         return OpResult(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, seconds,
-                        self.ideal_busbw(schedule), step_times, delivered, schedule.total_bytes)
+                        self.ideal_busbw(schedule), step_times, delivered, schedule.total_bytes,
+                        groups=schedule.groups)
+
+
+def concurrent(schedules: list[Schedule]) -> Schedule:
+    """Several collectives at once (e.g. one DP group per rail): step k of each runs together."""
+    if len(schedules) == 1:
+        return schedules[0]
+    first = schedules[0]
+    out = Schedule(first.op, first.algorithm, first.size, [r for s in schedules for r in s.ranks],
+                   groups=len(schedules))
+    for k in range(max(len(s.steps) for s in schedules)):
+        out.steps.append([f for s in schedules if k < len(s.steps) for f in s.steps[k]])
+    return out
+
+
+def op_schedule(op, hosts: list[str], rails: int, plan: dict | None = None) -> Schedule | None:
+    """A workload op placed on the fabric; None when it stays inside hosts (TP on NVLink)."""
+    from .collectives import build_schedule
+    from .workload import map_groups
+
+    groups = map_groups(op, hosts, rails, plan)
+    if not groups:
+        return None
+    return concurrent([build_schedule(op.op, g, op.size, op.algorithm) for g in groups])

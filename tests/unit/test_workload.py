@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from topos.errors import InputError
+from traffic.replay import concurrent, op_schedule
+from traffic.transports import choose
+from traffic.workload import Op, from_plan, load_simai, load_yaml, map_groups, parse_size
+
+WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
+
+
+def test_parse_size():
+    assert parse_size("64MB") == 64_000_000 and parse_size("1GiB") == 1 << 30 and parse_size(4096) == 4096
+    with pytest.raises(InputError) as exc:
+        parse_size("lots", "ops[0].size")
+    assert exc.value.field == "ops[0].size"
+
+
+def test_yaml_workload(tmp_path):
+    f = tmp_path / "w.yaml"
+    f.write_text("name: demo\nops:\n  - {op: allreduce, size: 8MB, group: dp, repeat: 2}\n"
+                 "  - {op: alltoall, size: 1MB, group: [h0:0, h1:0, h2:0]}\n")
+    w = load_yaml(f)
+    assert [o.op for o in w.ops] == ["allreduce", "alltoall"] and w.ops[0].repeat == 2
+    assert w.ops[1].group == (("h0", 0), ("h1", 0), ("h2", 0))
+    assert w.scaled(1000).ops[0].size == 8000
+
+
+@pytest.mark.parametrize("text,field", [
+    ("ops:\n  - {op: gather, size: 1MB}\n", "ops[0].op"),
+    ("ops:\n  - {op: allreduce, size: big}\n", "ops[0].size"),
+    ("ops:\n  - {op: allreduce, size: 1MB, group: mp}\n", "ops[0].group"),
+    ("ops:\n  - {op: allreduce, size: 1MB, color: red}\n", "ops[0].color"),
+    ("ops:\n  - {op: allreduce, size: 1MB, repeat: 0}\n", "ops[0].repeat"),
+    ("ops:\n  - {op: allreduce, size: 1MB, group: [h0-0]}\n", "ops[0].group"),
+    ("opz: []\n", "ops"),
+])
+def test_yaml_errors_name_the_field(tmp_path, text, field):
+    f = tmp_path / "w.yaml"
+    f.write_text(text)
+    with pytest.raises(InputError) as exc:
+        load_yaml(f)
+    assert exc.value.field == field
+
+
+def test_simai_examples_import():
+    w = load_simai(WORKLOADS / "simai_gpt7b_64g.txt")
+    assert w.plan == {"tp": 8, "ep": 1, "pp": 1, "all_gpus": 64, "dp": 8}
+    dp = [o for o in w.ops if o.group == "dp"]
+    assert [(o.op, o.size) for o in dp] == [("reducescatter", 3058696192)]
+    tp = [o for o in w.ops if o.group == "tp"]
+    # forward types in the file: 521 ALLGATHER, 512 REDUCESCATTER, 15 ALLREDUCE; input-gradient all NONE
+    assert len(tp) == 521 + 512 + 15
+    micro = load_simai(WORKLOADS / "simai_microAllReduce.txt")
+    assert [(o.op, o.size, o.group) for o in micro.ops] == [("allreduce", 16777216, "tp"),
+                                                             ("allreduce", 67108864, "tp")]
+
+
+def test_simai_errors_give_the_line(tmp_path):
+    head = "HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 8 ep: 1 pp: 1 all_gpus: 16\n"
+    bad_type = tmp_path / "a.txt"
+    bad_type.write_text(head + "1\nlayer -1 1 ALLMIX 100 1 NONE 0 1 NONE 0 100\n")
+    with pytest.raises(InputError, match="line 3") as exc:
+        load_simai(bad_type)
+    assert exc.value.field == "comm_type" and exc.value.value == "ALLMIX"
+    short = tmp_path / "b.txt"
+    short.write_text(head + "2\nlayer -1 1 ALLREDUCE 100 1 NONE 0 1 NONE 0 100\nbroken -1 1\n")
+    with pytest.raises(InputError, match="line 4"):
+        load_simai(short)
+    count = tmp_path / "c.txt"
+    count.write_text(head + "3\nlayer -1 1 ALLREDUCE 100 1 NONE 0 1 NONE 0 100\n")
+    with pytest.raises(InputError) as exc:
+        load_simai(count)
+    assert exc.value.field == "count"
+
+
+def test_groups_on_the_fabric():
+    hosts = [f"h{i}" for i in range(8)]
+    assert map_groups(Op("allreduce", 10, "dp"), hosts, 2) == [[(h, 0) for h in hosts], [(h, 1) for h in hosts]]
+    assert map_groups(Op("allgather", 10, "tp"), hosts, 8, {"tp": 8}) == []  # fits a host: NVLink
+    tp = map_groups(Op("allgather", 10, "tp"), hosts, 2, {"tp": 8})  # 4 hosts x 2 rails per group
+    assert tp == [[(h, r) for h in hosts[i:i + 4]] for i in (0, 4) for r in (0, 1)]
+    s = op_schedule(Op("allreduce", 800, "dp"), hosts, 2)
+    assert s.groups == 2 and len(s.steps) == 14 and s.total_bytes == 2 * 2 * 7 * 800
+    assert concurrent([s]) is s
+
+
+def test_plan_generator():
+    w = from_plan(tp=8, pp=2, dp=4, ep=2, params_b=7, layers=32)
+    kinds = {(o.op, o.group) for o in w.ops}
+    assert kinds == {("allgather", "tp"), ("reducescatter", "tp"), ("alltoall", "ep"), ("sendrecv", "pp"),
+                     ("reducescatter", "dp"), ("allgather", "dp")}
+    dp = next(o for o in w.ops if o.group == "dp")
+    assert dp.size == int(7e9 * 2 / (8 * 2))
+    with pytest.raises(InputError) as exc:
+        from_plan(tp=0, pp=1, dp=1)
+    assert exc.value.field == "tp"
+
+
+def test_transport_choice():
+    assert choose("auto", False) == "tcp" and choose("auto", True) == "rdma"
+    with pytest.raises(InputError) as exc:
+        choose("rdma", False)
+    assert "VM" in exc.value.fix
