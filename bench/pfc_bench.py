@@ -18,9 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.measure import StreamSpec, iperf, run_streams  # noqa: E402
+from testbed.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate  # noqa: E402
 from testbed.network import Network  # noqa: E402
-from testbed.qos import LEAF_HANDLE, ROOT  # noqa: E402
+from testbed.qos import LEAF_HANDLE  # noqa: E402
 from testbed.qos_spec import QosSpec  # noqa: E402
 from topos import build  # noqa: E402
 
@@ -32,29 +32,11 @@ def rate_fidelity(reps: int) -> dict:
     with Network(build("hpn"), qos=QosSpec(pfc={"enabled": False})) as net:
         rate = net.qos.ports["h0:0"].plan.rate_bps
         for _ in range(reps):
-            s = {}
-
-            def sample():
-                s[0] = (time.monotonic(), net.qos.stats(ROOT))
-                time.sleep(4)
-                s[1] = (time.monotonic(), net.qos.stats(ROOT))
-
-            flows = iperf(net, [("h0", "h4")], duration=7, during=sample)
-            (t0, a), (t1, b) = s[0], s[1]
-            sent = max(b[k][0].bytes - a[k][0].bytes for k in ("h0:0", "h0:1"))
-            out.append({"wire_fraction": round(sent * 8 / (t1 - t0) / rate, 4),
+            s: dict = {}
+            flows = iperf(net, [("h0", "h4")], duration=7, during=lambda: shaped_rate(net, ("h0:0", "h0:1"), 4, s))
+            out.append({"wire_fraction": round(s["bps"] / rate, 4),
                         "goodput_fraction": round(flows[0]["bytes"] * 8 / flows[0]["seconds"] / rate, 4)})
     return {"configured_bps": rate, "runs": out}
-
-
-def receiver_ports_used(net, receiver: str, before: dict, after: dict) -> float:
-    """The bottleneck: the receiver's ports whose ToR egress carried the flows (hashing may pick one plane)."""
-    rate = 0.0
-    for l in net.topo.links_of(receiver):
-        key = f"{l.b}:{l.b_port}"
-        if after[key][0].bytes - before[key][0].bytes > 1_000_000:
-            rate += net.qos.ports[key].plan.rate_bps
-    return rate
 
 
 def traffic(pairs, pfc: bool, seconds: float) -> dict:
@@ -62,7 +44,7 @@ def traffic(pairs, pfc: bool, seconds: float) -> dict:
         before = net.qos.stats(LEAF_HANDLE["lossless"])
         flows = iperf(net, pairs, duration=seconds, tos=DSCP26)
         lossless = net.qos.stats(LEAF_HANDLE["lossless"])
-        bottleneck = receiver_ports_used(net, pairs[0][1], before, lossless)
+        bottleneck = receiver_bottleneck(net, pairs[0][1], before, lossless)
         plans = {k: p.plan for k, p in net.qos.ports.items()}
         report = net.stop_qos() or {}
     drops = {k: q[0].drops for k, q in lossless.items() if q and q[0].drops}

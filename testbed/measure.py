@@ -124,3 +124,22 @@ def iperf(net: Network, pairs: list[tuple[str, str]], duration: float, tos: int 
         s.wait(timeout=10)
     return out
 
+
+
+def shaped_rate(net: Network, keys: tuple[str, ...], window: float, result: dict) -> None:
+    """Bits/s sent by the busiest of these shaped ports over `window` seconds, into result["bps"]."""
+    from .qos import ROOT
+
+    t0, a = time.monotonic(), net.qos.stats(ROOT)
+    time.sleep(window)
+    t1, b = time.monotonic(), net.qos.stats(ROOT)
+    result["bps"] = max(b[k][0].bytes - a[k][0].bytes for k in keys) * 8 / (t1 - t0)
+
+
+def receiver_bottleneck(net: Network, receiver: str, before: dict, after: dict, min_bytes: int = 1_000_000) -> float:
+    """The rate of a receiver's ports whose ToR egress carried traffic (hashing may pick only one plane).
+
+    `before`/`after` are lossless-leaf stats from Qos.stats().
+    """
+    return sum(net.qos.ports[f"{l.b}:{l.b_port}"].plan.rate_bps for l in net.topo.links_of(receiver)
+               if after[f"{l.b}:{l.b_port}"][0].bytes - before[f"{l.b}:{l.b_port}"][0].bytes > min_bytes)
