@@ -33,7 +33,7 @@ def rate_fidelity(reps: int) -> dict:
         rate = net.qos.ports["h0:0"].plan.rate_bps
         for _ in range(reps):
             s: dict = {}
-            flows = iperf(net, [("h0", "h4")], duration=7, during=lambda: shaped_rate(net, ("h0:0", "h0:1"), 4, s))
+            flows = iperf(net, [("h0", "h4")], duration=7, during=lambda s=s: shaped_rate(net, ("h0:0", "h0:1"), 4, s))
             out.append({"wire_fraction": round(s["bps"] / rate, 4),
                         "goodput_fraction": round(flows[0]["bytes"] * 8 / flows[0]["seconds"] / rate, 4)})
     return {"configured_bps": rate, "runs": out}

@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from topos import BUILDERS, build, get_builder
+from topos import BUILDERS, build
 from topos.errors import InputError
 
 console = Console()
