@@ -24,7 +24,8 @@ from topos.errors import InputError
 
 log = logging.getLogger(__name__)
 
-VM_HINT = "run it in the project VM (vagrant up, or make vm-test), whose kernel has it"
+VM_HINT = ("run it in a full-kernel VM (Debian trixie with its backports kernel, as the project VM will be: "
+           "see README, 'What is on this machine'), whose kernel has it")
 
 # Minimal arguments that make each qdisc valid on a fresh veth.
 QDISC_TRIALS = {
