@@ -242,6 +242,57 @@ def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_m
             TestbedCLI(net)
 
 
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+def validate(file: str) -> None:
+    """Check an experiment file (and its names against the topology) without running it."""
+    from topos import build as build_topo
+
+    from .spec import check_against, load
+
+    exp = load(file)
+    for label, v in exp.expand():
+        check_against(v, build_topo(v.topology.name, preset=v.topology.preset, **v.topology.params))
+        console.print(f"{label}: {v.topology.name}, routing {v.routing}, {len(v.failures)} scheduled failure(s)")
+    console.print(f"[green]{file}: valid[/]")
+
+
+@cli.command("run")
+@click.argument("file", type=click.Path(dir_okay=False))
+def run_cmd(file: str) -> None:
+    """Run an experiment file; writes results/<date>-<name>-<hash>/."""
+    from .runner import run
+
+    out = run(file)
+    console.print((out / "summary.md").read_text())
+    console.print(f"results: {out}")
+
+
+@cli.group()
+def results() -> None:
+    """Results folders of past runs."""
+
+
+@results.command("list")
+def results_list() -> None:
+    from .results import list_runs
+
+    t = Table(title="results")
+    for c in ("run", "experiment", "runs"):
+        t.add_column(c)
+    for r in list_runs():
+        t.add_row(r["run"], r["experiment"], str(r["runs"]))
+    console.print(t)
+
+
+@results.command("show")
+@click.argument("run")
+def results_show(run: str) -> None:
+    from .results import find
+
+    console.print((find(run) / "summary.md").read_text())
+
+
 @cli.group()
 def traffic() -> None:
     """Collective traffic over the emulated fabric."""

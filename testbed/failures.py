@@ -1,0 +1,84 @@
+"""Failure injection: a schedule of link and switch events, fired in the data plane at their times.
+
+`expand` (pure) turns an experiment's failures into timed events on link names:
+a switch "down" is all its links down; a flap is `count` down/up cycles of
+`period`; random failures are a Poisson process per link (rate per minute, as in
+HPN's production statistics) drawn from the experiment's seed, each repaired
+after `repair_after` seconds. `Injector` fires them against a running network
+(interfaces really go down) and logs the wall time of each.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+from topos.model import Topology
+
+from .spec import Experiment
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float  # seconds after the workload starts
+    up: bool
+    links: tuple[str, ...]
+    cause: str
+
+
+def expand(exp: Experiment, topo: Topology) -> list[Event]:
+    events: list[Event] = []
+    for f in exp.failures:
+        links = (f.link,) if f.link else tuple(l.name for l in topo.links_of(f.node))
+        what = f.link or f.node
+        if f.action == "flap":
+            for c in range(f.count):
+                events.append(Event(f.at + 2 * c * f.period, False, links, f"flap {what}"))
+                events.append(Event(f.at + (2 * c + 1) * f.period, True, links, f"flap {what}"))
+        else:
+            events.append(Event(f.at, f.action == "up", links, f"{f.action} {what}"))
+    rf = exp.random_failures
+    if rf is not None:
+        rng = random.Random(exp.seed)
+        rate = rf.link_down_per_min / 60.0
+        for l in topo.links:
+            if l.kind not in rf.kinds:
+                continue
+            t = rng.expovariate(rate)
+            while t < exp.horizon_s:
+                events.append(Event(t, False, (l.name,), f"random {l.name}"))
+                events.append(Event(t + rf.repair_after, True, (l.name,), f"repair {l.name}"))
+                t += rf.repair_after + rng.expovariate(rate)
+    return sorted(events, key=lambda e: (e.t, e.up))
+
+
+class Injector:
+    """Fires events against `net` (anything with set_link) from its own thread."""
+
+    def __init__(self, net, events: list[Event]):
+        self.net = net
+        self.events = events
+        self.log: list[dict] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.t0 = time.time()
+        self._thread = threading.Thread(target=self._run, name="hpnlab-failures", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        for ev in self.events:
+            if self._stop.wait(max(0.0, self.t0 + ev.t - time.time())):
+                return
+            for link in ev.links:
+                self.net.set_link(link, up=ev.up)
+            self.log.append({"t": round(time.time() - self.t0, 4), "planned_t": ev.t, "up": ev.up,
+                             "links": list(ev.links), "cause": ev.cause, "time": time.time()})
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

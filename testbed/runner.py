@@ -1,0 +1,201 @@
+"""`hpnlab run FILE`: build, route, shape, replay, break, measure, tear down; leave a results folder.
+
+results/<date>-<name>-<hash>/
+    spec.yaml            the experiment file as run
+    environment.json     capability probe, versions (kernel, OVS, Mininet, os-ken, project git revision)
+    results.json         per variant and repetition: every op's times and bandwidths, failure and
+                         controller event logs, the PFC agent's report, the fidelity verdict
+    ops.csv, timeline.csv
+    busbw.png, throughput.png, queues.png
+    summary.md
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+import shutil
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from topos import build
+
+from .capabilities import probe
+from .failures import Injector, expand
+from .network import Network
+from .spec import Experiment, check_against, load, resolve
+
+log = logging.getLogger(__name__)
+RESULTS = Path("results")
+
+
+def versions() -> dict:
+    def out(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=5).stdout.strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return None
+
+    import importlib.metadata as md
+
+    def pkg(name):
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            return None
+
+    return {"kernel": platform.release(), "python": platform.python_version(), "ovs": out(["ovs-vswitchd", "--version"]),
+            "mininet": probe().mininet_version, "os-ken": pkg("os-ken"), "ryu": pkg("ryu"), "pyroute2": pkg("pyroute2"),
+            "git": out(["git", "-C", str(Path(__file__).parents[1]), "rev-parse", "--short", "HEAD"]),
+            "git_dirty": bool(out(["git", "-C", str(Path(__file__).parents[1]), "status", "--porcelain"]))}
+
+
+class Sampler:
+    """Every `period` s: CPU idle share and the bytes all host NICs sent (the fabric's offered load)."""
+
+    def __init__(self, net: Network, period: float = 0.5):
+        self.net, self.period = net, period
+        self.rows: list[dict] = []
+        self._stop = threading.Event()
+
+    @staticmethod
+    def _cpu() -> tuple[int, int]:
+        f = open("/proc/stat").readline().split()[1:]
+        vals = [int(x) for x in f]
+        return vals[3] + vals[4], sum(vals)  # idle + iowait, total
+
+    def _host_bytes(self) -> int:
+        from .qos import ROOT
+
+        stats = self.net.qos.stats(ROOT, [p for p in self.net.qos.ports.values() if p.is_host])
+        return sum(q[0].bytes for q in stats.values() if q)
+
+    def start(self) -> None:
+        self.t0 = time.time()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        idle0, tot0 = self._cpu()
+        b0, t_prev = self._host_bytes(), time.time()
+        while not self._stop.wait(self.period):
+            idle, tot = self._cpu()
+            b, t = self._host_bytes(), time.time()
+            self.rows.append({"t": round(t - self.t0, 3), "cpu_idle": round((idle - idle0) / max(1, tot - tot0), 4),
+                              "host_tx_bps": round((b - b0) * 8 / (t - t_prev))})
+            idle0, tot0, b0, t_prev = idle, tot, b, t
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _items(exp: Experiment, base: Path, topo):
+    from traffic.collectives import build_schedule
+    from traffic.replay import op_schedule
+    from traffic.workload import Op, load_simai, load_yaml, parse_size
+
+    from .traffic_cli import _ranks
+
+    hosts, rails = [h.name for h in topo.hosts], topo.hosts[0].nics
+    wl = exp.workload
+    if wl.collective is not None:
+        c = wl.collective
+        emu = max(1, int(parse_size(c.size, "workload.collective.size") / exp.qos.scale))
+        sched = build_schedule(c.op, _ranks(c.ranks, topo), emu, c.algorithm)
+        return [(Op(c.op, emu, tuple(sched.ranks), sched.algorithm, label=f"{c.op}/{sched.algorithm}"), sched)] * c.iters
+    w = (load_yaml(resolve(exp, base, "yaml_file")) if wl.yaml_file else load_simai(resolve(exp, base, "simai")))
+    w = w.scaled(exp.qos.scale)
+    return [(o, op_schedule(o, hosts, rails, w.plan)) for o in w.ops for _ in range(o.repeat)]
+
+
+def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, progress=None) -> dict:
+    from traffic.replay import Replayer
+    from traffic.transports import choose
+    from traffic.transports.tcp import TcpTransport
+
+    from .owner import exit_cleanly_on_signals
+
+    topo = build(exp.topology.name, preset=exp.topology.preset, **exp.topology.params)
+    check_against(exp, topo)
+    if choose(exp.transport, probe().rxe_in_netns) != "tcp":
+        raise RuntimeError("rdma transport not available in replay yet")
+    items = _items(exp, base, topo)
+    events = expand(exp, topo)
+    exit_cleanly_on_signals()
+    channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
+    rec: dict = {"variant": label, "repetition": rep, "ops": []}
+    with Network(topo, routing="controller", mode=exp.routing, qos=exp.qos,
+                 log_dir=str(outdir / f"{label}-rep{rep}")) as net:
+        tr = TcpTransport(net, tos=exp.qos.lossless_dscp << 2)
+        tr.start()
+        rp = Replayer(net, tr, channels=channels, precise=exp.routing == "precise", step_timeout=120)
+        sampler, injector = Sampler(net), Injector(net, events)
+        sampler.start()
+        injector.start()
+        t0 = time.time()
+        try:
+            for o, sched in items:
+                if sched is None:
+                    continue
+                start = time.time() - t0
+                r = rp.run(sched)
+                rec["ops"].append({"label": o.label or f"{r.op}/{r.algorithm}", "op": r.op, "algorithm": r.algorithm,
+                                   "ranks": r.ranks, "size": r.size, "start": round(start, 4),
+                                   "seconds": round(r.seconds, 4), "algbw_bps": r.algbw_bps,
+                                   "busbw_bps": r.busbw_bps, "ideal_busbw_bps": r.ideal_busbw_bps,
+                                   "fraction_of_ideal": r.fraction_of_ideal, "bytes_delivered": r.bytes_delivered,
+                                   "bytes_expected": r.bytes_expected, "step_seconds": r.step_seconds})
+                if progress:
+                    progress()
+        finally:
+            injector.stop()
+            sampler.stop()
+            rp.close()
+            tr.stop()
+            rec["failures"] = injector.log
+            rec["controller_events"] = net.controller.get("/events") if net.controller else []
+            rec["timeline"] = sampler.rows
+            rec["pfc"] = net.stop_qos()
+    idle = [r["cpu_idle"] for r in rec["timeline"]]
+    rec["fidelity"] = {"cpu_idle_min": min(idle, default=None), "cpu_idle_mean": round(statistics.mean(idle), 4)
+                       if idle else None, "cpu_bound": bool(idle) and min(idle) < 0.05,
+                       "bytes_ok": all(o["bytes_delivered"] == o["bytes_expected"] for o in rec["ops"])}
+    return rec
+
+
+def run(path: str | Path) -> Path:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    exp = load(path)
+    base = Path(path).parent
+    variants = exp.expand()
+    for _label, v in variants:  # every variant's names checked before anything starts
+        check_against(v, build(v.topology.name, preset=v.topology.preset, **v.topology.params))
+    probe().require_root("running an experiment")
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:7]
+    outdir = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{exp.name}-{digest}"
+    outdir.mkdir(parents=True)
+    shutil.copy(path, outdir / "spec.yaml")
+    (outdir / "environment.json").write_text(json.dumps({"capabilities": probe().to_dict(), "versions": versions()},
+                                                        indent=1))
+    runs = []
+    total = sum(len(_items(v, base, build(v.topology.name, preset=v.topology.preset, **v.topology.params)))
+                for _l, v in variants) * exp.repetitions
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ops"),
+                  TimeElapsedColumn()) as prog:
+        task = prog.add_task(exp.name, total=total)
+        for label, v in variants:
+            for rep in range(exp.repetitions):
+                prog.update(task, description=f"{exp.name}: {label} rep {rep + 1}/{exp.repetitions}")
+                v_rep = v.model_copy(update={"seed": v.seed + rep})
+                runs.append(run_one(label, v_rep, base, outdir, rep, progress=lambda: prog.advance(task)))
+    (outdir / "results.json").write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs},
+                                                    indent=1))
+    from .results import write_reports
+
+    write_reports(outdir, exp, runs)
+    return outdir

@@ -1,0 +1,187 @@
+"""Experiment files: one YAML says what to build, how to route and shape, what to replay, what to break when.
+
+    name: precise-vs-ecmp
+    topology: {name: hpn, preset: mini, params: {segments_per_pod: 2}}
+    routing: precise                 # ecmp | precise | shortest
+    qos: {scale: 20000, pfc: {enabled: true}}
+    transport: auto                  # auto | tcp | rdma
+    channels: 2
+    workload:                        # one of: a collective, a YAML workload, a SimAI file
+      collective: {op: allreduce, size: 160GB, algorithm: ring, ranks: rail0, iters: 3}
+    failures:
+      - {at: 2.0, link: "tor-p0-s0-r0-a:5-agg-p0-pl0-0:1", action: down}
+      - {at: 4.0, node: tor-p0-s1-r0-b, action: down}
+      - {at: 1.0, link: "h3:nic0:p0", action: flap, period: 0.5, count: 3}
+    random_failures: {link_down_per_min: 0.5, repair_after: 1.0}
+    repetitions: 2
+    seed: 1
+
+Unknown keys are errors; every error names the field path, the value and what
+is allowed. Cross-checks against the topology (link and node names) happen in
+`check_against`, still before anything touches the system.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from topos.errors import InputError
+
+from .qos_spec import QosSpec
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TopologySpec(_Strict):
+    name: str = "hpn"
+    preset: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class CollectiveSpec(_Strict):
+    op: str = "allreduce"
+    size: str | int = "160GB"
+    algorithm: str | None = None
+    ranks: str = "rail0"
+    iters: int = Field(3, ge=1)
+
+
+class WorkloadSpec(_Strict):
+    collective: CollectiveSpec | None = None
+    yaml_file: str | None = Field(None, alias="file")
+    simai: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "WorkloadSpec":
+        given = [k for k in ("collective", "yaml_file", "simai") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise InputError("give exactly one of collective, file, simai", "e.g. workload: {collective: {op: "
+                             "allreduce, size: 160GB}}", field="workload", value=given or None)
+        return self
+
+
+class FailureSpec(_Strict):
+    at: float = Field(ge=0)
+    action: Literal["down", "up", "flap"] = "down"
+    link: str | None = None
+    node: str | None = None
+    period: float | None = Field(None, gt=0, description="flap: seconds between down and up")
+    count: int = Field(1, ge=1, description="flap: how many down/up cycles")
+
+    @model_validator(mode="after")
+    def _target(self) -> "FailureSpec":
+        if (self.link is None) == (self.node is None):
+            raise InputError("a failure names exactly one link or one node", "e.g. link: h3:nic0:p0",
+                             field="failures[].link", value=self.link or self.node)
+        if self.action == "flap" and self.period is None:
+            raise InputError("a flap needs a period", "e.g. period: 0.5", field="failures[].period", value=None)
+        return self
+
+
+class RandomFailures(_Strict):
+    link_down_per_min: float = Field(gt=0, description="per-link failure rate (HPN's production statistics)")
+    repair_after: float = Field(1.0, gt=0)
+    kinds: list[Literal["host-tor", "tor-agg", "agg-core"]] = Field(default_factory=lambda: ["tor-agg"])
+
+
+class Experiment(_Strict):
+    name: str
+    description: str = ""
+    topology: TopologySpec = Field(default_factory=TopologySpec)
+    routing: Literal["ecmp", "precise", "shortest"] = "ecmp"
+    qos: QosSpec = Field(default_factory=lambda: QosSpec(scale=20_000))
+    transport: Literal["auto", "tcp", "rdma"] = "auto"
+    channels: int | None = Field(None, ge=1, le=8)
+    workload: WorkloadSpec
+    failures: list[FailureSpec] = Field(default_factory=list)
+    random_failures: RandomFailures | None = None
+    repetitions: int = Field(1, ge=1, le=100)
+    seed: int = 0
+    horizon_s: float = Field(30.0, gt=0, description="how far ahead random failures are drawn")
+    variants: list[dict[str, Any]] = Field(default_factory=list,
+                                           description="runs that override fields, e.g. [{routing: ecmp}]")
+    paper: dict[str, Any] = Field(default_factory=dict, description="the paper's figure, shown beside ours")
+
+    def expand(self) -> list[tuple[str, "Experiment"]]:
+        """(label, experiment) per variant; the experiment itself when there are none."""
+        if not self.variants:
+            return [(self.routing, self)]
+        out = []
+        base = self.model_dump(by_alias=True, exclude={"variants"})
+        for i, v in enumerate(self.variants):
+            label = str(v.get("label", f"variant{i}"))
+            merged = _merge(base, {k: val for k, val in v.items() if k != "label"})
+            try:
+                out.append((label, Experiment.model_validate(merged)))
+            except ValidationError as exc:
+                e = _first_error(exc)
+                raise InputError(e.what, e.fix, field=f"variants[{i}].{e.field}", value=e.value) from None
+        return out
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _first_error(exc: ValidationError) -> InputError:
+    err = exc.errors()[0]
+    path = ".".join(str(p) for p in err["loc"]) or "?"
+    if err["type"] == "extra_forbidden":
+        return InputError("unknown key", "remove it or check the spelling (see testbed/spec.py)", field=path,
+                          value=err.get("input"))
+    allowed = err.get("ctx", {}).get("expected")
+    return InputError(err["msg"].lower(), f"use {allowed}" if allowed else "see testbed/spec.py", field=path,
+                      value=err.get("input"))
+
+
+def load(path: str | Path) -> Experiment:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("no such experiment file", "give the path of a YAML file, e.g. experiments/precise_vs_ecmp.yaml",
+                         field="file", value=str(path))
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"not valid YAML ({str(exc).splitlines()[0]})", "fix the syntax", field="file",
+                         value=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("an experiment file is a mapping", "start with 'name: ...'", field="file", value=str(path))
+    try:
+        exp = Experiment.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc) from None
+    base = p.parent
+    wl = exp.workload
+    for attr in ("yaml_file", "simai"):
+        f = getattr(wl, attr)
+        if f is not None and not (base / f).is_file() and not Path(f).is_file():
+            raise InputError("workload file not found", "give a path relative to the experiment file",
+                             field=f"workload.{'file' if attr == 'yaml_file' else attr}", value=f)
+    return exp
+
+
+def resolve(exp: Experiment, base: Path, attr: str) -> Path:
+    f = getattr(exp.workload, attr)
+    return base / f if (base / f).is_file() else Path(f)
+
+
+def check_against(exp: Experiment, topo) -> None:
+    """Names in the failure schedule exist in the topology."""
+    for i, f in enumerate(exp.failures):
+        if f.link is not None:
+            try:
+                topo.find_link(f.link)
+            except InputError as e:
+                raise InputError(e.what, e.fix, field=f"failures[{i}].link", value=f.link) from None
+        elif f.node not in topo.nodes or topo.nodes[f.node].role == "host":
+            raise InputError("no such switch", "use a switch name from 'hpnlab topo export'", field=f"failures[{i}].node",
+                             value=f.node)

@@ -1,0 +1,58 @@
+"""`hpnlab run`: an experiment end to end, its results folder, and teardown."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HPNLAB = str(Path(sys.executable).parent / "hpnlab")
+
+EXPERIMENT = """
+name: tiny
+topology: {name: hpn, params: {hosts_per_segment: 2}}
+routing: ecmp
+qos: {scale: 20000}
+workload:
+  collective: {op: allreduce, size: 8GB, ranks: rail0, iters: 2}
+failures:
+  - {at: 0.3, link: "tor-p0-s0-r0-a:3-agg-p0-pl0-0:1", action: down}
+variants:
+  - {label: precise, routing: precise}
+  - {label: ecmp}
+"""
+
+
+def test_experiment_runs_and_leaves_a_results_folder(tmp_path, no_leftovers):
+    (tmp_path / "tiny.yaml").write_text(EXPERIMENT)
+    r = subprocess.run([HPNLAB, "run", "tiny.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = list((tmp_path / "results").iterdir())
+    for f in ("spec.yaml", "environment.json", "results.json", "ops.csv", "timeline.csv", "summary.md", "busbw.png",
+              "throughput.png", "queues.png"):
+        assert (out / f).stat().st_size > 0, f
+    data = json.loads((out / "results.json").read_text())
+    assert [run["variant"] for run in data["runs"]] == ["precise", "ecmp"]
+    for run in data["runs"]:
+        assert len(run["ops"]) == 2
+        assert all(o["bytes_delivered"] == o["bytes_expected"] == 2 * 3 * 400_000 for o in run["ops"])
+        assert [f["links"] for f in run["failures"]] == [["tor-p0-s0-r0-a:3-agg-p0-pl0-0:1"]]
+        assert run["controller_events"][0]["link"] == "tor-p0-s0-r0-a:3-agg-p0-pl0-0:1"
+        assert run["timeline"] and 0 <= run["fidelity"]["cpu_idle_mean"] <= 1
+    rows = list(csv.DictReader(open(out / "ops.csv")))
+    assert len(rows) == 4 and {r["variant"] for r in rows} == {"precise", "ecmp"}
+    env = json.loads((out / "environment.json").read_text())
+    assert env["versions"]["ovs"] and env["capabilities"]["qdiscs"]["htb"] is True
+    summary = (out / "summary.md").read_text()
+    assert "| precise |" in summary and "| ecmp |" in summary
+    listed = subprocess.run([HPNLAB, "results", "list"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.name in listed.stdout
+
+
+def test_bad_experiment_is_refused_before_anything_starts(tmp_path, no_leftovers):
+    (tmp_path / "bad.yaml").write_text(EXPERIMENT.replace("tor-p0-s0-r0-a:3", "tor-p9-s0-r0-a:3"))
+    r = subprocess.run([HPNLAB, "run", "bad.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "failures[0].link" in r.stderr
+    assert not (tmp_path / "results").exists()

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.failures import expand
+from testbed.spec import check_against, load
+from topos import build
+from topos.errors import InputError
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+def write(tmp_path, text):
+    f = tmp_path / "e.yaml"
+    f.write_text(text)
+    return f
+
+
+BASE = "name: t\nworkload: {collective: {op: allreduce, size: 1GB}}\n"
+
+
+def test_shipped_experiments_validate():
+    for f in sorted(EXPERIMENTS.glob("*.yaml")):
+        exp = load(f)
+        for _label, v in exp.expand():
+            check_against(v, build(v.topology.name, preset=v.topology.preset, **v.topology.params))
+
+
+@pytest.mark.parametrize("extra,field", [
+    ("colour: red\n", "colour"),
+    ("routing: magic\n", "routing"),
+    ("repetitions: 0\n", "repetitions"),
+    ("qos: {scale: 0}\n", "qos.scale"),
+    ("failures: [{at: 1, action: down}]\n", "failures[].link"),
+    ("failures: [{at: 1, link: 'h0:nic0:p0', action: flap}]\n", "failures[].period"),
+    ("variants: [{routing: warp}]\n", "variants[0].routing"),
+])
+def test_bad_experiments_name_the_field(tmp_path, extra, field):
+    with pytest.raises(InputError) as exc:
+        exp = load(write(tmp_path, BASE + extra))
+        exp.expand()
+    assert exc.value.field == field, exc.value.line()
+
+
+def test_workload_needs_exactly_one_source(tmp_path):
+    with pytest.raises(InputError) as exc:
+        load(write(tmp_path, "name: t\nworkload: {}\n"))
+    assert exc.value.field == "workload"
+    with pytest.raises(InputError) as exc:
+        load(write(tmp_path, "name: t\nworkload: {simai: nowhere.txt}\n"))
+    assert exc.value.field == "workload.simai"
+
+
+def test_names_checked_against_the_topology(tmp_path):
+    exp = load(write(tmp_path, BASE + "failures: [{at: 1, link: 'h99:nic0:p0'}, {at: 2, node: t0}]\n"))
+    with pytest.raises(InputError) as exc:
+        check_against(exp, build("hpn"))
+    assert exc.value.field == "failures[0].link"
+
+
+def test_failure_schedule_expansion(tmp_path):
+    topo = build("hpn")
+    exp = load(write(tmp_path, BASE + (
+        "failures:\n"
+        "  - {at: 1.0, link: 'h3:nic0:p0', action: flap, period: 0.5, count: 2}\n"
+        "  - {at: 0.5, node: agg-p0-pl0-0, action: down}\n")))
+    ev = expand(exp, topo)
+    assert [(e.t, e.up) for e in ev] == [(0.5, False), (1.0, False), (1.5, True), (2.0, False), (2.5, True)]
+    assert len(ev[0].links) == 4  # an aggregation switch of the mini HPN has 4 links
+
+
+def test_random_failures_reproducible_and_paired(tmp_path):
+    topo = build("hpn")
+    text = BASE + "random_failures: {link_down_per_min: 30, repair_after: 0.2}\nhorizon_s: 20\n"
+    a = expand(load(write(tmp_path, text + "seed: 1\n")), topo)
+    b = expand(load(write(tmp_path, text + "seed: 1\n")), topo)
+    c = expand(load(write(tmp_path, text + "seed: 2\n")), topo)
+    assert a == b and a != c
+    downs = [e for e in a if not e.up]
+    ups = {(e.links, round(e.t, 6)) for e in a if e.up}
+    assert all((d.links, round(d.t + 0.2, 6)) in ups for d in downs)
+    assert all(topo.find_link(d.links[0]).kind == "tor-agg" for d in downs)
+    # 32 ToR uplinks x 30/min x 20 s: 320 expected failures; a Poisson draw lands well within +-30%
+    assert 224 < len(downs) < 416
