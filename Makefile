@@ -19,12 +19,13 @@ test-unit: bootstrap
 test-emu: bootstrap
 	$(SUDO) $(VENV)/bin/pytest -q tests/emu $(PYTEST_ARGS)
 
-# The default experiment at this stage: build the default HPN, show its table,
-# ping every host NIC from every host, fail one host port, ping again.
+# Build the default HPN, show its table, ping every host NIC from every host,
+# fail one host port and ping again; then the default experiment.
 demo: bootstrap
 	$(SUDO) $(VENV)/bin/hpnlab topo show hpn
 	$(SUDO) $(VENV)/bin/hpnlab up hpn --pingall --no-cli
 	$(SUDO) $(VENV)/bin/hpnlab up hpn --fail h5:nic0:p0 --pingall --no-cli
+	$(SUDO) $(VENV)/bin/hpnlab run experiments/precise_vs_ecmp.yaml
 
 clean:
 	$(SUDO) $(VENV)/bin/hpnlab clean
