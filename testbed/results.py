@@ -79,15 +79,17 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     plt.close(fig)
 
     lines = [f"# {exp.name}", "", exp.description or "", "",
-             "| variant | ops | busbw (Mbit/s, mean ± sd) | of ideal (mean ± sd) | failures fired | CPU-bound |",
-             "|---|---|---|---|---|---|"]
+             "| variant | ops | busbw (Mbit/s, mean ± sd) | of ideal (mean ± sd) | failures fired | halted | CPU-bound |",
+             "|---|---|---|---|---|---|---|"]
     for v in variants:
         rs = [r for r in runs if r["variant"] == v]
         m, s = _mean_sd(bw[v])
         fm, fs = _mean_sd(fr[v])
         cpu = any(r["fidelity"]["cpu_bound"] for r in rs)
+        halted = [r["halted"] for r in rs if r.get("halted")]
+        halted_text = f"{len(halted)} of {len(rs)} (first at {halted[0]['at']} s)" if halted else "no"
         lines.append(f"| {v} | {len(bw[v])} | {m:.2f} ± {s:.2f} | {fm:.1%} ± {fs:.1%} | "
-                     f"{sum(len(r['failures']) for r in rs)} | {'YES: not faithful' if cpu else 'no'} |")
+                     f"{sum(len(r['failures']) for r in rs)} | {halted_text} | {'YES: not faithful' if cpu else 'no'} |")
     if exp.paper:
         lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]
     bad = [r for r in runs if not r["fidelity"]["bytes_ok"]]

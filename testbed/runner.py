@@ -127,12 +127,12 @@ def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, pro
     events = expand(exp, topo)
     exit_cleanly_on_signals()
     channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
-    rec: dict = {"variant": label, "repetition": rep, "ops": []}
+    rec: dict = {"variant": label, "repetition": rep, "ops": [], "halted": None}
     with Network(topo, routing="controller", mode=exp.routing, qos=exp.qos,
                  log_dir=str(outdir / f"{label}-rep{rep}")) as net:
         tr = TcpTransport(net, tos=exp.qos.lossless_dscp << 2)
         tr.start()
-        rp = Replayer(net, tr, channels=channels, precise=exp.routing == "precise", step_timeout=120)
+        rp = Replayer(net, tr, channels=channels, precise=exp.routing == "precise", step_timeout=exp.step_timeout_s)
         sampler, injector = Sampler(net), Injector(net, events)
         sampler.start()
         injector.start()
@@ -142,7 +142,12 @@ def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, pro
                 if sched is None:
                     continue
                 start = time.time() - t0
-                r = rp.run(sched)
+                try:
+                    r = rp.run(sched)
+                except (TimeoutError, RuntimeError) as exc:  # a step that never ends: the job is halted
+                    rec["halted"] = {"at": round(time.time() - t0, 3), "op": o.label or o.op, "why": str(exc)}
+                    log.warning("%s rep %d halted: %s", label, rep, exc)
+                    break
                 rec["ops"].append({"label": o.label or f"{r.op}/{r.algorithm}", "op": r.op, "algorithm": r.algorithm,
                                    "ranks": r.ranks, "size": r.size, "start": round(start, 4),
                                    "seconds": round(r.seconds, 4), "algbw_bps": r.algbw_bps,

@@ -104,6 +104,7 @@ class Experiment(_Strict):
     repetitions: int = Field(1, ge=1, le=100)
     seed: int = 0
     horizon_s: float = Field(30.0, gt=0, description="how far ahead random failures are drawn")
+    step_timeout_s: float = Field(60.0, gt=0, description="a step stalled this long means the job halted")
     variants: list[dict[str, Any]] = Field(default_factory=list,
                                            description="runs that override fields, e.g. [{routing: ecmp}]")
     paper: dict[str, Any] = Field(default_factory=dict, description="the paper's figure, shown beside ours")

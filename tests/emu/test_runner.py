@@ -56,3 +56,27 @@ def test_bad_experiment_is_refused_before_anything_starts(tmp_path, no_leftovers
     r = subprocess.run([HPNLAB, "run", "bad.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "failures[0].link" in r.stderr
     assert not (tmp_path / "results").exists()
+
+
+HALTING = """
+name: halt
+topology: {name: rail_optimized, params: {hosts_per_segment: 2}}
+routing: ecmp
+qos: {scale: 20000}
+step_timeout_s: 3
+workload:
+  collective: {op: allreduce, size: 8GB, ranks: rail0, iters: 3}
+failures:
+  - {at: 0.2, link: "h1:nic0:p0", action: down}
+"""
+
+
+def test_single_tor_failure_halts_the_job_and_the_run_says_so(tmp_path, no_leftovers):
+    (tmp_path / "halt.yaml").write_text(HALTING)
+    r = subprocess.run([HPNLAB, "run", "halt.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = list((tmp_path / "results").iterdir())
+    run = json.loads((out / "results.json").read_text())["runs"][0]
+    assert run["halted"] is not None and "unfinished" in run["halted"]["why"]
+    assert len(run["ops"]) < 3
+    assert "1 of 1" in (out / "summary.md").read_text()
