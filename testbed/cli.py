@@ -259,11 +259,12 @@ def validate(file: str) -> None:
 
 @cli.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
-def run_cmd(file: str) -> None:
+@click.option("--quick", is_flag=True, help="Reduced size: 1 repetition, 1/4 of the sizes, at most 2 iterations.")
+def run_cmd(file: str, quick: bool) -> None:
     """Run an experiment file; writes results/<date>-<name>-<hash>/."""
     from .runner import run
 
-    out = run(file)
+    out = run(file, reduced=quick)
     console.print((out / "summary.md").read_text())
     console.print(f"results: {out}")
 
@@ -291,6 +292,23 @@ def results_show(run: str) -> None:
     from .results import find
 
     console.print((find(run) / "summary.md").read_text())
+
+
+@cli.command()
+@click.argument("run_a")
+@click.argument("run_b")
+def compare(run_a: str, run_b: str) -> None:
+    """Two runs side by side (busbw per variant) and a plot of both."""
+    from .results import compare as do_compare
+
+    rows, png = do_compare(run_a, run_b)
+    t = Table(title=f"{run_a} vs {run_b}")
+    for c in ("variant", "A busbw (Mbit/s)", "A of ideal", "B busbw (Mbit/s)", "B of ideal", "B / A"):
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+    console.print(f"plot: {png}")
 
 
 @cli.group()

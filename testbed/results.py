@@ -116,3 +116,40 @@ def find(run: str) -> Path:
         raise InputError("no such run" if not cands else "more than one run matches",
                          "see 'hpnlab results list'", field="run", value=run)
     return cands[0]
+
+
+def _per_variant(run_dir: Path) -> dict[str, tuple[float, float]]:
+    data = json.loads((run_dir / "results.json").read_text())
+    out: dict[str, tuple[list, list]] = {}
+    for r in data["runs"]:
+        bw, fr = out.setdefault(r["variant"], ([], []))
+        bw += [o["busbw_bps"] / 1e6 for o in r["ops"]]
+        fr += [o["fraction_of_ideal"] for o in r["ops"]]
+    return {v: (_mean_sd(bw)[0], _mean_sd(fr)[0]) for v, (bw, fr) in out.items()}
+
+
+def compare(run_a: str, run_b: str) -> tuple[list[tuple[str, ...]], Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    da, db = find(run_a), find(run_b)
+    a, b = _per_variant(da), _per_variant(db)
+    variants = list(dict.fromkeys([*a, *b]))
+    rows = []
+    for v in variants:
+        (ba, fa), (bb, fb) = a.get(v, (0.0, 0.0)), b.get(v, (0.0, 0.0))
+        rows.append((v, f"{ba:.2f}", f"{fa:.1%}", f"{bb:.2f}", f"{fb:.1%}", f"{bb / ba:.2f}x" if ba else "-"))
+    fig, ax = plt.subplots(figsize=(8, 4), dpi=110)
+    x = range(len(variants))
+    ax.bar([i - 0.2 for i in x], [a.get(v, (0, 0))[0] for v in variants], 0.4, label=da.name)
+    ax.bar([i + 0.2 for i in x], [b.get(v, (0, 0))[0] for v in variants], 0.4, label=db.name)
+    ax.set_xticks(list(x), variants)
+    ax.set_ylabel("busbw (Mbit/s, emulated)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    png = RESULTS / f"compare-{da.name}-vs-{db.name}.png"
+    fig.savefig(png)
+    plt.close(fig)
+    return rows, png

@@ -172,17 +172,31 @@ def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, pro
     return rec
 
 
-def run(path: str | Path) -> Path:
+def quick(exp: Experiment) -> Experiment:
+    """The reduced size CI runs: one repetition, collectives a quarter of the size and 2 iterations at most."""
+    upd: dict = {"repetitions": 1}
+    c = exp.workload.collective
+    if c is not None:
+        from traffic.workload import parse_size
+
+        small = c.model_copy(update={"size": max(1, parse_size(c.size) // 4), "iters": min(c.iters, 2)})
+        upd["workload"] = exp.workload.model_copy(update={"collective": small})
+    return exp.model_copy(update=upd)
+
+
+def run(path: str | Path, reduced: bool = False) -> Path:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     exp = load(path)
+    if reduced:
+        exp = quick(exp)
     base = Path(path).parent
     variants = exp.expand()
     for _label, v in variants:  # every variant's names checked before anything starts
         check_against(v, build(v.topology.name, preset=v.topology.preset, **v.topology.params))
     probe().require_root("running an experiment")
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:7]
-    outdir = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{exp.name}-{digest}"
+    outdir = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{exp.name}{'-quick' if reduced else ''}-{digest}"
     outdir.mkdir(parents=True)
     shutil.copy(path, outdir / "spec.yaml")
     (outdir / "environment.json").write_text(json.dumps({"capabilities": probe().to_dict(), "versions": versions()},

@@ -40,15 +40,18 @@ def snapshot() -> dict[str, set[str]]:
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
-                if b"mininet:" in (p / "cmdline").read_bytes():
-                    shells.add(p.name)
+                cmd = (p / "cmdline").read_bytes()
             except OSError:
-                pass
+                continue
+            # Mininet's node shells and what a run starts inside hosts or beside them
+            if any(m in cmd for m in (b"mininet:", b"traffic.agent", b"traffic.udpstream",
+                                      b"controllers.launcher", b"iperf3")):
+                shells.add(p.name)
     return {
         "bridges": lines("ovs-vsctl", "list-br"),
         "interfaces": set(os.listdir("/sys/class/net")),
         "netns": lines("ip", "netns", "list"),
-        "mininet shells": shells,
+        "run processes": shells,
         "run records": set(os.listdir(RUN_DIR)) if RUN_DIR.is_dir() else set(),
     }
 

@@ -84,3 +84,18 @@ def test_random_failures_reproducible_and_paired(tmp_path):
     assert all(topo.find_link(d.links[0]).kind == "tor-agg" for d in downs)
     # 32 ToR uplinks x 30/min x 20 s: 320 expected failures; a Poisson draw lands well within +-30%
     assert 224 < len(downs) < 416
+
+
+def test_same_spec_same_schedules_and_quick_is_smaller():
+    from testbed.runner import _items, quick
+
+    exp = load(EXPERIMENTS / "precise_vs_ecmp.yaml")
+    topo = build("hpn")
+    a = [(o, s.steps) for o, s in _items(exp, EXPERIMENTS, topo)]
+    b = [(o, s.steps) for o, s in _items(exp, EXPERIMENTS, topo)]
+    assert a == b
+    q = quick(exp)
+    assert q.repetitions == 1 and q.workload.collective.iters == 2
+    qa = _items(q, EXPERIMENTS, topo)
+    full = sum(f.bytes for st in a[0][1] for f in st)
+    assert qa[0][1].total_bytes * 4 == pytest.approx(full, rel=1e-6)
