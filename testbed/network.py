@@ -126,6 +126,7 @@ class Network:
         self.qos_spec = qos
         self.qos = None
         self.pfc = None
+        self.steered: dict[str, dict] = {}  # precise flows pinned on their hosts: flow key -> controller view
 
     # -- lifecycle ----------------------------------------------------------
     def __enter__(self) -> "Network":
@@ -406,9 +407,23 @@ class Network:
         (its routes stay, marked linkdown, and come back by themselves).
         """
         link = self.find_link(name)
+        seen = len(self.controller.get("/events")) if self.steered else 0
         self.node(link.b).cmd(f"ip link set dev {self.intf_name(link.b, link.b_port)} {'up' if up else 'down'}")
         (self.down.discard if up else self.down.add)(name)
         self.reconcile()
+        if self.steered:
+            self._resteer(seen)
+
+    def _resteer(self, events_before: int, wait_s: float = 2.0) -> None:
+        """After the controller re-placed precise flows, move their host pinning to the new ports."""
+        deadline = time.monotonic() + wait_s
+        while len(self.controller.get("/events")) <= events_before and time.monotonic() < deadline:
+            time.sleep(0.02)  # the controller hears the port status a few ms after the link changed
+        for view in self.controller.get("/flows"):
+            old = self.steered.get(view["flow"])
+            if old is not None and view["egress"] is not None and view["egress"] != old["egress"]:
+                self.unsteer(old)
+                self.steer(view)
 
     # -- processes and steering ------------------------------------------------
     def popen(self, host: str, args: list[str], **kw) -> subprocess.Popen:
@@ -431,6 +446,7 @@ class Network:
         self.node(flow["src"]).cmd(
             f"ip route replace {flow['dst']}/32 dev {e['ifname']} table {table}; "
             f"ip rule add {self._steer_match(flow)} lookup {table} priority {1000 + flow['cookie'] % 30000}")
+        self.steered[flow["flow"]] = flow
 
     @staticmethod
     def _steer_match(flow: dict) -> str:
@@ -438,6 +454,7 @@ class Network:
 
     def unsteer(self, flow: dict) -> None:
         self.node(flow["src"]).cmd(f"ip rule del {self._steer_match(flow)} priority {1000 + flow['cookie'] % 30000}")
+        self.steered.pop(flow["flow"], None)
 
     def port_rate_bps(self, link: Link) -> float:
         """A link's emulated rate; only shaped networks have one."""

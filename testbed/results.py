@@ -79,8 +79,9 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     plt.close(fig)
 
     lines = [f"# {exp.name}", "", exp.description or "", "",
-             "| variant | ops | busbw (Mbit/s, mean ± sd) | of ideal (mean ± sd) | failures fired | halted | CPU-bound |",
-             "|---|---|---|---|---|---|---|"]
+             "| variant | ops | busbw (Mbit/s, mean ± sd) | of ideal (mean ± sd) | drops (lossless/default) "
+             "| failures fired | halted | CPU-bound |",
+             "|---|---|---|---|---|---|---|---|"]
     for v in variants:
         rs = [r for r in runs if r["variant"] == v]
         m, s = _mean_sd(bw[v])
@@ -88,7 +89,8 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
         cpu = any(r["fidelity"]["cpu_bound"] for r in rs)
         halted = [r["halted"] for r in rs if r.get("halted")]
         halted_text = f"{len(halted)} of {len(rs)} (first at {halted[0]['at']} s)" if halted else "no"
-        lines.append(f"| {v} | {len(bw[v])} | {m:.2f} ± {s:.2f} | {fm:.1%} ± {fs:.1%} | "
+        drops = f"{sum(r['drops']['lossless'] for r in rs)}/{sum(r['drops']['default'] for r in rs)}"
+        lines.append(f"| {v} | {len(bw[v])} | {m:.2f} ± {s:.2f} | {fm:.1%} ± {fs:.1%} | {drops} | "
                      f"{sum(len(r['failures']) for r in rs)} | {halted_text} | {'YES: not faithful' if cpu else 'no'} |")
     if exp.paper:
         lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]

@@ -164,6 +164,10 @@ def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, pro
             rec["failures"] = injector.log
             rec["controller_events"] = net.controller.get("/events") if net.controller else []
             rec["timeline"] = sampler.rows
+            from .qos import LEAF_HANDLE
+
+            rec["drops"] = {cls: sum(q[0].drops for q in net.qos.stats(handle).values() if q)
+                            for cls, handle in LEAF_HANDLE.items()}
             rec["pfc"] = net.stop_qos()
     idle = [r["cpu_idle"] for r in rec["timeline"]]
     rec["fidelity"] = {"cpu_idle_min": min(idle, default=None), "cpu_idle_mean": round(statistics.mean(idle), 4)

@@ -142,6 +142,16 @@ def sendrecv(ranks: list[Rank], size: int) -> Schedule:
     return s
 
 
+def incast(ranks: list[Rank], size: int) -> Schedule:
+    """Every other rank sends `size` to ranks[0] at once (the PFC stress case, not an NCCL op).
+
+    The schedule's size is what the receiver gets, (n-1) x size, so algbw is its goodput."""
+    _need(ranks, 2, "incast")
+    s = Schedule("incast", "many_to_one", size * (len(ranks) - 1), list(ranks))
+    s.steps.append([Flow(r, ranks[0], size) for r in ranks[1:]])
+    return s
+
+
 def hierarchical_allreduce(hosts: list[str], rails: int, size: int) -> Schedule:
     """NCCL on rail-optimized fabrics: intra-host reduce-scatter over NVLink (no network bytes), one ring
     all-reduce per rail among that rail's NICs on size/rails each, all rails at once, then intra-host
@@ -163,6 +173,7 @@ ALGORITHMS: dict[str, dict[str, Callable[..., Schedule]]] = {
     "alltoall": {"pairwise": pairwise_alltoall},
     "broadcast": {"pipeline": pipelined_broadcast},
     "sendrecv": {"pairs": sendrecv},
+    "incast": {"many_to_one": incast},
 }
 
 

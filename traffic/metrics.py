@@ -19,7 +19,7 @@ def busbw_factor(op: str, n: int) -> float:
         return 2 * (n - 1) / n
     if op in ("allgather", "reducescatter", "alltoall"):
         return (n - 1) / n
-    if op in ("broadcast", "sendrecv"):
+    if op in ("broadcast", "sendrecv", "incast"):
         return 1.0
     raise ValueError(f"no bus bandwidth factor for {op!r}")
 

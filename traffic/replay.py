@@ -73,6 +73,8 @@ class Replayer:
             links = [l for l in self.net.topo.links_of(host) if l.kind == "host-tor" and l.nic == nic]
             per_port = min(self.net.port_rate_bps(l) for l in links)
             rates.append(per_port * min(self.channels, len(links)))
+        if schedule.op == "incast":  # the receiver's NIC is the bottleneck
+            return rates[0]
         if schedule.algorithm == "hierarchical":
             n, hosts = len(schedule.ranks), len({h for h, _ in schedule.ranks})
             return min(rates) * (n - 1) / (hosts - 1)

@@ -107,3 +107,23 @@ def test_rest_errors_are_4xx_json_and_controller_survives(no_leftovers):
         assert c.health()["ready"] is True
         assert len(c.get("/links")) == 64
         assert net.pingall().received == 112
+
+
+def test_precise_flow_follows_its_new_path_after_a_failure(no_leftovers):
+    with Network(build("hpn"), routing="controller", mode="precise") as net:
+        (v,) = net.controller.declare([{"src": "h0", "dst": "10.0.0.5", "proto": "udp", "sport": 5000,
+                                        "dport": 7000}])
+        net.steer(v)
+        first_hop = f"{v['path'][0]['switch']}:{v['path'][0]['port']}"
+        # Cut the host port the flow was pinned to: the controller re-places it on the other plane and the
+        # host pinning follows, so its packets leave on the other port and take the new exact-match path.
+        net.set_link(f"h0:nic0:p{v['egress']['port']}", up=False)
+        (now,) = net.controller.get("/flows")
+        assert now["egress"]["port"] != v["egress"]["port"]
+        assert net.steered[now["flow"]]["egress"] == now["egress"]
+        before = net.port_counters()
+        run_streams(net, [StreamSpec(src="h0", dst="h4", sport=5000, dport=7000, pps=400, duration=1.0,
+                                     size=1000)], tail=0.3)
+        delta = port_delta(before, net.port_counters())
+        new_hop = (now["path"][0]["switch"], now["path"][0]["port"])
+        assert delta[new_hop] >= 300_000 and first_hop.split(":")[0] != new_hop[0]
