@@ -203,6 +203,9 @@ class PfcAgent:
             "queues": {k: {"max_backlog": q.max_backlog, "xoff_events": q.xoff_events, "drops": q.drops,
                            "xoff": q.port.plan.xoff, "headroom": q.port.plan.headroom}
                        for k, q in self.queues.items() if q.max_backlog or q.drops},
+            # every 20th poll: lossless backlogs (non-zero ones) and the ports paused at that moment
+            "samples": [{"t": round(s["t"] - self.samples[0]["t"], 4), "backlog": s["backlog"],
+                         "paused": s["paused"]} for s in self.samples],
         }
 
     def _write_state(self) -> None:

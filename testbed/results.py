@@ -65,15 +65,26 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     fig.savefig(outdir / "throughput.png")
     plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6), dpi=110, sharex=True)
     drew = False
     for r in runs:
-        pfc = r.get("pfc") or {}
-        for key, q in sorted(pfc.get("queues", {}).items(), key=lambda kv: -kv[1]["max_backlog"])[:1]:
-            ax.bar(f"{r['variant']} #{r['repetition']}\n{key}", q["max_backlog"] / 1000, color="#ff7f0e")
-            drew = True
-    ax.set_ylabel("deepest lossless queue (KB)")
-    ax.set_title("PFC: deepest lossless queue per run" if drew else "no PFC report")
+        samples = (r.get("pfc") or {}).get("samples") or []
+        if not samples:
+            continue
+        drew = True
+        deepest = sorted(r["pfc"]["queues"].items(), key=lambda kv: -kv[1]["max_backlog"])[:2]
+        ts = [x["t"] for x in samples]
+        for key, _q in deepest:
+            ax.plot(ts, [x["backlog"].get(key, 0) / 1000 for x in samples],
+                    label=f"{r['variant']} #{r['repetition']} {key}")
+        ax2.plot(ts, [len(x["paused"]) for x in samples], label=f"{r['variant']} #{r['repetition']}")
+    ax.set_ylabel("lossless backlog (KB)")
+    ax.set_title("PFC: the deepest lossless queues and paused ports over time" if drew else "no PFC samples")
+    ax2.set_ylabel("ports paused")
+    ax2.set_xlabel("time (s)")
+    if drew:
+        ax.legend(fontsize=7)
+        ax2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(outdir / "queues.png")
     plt.close(fig)
