@@ -103,6 +103,24 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
         drops = f"{sum(r['drops']['lossless'] for r in rs)}/{sum(r['drops']['default'] for r in rs)}"
         lines.append(f"| {v} | {len(bw[v])} | {m:.2f} ± {s:.2f} | {fm:.1%} ± {fs:.1%} | {drops} | "
                      f"{sum(len(r['failures']) for r in rs)} | {halted_text} | {'YES: not faithful' if cpu else 'no'} |")
+    balance = []
+    for v in variants:
+        ratios = []
+        for r in runs:
+            if r["variant"] != v or not r.get("host_port_rx"):
+                continue
+            per_nic: dict[str, list[int]] = {}
+            for port, b in r["host_port_rx"].items():
+                host, p = port.split(":")
+                per_nic.setdefault(f"{host}:nic{int(p) // 2}", []).append(b)
+            busiest = max(per_nic.items(), key=lambda kv: sum(kv[1]))
+            if len(busiest[1]) == 2 and min(busiest[1]) > 0:
+                ratios.append((busiest[0], max(busiest[1]) / min(busiest[1])))
+        if ratios:
+            balance.append(f"| {v} | {ratios[0][0]} | " + ", ".join(f"{x:.2f}" for _, x in ratios) + " |")
+    if balance:
+        lines += ["", "Load on the two ToR ports facing the busiest receiving NIC (more/less loaded):", "",
+                  "| variant | NIC | imbalance per run |", "|---|---|---|", *balance]
     if exp.paper:
         lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]
     bad = [r for r in runs if not r["fidelity"]["bytes_ok"]]

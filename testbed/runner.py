@@ -164,10 +164,14 @@ def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, pro
             rec["failures"] = injector.log
             rec["controller_events"] = net.controller.get("/events") if net.controller else []
             rec["timeline"] = sampler.rows
-            from .qos import LEAF_HANDLE
+            from .qos import LEAF_HANDLE, ROOT
 
             rec["drops"] = {cls: sum(q[0].drops for q in net.qos.stats(handle).values() if q)
                             for cls, handle in LEAF_HANDLE.items()}
+            # bytes each ToR sent down to each host port: the balance between a NIC's two ToRs
+            down = [p for p in net.qos.ports.values() if not p.is_host and net.topo.nodes[p.peer].role == "host"]
+            rec["host_port_rx"] = {f"{p.peer}:{p.peer_port}": q[0].bytes
+                                   for p, q in zip(down, net.qos.stats(ROOT, down).values()) if q}
             rec["pfc"] = net.stop_qos()
     idle = [r["cpu_idle"] for r in rec["timeline"]]
     rec["fidelity"] = {"cpu_idle_min": min(idle, default=None), "cpu_idle_mean": round(statistics.mean(idle), 4)
