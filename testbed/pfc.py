@@ -16,6 +16,13 @@ are large: a host does not drop its own lossless traffic.
 
 Counted per port: pause events, paused time; per lossless queue: XOFF events
 and the maximum depth; for the agent itself: achieved poll period and CPU.
+
+With `pfc.frames`, each pause and resume is also put on the wire as a real
+802.1Qbb PAUSE frame (built with scapy: MAC Control opcode 0x0101, priority 3,
+pause time 0xFFFF to pause and 0 to resume), sent by the congested switch out
+of its port toward the paused neighbour, so tcpdump or Wireshark on that link
+(a host NIC in a lab) shows PFC as on a real fabric. The frames are for
+watching: the throttling above is what enforces the pause.
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ class PfcAgent:
         self._by_ifindex = {(p.netns, p.ifindex): p.key for p in qos.ports.values()}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.frames_sent = 0
+        self._frames = PauseFrames() if self.spec.frames else None
         self.polls = 0
         self.period_samples: list[float] = []
         self.cpu_s = 0.0
@@ -170,6 +179,7 @@ class PfcAgent:
             st.events += 1
             st.since = now
             self.qos.set_paused(port, True)
+            self._frame(port, pause=True)
         st.by.add(by)
 
     def _release(self, port: str, by: str, now: float) -> None:
@@ -179,6 +189,14 @@ class PfcAgent:
             st.paused_s += now - st.since
             st.since = None
             self.qos.set_paused(port, False)
+            self._frame(port, pause=False)
+
+    def _frame(self, port: str, pause: bool) -> None:
+        if self._frames is None:
+            return
+        p = self.qos.ports[port]  # the paused sender; the frame comes from the switch at the other end
+        self._frames.send(self.qos.net.intf_name(p.peer, p.peer_port), pause)
+        self.frames_sent += 1
 
     # -- reporting -------------------------------------------------------------------
     def report(self) -> dict:
@@ -193,6 +211,7 @@ class PfcAgent:
         return {
             "priority": PRIORITY,
             "polls": self.polls,
+            "pfc_frames_sent": self.frames_sent,
             "poll_period_ms": {"configured": self.spec.poll_ms,
                                "median": round(1000 * periods[len(periods) // 2], 3),
                                "p99": round(1000 * periods[int(len(periods) * 0.99)], 3)},
@@ -214,3 +233,26 @@ class PfcAgent:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
+
+
+class PauseFrames:
+    """802.1Qbb frames on a raw socket of the root namespace (where every switch port lives)."""
+
+    def __init__(self):
+        import socket
+
+        from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+        from scapy.layers.l2 import Ether
+
+        def frame(quanta: int) -> bytes:
+            return bytes(Ether(dst="01:80:c2:00:00:01", src="02:00:00:ff:ff:fe", type=0x8808)
+                         / MACControlClassBasedFlowControl(c3_enabled=1, c3_pause_time=quanta))
+
+        self._bytes = {True: frame(0xFFFF), False: frame(0)}
+        self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+
+    def send(self, ifname: str, pause: bool) -> None:
+        try:
+            self._sock.sendto(self._bytes[pause], (ifname, 0))
+        except OSError as exc:  # a port going away mid-run is not worth stopping the agent for
+            log.debug("PFC frame on %s: %s", ifname, exc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from testbed.measure import iperf, receiver_bottleneck, shaped_rate
 from testbed.network import Network
 from testbed.qos import LEAF_HANDLE
@@ -122,3 +124,26 @@ def test_qos_show_reads_the_live_run(no_leftovers, hpnlab):
         assert sum(h0[p, "default"]["sent_bytes"] for p in ("h0:0", "h0:1")) > 0
         assert sum(h0[p, "lossless"]["sent_bytes"] for p in ("h0:0", "h0:1")) == 0
     assert hpnlab("qos", "show").returncode == 2
+
+
+def test_pfc_frames_are_on_the_wire(no_leftovers, tmp_path):
+    """With frames on, a host that gets paused sees real 802.1Qbb PAUSE/resume frames for priority 3."""
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+    from scapy.utils import rdpcap
+
+    with Network(build("hpn"), qos=QosSpec(pfc={"frames": True})) as net:
+        caps = [tmp_path / f"h4-eth{i}.pcap" for i in (0, 1)]  # h4's two rail-0 ports, one per plane
+        dumps = [net.popen("h4", ["tcpdump", "-i", f"h4-eth{i}", "-U", "-w", str(c), "ether", "proto", "0x8808"])
+                 for i, c in enumerate(caps)]
+        time.sleep(1)
+        iperf(net, [(f"h{i}", "h7") for i in range(7) if i != 4], duration=3, tos=DSCP26)
+        for d in dumps:
+            d.terminate()
+            d.wait(timeout=10)
+        report = net.stop_qos()
+    frames = [p[MACControlClassBasedFlowControl] for c in caps for p in rdpcap(str(c))
+              if p.haslayer(MACControlClassBasedFlowControl)]
+    assert report["pfc_frames_sent"] > 0
+    assert frames, "h4 saw no PFC frame"
+    assert all(f.c3_enabled == 1 for f in frames)
+    assert {f.c3_pause_time for f in frames} <= {0, 0xFFFF} and 0xFFFF in {f.c3_pause_time for f in frames}
