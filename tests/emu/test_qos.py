@@ -147,3 +147,34 @@ def test_pfc_frames_are_on_the_wire(no_leftovers, tmp_path):
     assert frames, "h4 saw no PFC frame"
     assert all(f.c3_enabled == 1 for f in frames)
     assert {f.c3_pause_time for f in frames} <= {0, 0xFFFF} and 0xFFFF in {f.c3_pause_time for f in frames}
+
+
+def test_threads_entering_host_namespaces_do_not_mix_them_up(no_leftovers):
+    """The PFC agent's thread and the main thread both enter host namespaces; each must get its own."""
+    import os
+    import threading
+
+    from testbed.tcfast import QdiscDumper, in_netns
+
+    with Network(build("hpn", hosts_per_segment=2)) as net:
+        paths = [f"/proc/{net.node(h.name).pid}/ns/net" for h in net.topo.hosts]
+        root = os.stat("/proc/self/ns/net").st_ino
+        errors = []
+
+        def worker():
+            for i in range(100):
+                for path, want_many in ((None, True), (paths[i % len(paths)], False)):
+                    d = in_netns(path, QdiscDumper)
+                    n = len({q.ifindex for q in d.dump()})
+                    d.close()
+                    if (n > 10) != want_many:  # root: 2 x 40 switch ports; a host: lo + 4 NIC ports
+                        errors.append((path, n))
+                if os.stat("/proc/thread-self/ns/net").st_ino != root:
+                    errors.append("thread left in a host namespace")
+
+        threads = [threading.Thread(target=worker) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
