@@ -6,6 +6,7 @@ Shared by the emulation tests and the benchmarks, so both measure the same way.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,7 @@ def iperf(net: Network, pairs: list[tuple[str, str]], duration: float, tos: int 
     time.sleep(0.5)
     extra = ["-S", str(tos)] if tos is not None else []
     clients = [net.popen(src, ["iperf3", "-c", nic_address(net.topo.nodes[dst], nic).ip, "-p", str(base_port + i),
-                               "-t", str(duration), "-J", *extra], stdout=__import__("subprocess").PIPE)
+                               "-t", str(duration), "-J", *extra], stdout=subprocess.PIPE)
                for i, (src, dst) in enumerate(pairs)]
     if during is not None:
         time.sleep(1.0)
