@@ -118,6 +118,17 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
                 ratios.append((busiest[0], max(busiest[1]) / min(busiest[1])))
         if ratios:
             balance.append(f"| {v} | {ratios[0][0]} | " + ", ".join(f"{x:.2f}" for _, x in ratios) + " |")
+    jobs = sorted({o.get("job", "job") for r in runs for o in r["ops"]})
+    if len(jobs) > 1:
+        lines += ["", "Per job: iteration (op) time, mean ± sd:", "", "| variant | " + " | ".join(jobs) + " |",
+                  "|---|" + "---|" * len(jobs)]
+        for v in variants:
+            cells = []
+            for j in jobs:
+                ts = [o["seconds"] for r in runs if r["variant"] == v for o in r["ops"] if o.get("job") == j]
+                m, sd = _mean_sd(ts)
+                cells.append(f"{m:.2f} ± {sd:.2f} s ({len(ts)} ops)")
+            lines.append(f"| {v} | " + " | ".join(cells) + " |")
     if balance:
         lines += ["", "Load on the two ToR ports facing the busiest receiving NIC (more/less loaded):", "",
                   "| variant | NIC | imbalance per run |", "|---|---|---|", *balance]

@@ -93,20 +93,28 @@ class Sampler:
         self._stop.set()
 
 
-def _items(exp: Experiment, base: Path, topo):
+def _collective_items(c, scale: float, topo, where: str = "workload.collective"):
     from traffic.collectives import build_schedule
-    from traffic.replay import op_schedule
-    from traffic.workload import Op, load_simai, load_yaml, parse_size
+    from traffic.workload import Op, parse_size
 
     from .traffic_cli import _ranks
 
+    emu = max(1, int(parse_size(c.size, f"{where}.size") / scale))
+    sched = build_schedule(c.op, _ranks(c.ranks, topo), emu, c.algorithm)
+    return [(Op(c.op, emu, tuple(sched.ranks), sched.algorithm, label=f"{c.op}/{sched.algorithm}"), sched)] * c.iters
+
+
+def _items(exp: Experiment, base: Path, topo):
+    from traffic.replay import op_schedule
+    from traffic.workload import load_simai, load_yaml
+
     hosts, rails = [h.name for h in topo.hosts], topo.hosts[0].nics
+    if exp.jobs:
+        return [it for i, j in enumerate(exp.jobs) for it in _collective_items(j.collective, exp.qos.scale, topo,
+                                                                             f"jobs[{i}].collective")]
     wl = exp.workload
     if wl.collective is not None:
-        c = wl.collective
-        emu = max(1, int(parse_size(c.size, "workload.collective.size") / exp.qos.scale))
-        sched = build_schedule(c.op, _ranks(c.ranks, topo), emu, c.algorithm)
-        return [(Op(c.op, emu, tuple(sched.ranks), sched.algorithm, label=f"{c.op}/{sched.algorithm}"), sched)] * c.iters
+        return _collective_items(wl.collective, exp.qos.scale, topo)
     w = (load_yaml(resolve(exp, base, "yaml_file")) if wl.yaml_file else load_simai(resolve(exp, base, "simai")))
     w = w.scaled(exp.qos.scale)
     return [(o, op_schedule(o, hosts, rails, w.plan)) for o in w.ops for _ in range(o.repeat)]
@@ -128,39 +136,59 @@ def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, pro
     exit_cleanly_on_signals()
     channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
     rec: dict = {"variant": label, "repetition": rep, "ops": [], "halted": None}
+    dscp = {"lossless": exp.qos.lossless_dscp, "high": exp.qos.high_dscp, "default": 0}
+    # One job per workload, or the experiment's jobs side by side: own agents, port, source ports, class.
+    jobs = [(j.name, dscp[j.priority], _collective_items(j.collective, exp.qos.scale, topo, f"jobs[{i}].collective"))
+            for i, j in enumerate(exp.jobs)] or [("job", dscp["lossless"], items)]
     with Network(topo, routing="controller", mode=exp.routing, qos=exp.qos,
                  log_dir=str(outdir / f"{label}-rep{rep}")) as net:
-        tr = TcpTransport(net, tos=exp.qos.lossless_dscp << 2)
-        tr.start()
-        rp = Replayer(net, tr, channels=channels, precise=exp.routing == "precise", step_timeout=exp.step_timeout_s)
+        runners = []
+        for i, (name, tos_dscp, job_items) in enumerate(jobs):
+            tr = TcpTransport(net, tos=tos_dscp << 2, port=9000 + i)
+            tr.start()
+            rp = Replayer(net, tr, channels=channels, precise=exp.routing == "precise",
+                          step_timeout=exp.step_timeout_s, sport_base=20000 + 5000 * i)
+            runners.append((name, tr, rp, job_items))
         sampler, injector = Sampler(net), Injector(net, events)
         sampler.start()
         injector.start()
         t0 = time.time()
-        try:
-            for o, sched in items:
-                if sched is None:
+
+        def run_job(name, rp, job_items):
+            for o, sched in job_items:
+                if sched is None or rec["halted"]:
                     continue
                 start = time.time() - t0
                 try:
                     r = rp.run(sched)
                 except (TimeoutError, RuntimeError) as exc:  # a step that never ends: the job is halted
-                    rec["halted"] = {"at": round(time.time() - t0, 3), "op": o.label or o.op, "why": str(exc)}
+                    rec["halted"] = {"at": round(time.time() - t0, 3), "op": o.label or o.op, "why": str(exc),
+                                     "job": name}
                     log.warning("%s rep %d halted: %s", label, rep, exc)
-                    break
-                rec["ops"].append({"label": o.label or f"{r.op}/{r.algorithm}", "op": r.op, "algorithm": r.algorithm,
-                                   "ranks": r.ranks, "size": r.size, "start": round(start, 4),
-                                   "seconds": round(r.seconds, 4), "algbw_bps": r.algbw_bps,
-                                   "busbw_bps": r.busbw_bps, "ideal_busbw_bps": r.ideal_busbw_bps,
-                                   "fraction_of_ideal": r.fraction_of_ideal, "bytes_delivered": r.bytes_delivered,
-                                   "bytes_expected": r.bytes_expected, "step_seconds": r.step_seconds})
+                    return
+                rec["ops"].append({"job": name, "label": o.label or f"{r.op}/{r.algorithm}", "op": r.op,
+                                   "algorithm": r.algorithm, "ranks": r.ranks, "size": r.size,
+                                   "start": round(start, 4), "seconds": round(r.seconds, 4),
+                                   "algbw_bps": r.algbw_bps, "busbw_bps": r.busbw_bps,
+                                   "ideal_busbw_bps": r.ideal_busbw_bps, "fraction_of_ideal": r.fraction_of_ideal,
+                                   "bytes_delivered": r.bytes_delivered, "bytes_expected": r.bytes_expected,
+                                   "step_seconds": r.step_seconds})
                 if progress:
                     progress()
+
+        try:
+            threads = [threading.Thread(target=run_job, args=(name, rp, job_items), daemon=True)
+                       for name, _tr, rp, job_items in runners]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         finally:
             injector.stop()
             sampler.stop()
-            rp.close()
-            tr.stop()
+            for _name, tr, rp, _items_ in runners:
+                rp.close()
+                tr.stop()
             rec["failures"] = injector.log
             rec["controller_events"] = net.controller.get("/events") if net.controller else []
             rec["timeline"] = sampler.rows

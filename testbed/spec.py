@@ -16,6 +16,12 @@
     repetitions: 2
     seed: 1
 
+Instead of `workload`, `jobs:` runs several collectives side by side, each with
+its own connections and traffic class (`priority: lossless | high | default`):
+    jobs:
+      - {name: A, collective: {op: allreduce, size: 40GB, ranks: "h0:0,h1:0"}}
+      - {name: B, priority: default, collective: {op: allreduce, size: 40GB, ranks: "h2:0,h3:0"}}
+
 Unknown keys are errors; every error names the field path, the value and what
 is allowed. Cross-checks against the topology (link and node names) happen in
 `check_against`, still before anything touches the system.
@@ -66,6 +72,14 @@ class WorkloadSpec(_Strict):
         return self
 
 
+class JobSpec(_Strict):
+    """One of several jobs sharing the fabric at once (each its own connections and traffic class)."""
+
+    name: str
+    collective: CollectiveSpec
+    priority: Literal["lossless", "high", "default"] = "lossless"
+
+
 class FailureSpec(_Strict):
     at: float = Field(ge=0)
     action: Literal["down", "up", "flap"] = "down"
@@ -98,7 +112,8 @@ class Experiment(_Strict):
     qos: QosSpec = Field(default_factory=lambda: QosSpec(scale=20_000))
     transport: Literal["auto", "tcp", "rdma"] = "auto"
     channels: int | None = Field(None, ge=1, le=8)
-    workload: WorkloadSpec
+    workload: WorkloadSpec | None = None
+    jobs: list[JobSpec] = Field(default_factory=list, description="several jobs at once, instead of workload")
     failures: list[FailureSpec] = Field(default_factory=list)
     random_failures: RandomFailures | None = None
     repetitions: int = Field(1, ge=1, le=100)
@@ -108,6 +123,13 @@ class Experiment(_Strict):
     variants: list[dict[str, Any]] = Field(default_factory=list,
                                            description="runs that override fields, e.g. [{routing: ecmp}]")
     paper: dict[str, Any] = Field(default_factory=dict, description="the paper's figure, shown beside ours")
+
+    @model_validator(mode="after")
+    def _workload_or_jobs(self) -> "Experiment":
+        if (self.workload is None) == (not self.jobs):
+            raise InputError("give either workload or jobs", "e.g. workload: {collective: {op: allreduce}}",
+                             field="workload", value=None)
+        return self
 
     def expand(self) -> list[tuple[str, "Experiment"]]:
         """(label, experiment) per variant; the experiment itself when there are none."""
@@ -162,7 +184,7 @@ def load(path: str | Path) -> Experiment:
         raise _first_error(exc) from None
     base = p.parent
     wl = exp.workload
-    for attr in ("yaml_file", "simai"):
+    for attr in ("yaml_file", "simai") if wl is not None else ():
         f = getattr(wl, attr)
         if f is not None and not (base / f).is_file() and not Path(f).is_file():
             raise InputError("workload file not found", "give a path relative to the experiment file",

@@ -19,7 +19,7 @@ from topos.addressing import nic_address
 
 from .collectives import Schedule
 from .metrics import OpResult
-from .transports.tcp import AGENT_PORT, FlowRecord, TcpTransport
+from .transports.tcp import FlowRecord, TcpTransport
 
 SPORT_BASE, SPORT_SPAN = 20000, 30000
 
@@ -31,6 +31,8 @@ class Replayer:
     channels: int = 2
     precise: bool = False
     step_timeout: float = 300.0
+
+    sport_base: int = SPORT_BASE
 
     def __post_init__(self):
         self._sports: dict[tuple, int] = {}  # (src rank, dst rank, channel) -> source port
@@ -45,13 +47,13 @@ class Replayer:
                 for c in range(self.channels):
                     key = (f.src, f.dst, c)
                     if key not in self._sports:
-                        self._sports[key] = SPORT_BASE + len(self._sports) % SPORT_SPAN
+                        self._sports[key] = self.sport_base + len(self._sports) % SPORT_SPAN
                         new.append(key)
         if self.precise and new:
             topo = self.net.topo
             views = self.net.controller.declare([
                 {"src": src[0], "dst": nic_address(topo.nodes[dst[0]], dst[1]).ip, "proto": "tcp",
-                 "sport": self._sports[src, dst, c], "dport": AGENT_PORT} for src, dst, c in new])
+                 "sport": self._sports[src, dst, c], "dport": self.transport.port} for src, dst, c in new])
             for v in views:
                 self.net.steer(v)
             self._declared += views

@@ -49,6 +49,14 @@ def test_workload_needs_exactly_one_source(tmp_path):
         load(write(tmp_path, "name: t\nworkload: {}\n"))
     assert exc.value.field == "workload"
     with pytest.raises(InputError) as exc:
+        load(write(tmp_path, "name: t\n"))  # neither workload nor jobs
+    assert exc.value.field == "workload"
+    with pytest.raises(InputError) as exc:
+        load(write(tmp_path, BASE + "jobs: [{name: A, collective: {op: allreduce}}]\n"))  # both
+    assert exc.value.field == "workload"
+    jobs = load(write(tmp_path, "name: t\njobs: [{name: A, collective: {op: allreduce}, priority: default}]\n"))
+    assert jobs.jobs[0].priority == "default" and jobs.workload is None
+    with pytest.raises(InputError) as exc:
         load(write(tmp_path, "name: t\nworkload: {simai: nowhere.txt}\n"))
     assert exc.value.field == "workload.simai"
 

@@ -31,6 +31,7 @@ class FlowRecord:
 class TcpTransport:
     net: object  # testbed.network.Network (duck-typed: .python(), .topo)
     tos: int = 0
+    port: int = AGENT_PORT  # each job its own agents and port, so jobs run side by side
     agents: dict = field(default_factory=dict)
     records: dict[str, FlowRecord] = field(default_factory=dict)
 
@@ -42,7 +43,7 @@ class TcpTransport:
         import subprocess
 
         for h in self.net.topo.hosts:
-            p = self.net.python(h.name, "traffic.agent", "--port", str(AGENT_PORT), "--tos", str(self.tos),
+            p = self.net.python(h.name, "traffic.agent", "--port", str(self.port), "--tos", str(self.tos),
                                 stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, bufsize=1)
             self.agents[h.name] = p
@@ -78,7 +79,7 @@ class TcpTransport:
         rec = FlowRecord(fid, src, dst_ip, nbytes, sport)
         with self._lock:
             self.records[fid] = rec
-        cmd = {"cmd": "send", "id": fid, "dst": dst_ip, "port": AGENT_PORT, "bytes": nbytes, "sport": sport,
+        cmd = {"cmd": "send", "id": fid, "dst": dst_ip, "port": self.port, "bytes": nbytes, "sport": sport,
                "tos": self.tos}
         p = self.agents[src]
         p.stdin.write(json.dumps(cmd) + "\n")
