@@ -210,13 +210,15 @@ def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, pro
 
 def quick(exp: Experiment) -> Experiment:
     """The reduced size CI runs: one repetition, collectives a quarter of the size and 2 iterations at most."""
-    upd: dict = {"repetitions": 1}
-    c = exp.workload.collective
-    if c is not None:
-        from traffic.workload import parse_size
+    from traffic.workload import parse_size
 
-        small = c.model_copy(update={"size": max(1, parse_size(c.size) // 4), "iters": min(c.iters, 2)})
-        upd["workload"] = exp.workload.model_copy(update={"collective": small})
+    def small(c):
+        return c.model_copy(update={"size": max(1, parse_size(c.size) // 4), "iters": min(c.iters, 2)})
+
+    upd: dict = {"repetitions": 1, "jobs": [j.model_copy(update={"collective": small(j.collective)})
+                                            for j in exp.jobs]}
+    if exp.workload is not None and exp.workload.collective is not None:
+        upd["workload"] = exp.workload.model_copy(update={"collective": small(exp.workload.collective)})
     return exp.model_copy(update=upd)
 
 
@@ -224,10 +226,8 @@ def run(path: str | Path, reduced: bool = False) -> Path:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     exp = load(path)
-    if reduced:
-        exp = quick(exp)
     base = Path(path).parent
-    variants = exp.expand()
+    variants = [(label, quick(v) if reduced else v) for label, v in exp.expand()]  # variants may bring jobs
     for _label, v in variants:  # every variant's names checked before anything starts
         check_against(v, build(v.topology.name, preset=v.topology.preset, **v.topology.params))
     probe().require_root("running an experiment")
@@ -239,13 +239,13 @@ def run(path: str | Path, reduced: bool = False) -> Path:
                                                         indent=1))
     runs = []
     total = sum(len(_items(v, base, build(v.topology.name, preset=v.topology.preset, **v.topology.params)))
-                for _l, v in variants) * exp.repetitions
+                * v.repetitions for _l, v in variants)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ops"),
                   TimeElapsedColumn()) as prog:
         task = prog.add_task(exp.name, total=total)
         for label, v in variants:
-            for rep in range(exp.repetitions):
-                prog.update(task, description=f"{exp.name}: {label} rep {rep + 1}/{exp.repetitions}")
+            for rep in range(v.repetitions):
+                prog.update(task, description=f"{exp.name}: {label} rep {rep + 1}/{v.repetitions}")
                 v_rep = v.model_copy(update={"seed": v.seed + rep})
                 runs.append(run_one(label, v_rep, base, outdir, rep, progress=lambda: prog.advance(task)))
     (outdir / "results.json").write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs},

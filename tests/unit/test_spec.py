@@ -107,3 +107,14 @@ def test_same_spec_same_schedules_and_quick_is_smaller():
     qa = _items(q, EXPERIMENTS, topo)
     full = sum(f.bytes for st in a[0][1] for f in st)
     assert qa[0][1].total_bytes * 4 == pytest.approx(full, rel=1e-6)
+
+
+def test_quick_shrinks_jobs_in_variants_too():
+    from testbed.runner import quick
+
+    exp = load(EXPERIMENTS / "multi_job_contention.yaml")
+    for _label, v in exp.expand():
+        q = quick(v)
+        assert q.workload is None and q.repetitions == 1
+        assert [j.collective.iters for j in q.jobs] == [2, 2]
+        assert all(j.collective.size == 10_000_000_000 for j in q.jobs)  # 40GB / 4
