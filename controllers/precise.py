@@ -55,17 +55,13 @@ class Assignment:
 
 
 def candidate_paths(fab: Fabric, tables: Tables, src: str, dst_ip: str) -> list[Path]:
-    dst = next(a for a in fab.addresses if a.ip == dst_ip)
-    port_to: dict[tuple[str, int], str] = {}
-    for sw, nbrs in fab.adj.items():
-        for nb, port, _ in nbrs:
-            port_to[sw, port] = nb
+    dst = fab.by_ip[dst_ip]
     out: list[Path] = []
 
     def walk(sw: str, hops: tuple[Hop, ...], host_port: int) -> None:
         for p in tables.switch[sw].get(dst_ip, ()):
-            nxt = port_to.get((sw, p))
-            if nxt is None:  # the port toward the destination host itself
+            nxt = fab.peer[sw, p]
+            if nxt not in fab.adj:  # the port toward the destination host itself
                 out.append(Path(host_port, hops + ((sw, p),)))
             elif nxt not in (s for s, _ in hops):
                 walk(nxt, hops + ((sw, p),), host_port)

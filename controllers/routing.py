@@ -49,6 +49,11 @@ class Fabric:
                 self.adj[l.b].append((l.a, l.b_port, l))
         self.addresses: list[NicAddress] = all_addresses(topo)
         self.by_link_name = {l.name: l for l in topo.links}
+        self.by_ip = {a.ip: a for a in self.addresses}
+        # (switch, port) -> the node at the other end, switch or host: what every path walk follows
+        self.peer: dict[tuple[str, int], str] = {(sw, port): nb for sw, nbrs in self.adj.items()
+                                                 for nb, port, _ in nbrs}
+        self.peer.update({(l.b, l.b_port): l.a for links in self.attach.values() for l in links})
 
     def distances(self, sources: Iterable[str], down: frozenset[str]) -> dict[str, int]:
         dist = {s: 0 for s in sources}
@@ -101,14 +106,7 @@ def trace(fab: Fabric, tables: Tables, src: str, dst_ip: str) -> set[tuple[str, 
 
     Used by tests and by `paths A B`; raises if a branch loops or dead-ends.
     """
-    dst = next(a for a in fab.addresses if a.ip == dst_ip)
-    port_to = {}
-    for sw, nbrs in fab.adj.items():
-        for nb, port, _ in nbrs:
-            port_to[sw, port] = nb
-    for links in fab.attach.values():
-        for l in links:
-            port_to[l.b, l.b_port] = l.a
+    dst = fab.by_ip[dst_ip]
     paths: set[tuple[str, ...]] = set()
     first_hops = [l for l in fab.attach[src, dst.nic] if l.a_port in tables.host[src, dst.nic].get(dst_ip, ())]
     if not first_hops:
@@ -121,7 +119,7 @@ def trace(fab: Fabric, tables: Tables, src: str, dst_ip: str) -> set[tuple[str, 
         if not ports:
             raise LookupError(f"black hole at {sw} toward {dst_ip} (path {path})")
         for p in ports:
-            nxt = port_to[sw, p]
+            nxt = fab.peer[sw, p]
             if nxt == dst.host:
                 paths.add(path + (sw,))
             elif nxt in fab.adj:

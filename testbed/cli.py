@@ -246,13 +246,11 @@ def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_m
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
     """Check an experiment file (and its names against the topology) without running it."""
-    from topos import build as build_topo
-
     from .spec import check_against, load
 
     exp = load(file)
     for label, v in exp.expand():
-        check_against(v, build_topo(v.topology.name, preset=v.topology.preset, **v.topology.params))
+        check_against(v, v.topology.build())
         console.print(f"{label}: {v.topology.name}, routing {v.routing}, {len(v.failures)} scheduled failure(s)")
     console.print(f"[green]{file}: valid[/]")
 

@@ -23,7 +23,6 @@ import threading
 import time
 from pathlib import Path
 
-from topos import build
 
 from .capabilities import probe
 from .failures import Injector, expand
@@ -127,7 +126,7 @@ def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, pro
 
     from .owner import exit_cleanly_on_signals
 
-    topo = build(exp.topology.name, preset=exp.topology.preset, **exp.topology.params)
+    topo = exp.topology.build()
     check_against(exp, topo)
     if choose(exp.transport, probe().rxe_in_netns) != "tcp":
         raise RuntimeError("rdma transport not available in replay yet")
@@ -228,8 +227,9 @@ def run(path: str | Path, reduced: bool = False) -> Path:
     exp = load(path)
     base = Path(path).parent
     variants = [(label, quick(v) if reduced else v) for label, v in exp.expand()]  # variants may bring jobs
-    for _label, v in variants:  # every variant's names checked before anything starts
-        check_against(v, build(v.topology.name, preset=v.topology.preset, **v.topology.params))
+    built = {label: v.topology.build() for label, v in variants}
+    for label, v in variants:  # every variant's names checked before anything starts
+        check_against(v, built[label])
     probe().require_root("running an experiment")
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:7]
     outdir = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}-{exp.name}{'-quick' if reduced else ''}-{digest}"
@@ -238,8 +238,7 @@ def run(path: str | Path, reduced: bool = False) -> Path:
     (outdir / "environment.json").write_text(json.dumps({"capabilities": probe().to_dict(), "versions": versions()},
                                                         indent=1))
     runs = []
-    total = sum(len(_items(v, base, build(v.topology.name, preset=v.topology.preset, **v.topology.params)))
-                * v.repetitions for _l, v in variants)
+    total = sum(len(_items(v, base, built[label])) * v.repetitions for label, v in variants)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ops"),
                   TimeElapsedColumn()) as prog:
         task = prog.add_task(exp.name, total=total)

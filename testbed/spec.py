@@ -49,6 +49,11 @@ class TopologySpec(_Strict):
     preset: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
 
+    def build(self):
+        from topos import build
+
+        return build(self.name, preset=self.preset, **self.params)
+
 
 class CollectiveSpec(_Strict):
     op: str = "allreduce"
