@@ -5,7 +5,7 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap test test-unit test-emu demo clean bench
+.PHONY: bootstrap test test-unit test-emu vm-image vm-test demo clean bench
 
 bootstrap:
 	$(SUDO) bash scripts/bootstrap.sh
@@ -18,6 +18,15 @@ test-unit: bootstrap
 
 test-emu: bootstrap
 	$(SUDO) $(VENV)/bin/pytest -q tests/emu $(PYTEST_ARGS)
+
+# The full-kernel VM (soft-RoCE, kernel OVS, netem, RED): the image is built with
+# debootstrap and provisioned by the scripts the Vagrantfile uses, cached by a hash
+# of its inputs; vm-test boots it with qemu and runs tests/vm inside.
+vm-image:
+	$(SUDO) bash scripts/vm/build-image.sh
+
+vm-test:
+	$(SUDO) bash scripts/vm/run-tests.sh $(VM_PYTEST_ARGS)
 
 # Build the default HPN, show its table, ping every host NIC from every host,
 # fail one host port and ping again; then the default experiment.

@@ -43,34 +43,44 @@ fi
 # emulated switch buffers fill as configured.
 want_wmem=67108864
 printf 'net.core.wmem_default = %s\nnet.core.wmem_max = %s\n' "$want_wmem" "$want_wmem" >/etc/sysctl.d/60-hpnlab.conf
-sysctl -q -w net.core.wmem_max=$want_wmem net.core.wmem_default=$want_wmem
-ovs_sndbuf() {  # the send buffer of ovs-vswitchd's packet socket, or nothing if it has none yet
-  ss -0 -m -p 2>/dev/null | grep ovs-vswitchd | sed -n 's/.*tb\([0-9]*\).*/\1/p' | head -1
+start_services() {
+  sysctl -q -w net.core.wmem_max=$want_wmem net.core.wmem_default=$want_wmem
+  ovs_sndbuf() {  # the send buffer of ovs-vswitchd's packet socket, or nothing if it has none yet
+    ss -0 -m -p 2>/dev/null | grep ovs-vswitchd | sed -n 's/.*tb\([0-9]*\).*/\1/p' | head -1 || true
+  }
+
+  # Open vSwitch: ovs-ctl starts ovsdb-server and ovs-vswitchd without systemd.
+  # Without the kernel module ovs-vswitchd still runs; bridges use datapath_type=netdev.
+  if ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
+    tb=$(ovs_sndbuf | head -1)
+    if [ -n "$tb" ] && [ "$tb" -lt "$want_wmem" ]; then
+      if [ -z "$(ovs-vsctl list-br)" ]; then
+        log "restarting Open vSwitch so its packet socket gets the larger send buffer ($tb -> $want_wmem)"
+        /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random restart >/dev/null 2>&1
+      else
+        log "WARNING: ovs-vswitchd's packet socket has a $tb-byte send buffer and bridges exist;" \
+            "restart Open vSwitch when they are gone (queued packets beyond it are dropped)"
+      fi
+    fi
+    log "Open vSwitch running"
+  else
+    log "starting Open vSwitch"
+    /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random start >/dev/null 2>&1 \
+      || /usr/share/openvswitch/scripts/ovs-ctl --system-id=random start --no-ovs-vswitchd >/dev/null 2>&1 || true
+    if ! pgrep -x ovs-vswitchd >/dev/null; then
+      # ovs-ctl refuses vswitchd when it cannot load the kernel module; start it ourselves.
+      ovs-vswitchd --pidfile --detach --log-file >/dev/null 2>&1 || true
+    fi
+    ovs-vsctl --timeout=10 show >/dev/null || { echo "bootstrap: Open vSwitch did not start; see /var/log/openvswitch/" >&2; exit 1; }
+  fi
 }
 
-# Open vSwitch: ovs-ctl starts ovsdb-server and ovs-vswitchd without systemd.
-# Without the kernel module ovs-vswitchd still runs; bridges use datapath_type=netdev.
-if ovs-vsctl --timeout=3 show >/dev/null 2>&1; then
-  tb=$(ovs_sndbuf | head -1)
-  if [ -n "$tb" ] && [ "$tb" -lt "$want_wmem" ]; then
-    if [ -z "$(ovs-vsctl list-br)" ]; then
-      log "restarting Open vSwitch so its packet socket gets the larger send buffer ($tb -> $want_wmem)"
-      /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random restart >/dev/null 2>&1
-    else
-      log "WARNING: ovs-vswitchd's packet socket has a $tb-byte send buffer and bridges exist;" \
-          "restart Open vSwitch when they are gone (queued packets beyond it are dropped)"
-    fi
-  fi
-  log "Open vSwitch running"
+# Building a VM image (scripts/vm/build-image.sh) runs this in a chroot: the
+# packages and the venv go into the image; the services start when it boots.
+if [ -n "${HPNLAB_NO_SERVICES:-}" ]; then
+  log "image build: sysctl and Open vSwitch are left for boot time"
 else
-  log "starting Open vSwitch"
-  /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random start >/dev/null 2>&1 \
-    || /usr/share/openvswitch/scripts/ovs-ctl --system-id=random start --no-ovs-vswitchd >/dev/null 2>&1 || true
-  if ! pgrep -x ovs-vswitchd >/dev/null; then
-    # ovs-ctl refuses vswitchd when it cannot load the kernel module; start it ourselves.
-    ovs-vswitchd --pidfile --detach --log-file >/dev/null 2>&1 || true
-  fi
-  ovs-vsctl --timeout=10 show >/dev/null || { echo "bootstrap: Open vSwitch did not start; see /var/log/openvswitch/" >&2; exit 1; }
+  start_services
 fi
 
 # The venv sees the system site-packages because Debian's Mininet lives there.

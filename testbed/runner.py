@@ -121,15 +121,13 @@ def _items(exp: Experiment, base: Path, topo):
 
 def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, progress=None) -> dict:
     from traffic.replay import Replayer
-    from traffic.transports import choose
-    from traffic.transports.tcp import TcpTransport
+    from traffic.transports import choose, make
 
     from .owner import exit_cleanly_on_signals
 
     topo = exp.topology.build()
     check_against(exp, topo)
-    if choose(exp.transport, probe().rxe_in_netns) != "tcp":
-        raise RuntimeError("rdma transport not available in replay yet")
+    kind = choose(exp.transport, probe().rxe_in_netns)
     items = _items(exp, base, topo)
     events = expand(exp, topo)
     exit_cleanly_on_signals()
@@ -143,10 +141,10 @@ def run_one(label: str, exp: Experiment, base: Path, outdir: Path, rep: int, pro
                  log_dir=str(outdir / f"{label}-rep{rep}")) as net:
         runners = []
         for i, (name, tos_dscp, job_items) in enumerate(jobs):
-            tr = TcpTransport(net, tos=tos_dscp << 2, port=9000 + i)
+            tr = make(kind, net, tos=tos_dscp << 2, index=i)
             tr.start()
             rp = Replayer(net, tr, channels=channels, precise=exp.routing == "precise",
-                          step_timeout=exp.step_timeout_s, sport_base=20000 + 5000 * i)
+                          step_timeout=exp.step_timeout_s, sport_offset=5000 * i)
             runners.append((name, tr, rp, job_items))
         sampler, injector = Sampler(net), Injector(net, events)
         sampler.start()

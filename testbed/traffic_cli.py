@@ -64,8 +64,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
     from topos import build
     from traffic.collectives import build_schedule
     from traffic.replay import Replayer, op_schedule
-    from traffic.transports import choose
-    from traffic.transports.tcp import TcpTransport
+    from traffic.transports import choose, make
     from traffic.workload import Op, load_simai, load_yaml, parse_size
 
     if iters < 1:
@@ -84,15 +83,12 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
         items = [(Op(op, emu, tuple(sched.ranks), sched.algorithm), sched)] * iters
         title = f"{op} {sched.algorithm}, {len(sched.ranks)} ranks, {size} (emulated {emu:,} bytes)"
     kind = choose(transport, probe().rxe_in_netns)
-    if kind != "tcp":
-        raise InputError("the rdma transport is not wired into replay yet", "use --transport tcp", field="transport",
-                         value=kind)
     channels = channels or (2 if topo.params.get("dual_tor") else 1)
     exit_cleanly_on_signals()
     results = []
     skipped = 0
     with Network(topo, routing="controller", mode=routing, qos=QosSpec(scale=scale, pfc={"enabled": pfc})) as net:
-        tr = TcpTransport(net, tos=26 << 2)
+        tr = make(kind, net, tos=26 << 2)
         tr.start()
         rp = Replayer(net, tr, channels=channels, precise=routing == "precise")
         try:
@@ -108,7 +104,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
         finally:
             rp.close()
             tr.stop()
-    t = Table(title=f"{title} — {routing} on {topo_name}, {channels} channel(s), TCP")
+    t = Table(title=f"{title} — {routing} on {topo_name}, {channels} channel(s), {kind.upper()}")
     for c in ("op", "size (B)", "time (ms)", "algbw (Mbit/s)", "busbw (Mbit/s)", "busbw real (Gbit/s)",
               "of ideal", "bytes ok"):
         t.add_column(c, justify="right")

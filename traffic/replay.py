@@ -21,18 +21,16 @@ from .collectives import Schedule
 from .metrics import OpResult
 from .transports.tcp import FlowRecord, TcpTransport
 
-SPORT_BASE, SPORT_SPAN = 20000, 30000
-
 
 @dataclass
 class Replayer:
     net: object  # testbed.network.Network
-    transport: TcpTransport
+    transport: TcpTransport  # or RdmaTransport: same interface
     channels: int = 2
     precise: bool = False
     step_timeout: float = 300.0
 
-    sport_base: int = SPORT_BASE
+    sport_offset: int = 0  # jobs side by side take disjoint source ports
 
     def __post_init__(self):
         self._sports: dict[tuple, int] = {}  # (src rank, dst rank, channel) -> source port
@@ -47,15 +45,17 @@ class Replayer:
                 for c in range(self.channels):
                     key = (f.src, f.dst, c)
                     if key not in self._sports:
-                        self._sports[key] = self.sport_base + len(self._sports) % SPORT_SPAN
+                        tr = self.transport
+                        self._sports[key] = tr.sport_base + (self.sport_offset + len(self._sports)) % tr.sport_span
                         new.append(key)
         if self.precise and new:
             topo = self.net.topo
             views = self.net.controller.declare([
-                {"src": src[0], "dst": nic_address(topo.nodes[dst[0]], dst[1]).ip, "proto": "tcp",
+                {"src": src[0], "dst": nic_address(topo.nodes[dst[0]], dst[1]).ip, "proto": self.transport.proto,
                  "sport": self._sports[src, dst, c], "dport": self.transport.port} for src, dst, c in new])
             for v in views:
                 self.net.steer(v)
+                self.transport.pin(v)
             self._declared += views
 
     def close(self) -> None:
@@ -98,10 +98,10 @@ class Replayer:
                     nbytes = base + (1 if c < extra else 0)
                     if nbytes:
                         subflows.append((f"{self._op}.{k}.{i}.{c}", f.src[0], dst_ip, nbytes,
-                                         self._sports[f.src, f.dst, c]))
+                                         self._sports[f.src, f.dst, c], f.src[1], c))
             t0 = time.monotonic()
-            for fid, src, dst_ip, nbytes, sport in subflows:
-                self.transport.send(fid, src, dst_ip, nbytes, sport)
+            for fid, src, dst_ip, nbytes, sport, nic, c in subflows:
+                self.transport.send(fid, src, dst_ip, nbytes, sport, nic=nic, channel=c)
             recs = self.transport.wait([s[0] for s in subflows], self.step_timeout)
             step_times.append(time.monotonic() - t0)
             errors = [r for r in recs if r.error]

@@ -21,3 +21,14 @@ def choose(name: str, rxe_in_netns: bool | None) -> str:
                          "kernel lacks", "run it in a full-kernel VM (Debian trixie with its backports kernel), or use transport tcp",
                          field="transport", value=name)
     return name
+
+
+def make(kind: str, net, tos: int = 0, index: int = 0):
+    """The transport for a chosen kind; `index` keeps jobs side by side apart (ports, source ports)."""
+    if kind == "rdma":
+        from .rdma import CTRL_PORT_BASE, RdmaTransport
+
+        return RdmaTransport(net, tos=tos, ctrl_base=CTRL_PORT_BASE + 1000 * index)
+    from .tcp import AGENT_PORT, TcpTransport
+
+    return TcpTransport(net, tos=tos, port=AGENT_PORT + index)

@@ -32,6 +32,9 @@ class TcpTransport:
     net: object  # testbed.network.Network (duck-typed: .python(), .topo)
     tos: int = 0
     port: int = AGENT_PORT  # each job its own agents and port, so jobs run side by side
+    proto: str = "tcp"
+    sport_base: int = 20000
+    sport_span: int = 30000
     agents: dict = field(default_factory=dict)
     records: dict[str, FlowRecord] = field(default_factory=dict)
 
@@ -75,7 +78,12 @@ class TcpTransport:
             else:
                 self._events.put((host, ev))
 
-    def send(self, fid: str, src: str, dst_ip: str, nbytes: int, sport: int = 0) -> FlowRecord:
+    def pin(self, view: dict) -> None:
+        """Nothing to do: TCP follows the host's policy routing, which Network.steer set for the view."""
+
+    def send(self, fid: str, src: str, dst_ip: str, nbytes: int, sport: int = 0, nic: int = 0,
+             channel: int = 0) -> FlowRecord:
+        """One flow; the source NIC and channel are the host's routing's business (see pin)."""
         rec = FlowRecord(fid, src, dst_ip, nbytes, sport)
         with self._lock:
             self.records[fid] = rec

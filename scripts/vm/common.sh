@@ -1,0 +1,28 @@
+# Sourced by the VM scripts (host and guest side).
+
+# The Debian mirror this machine's apt already uses,
+# so the image and the VM fetch from wherever the user's apt is pointed
+# (HPNLAB_VM_MIRROR overrides it).
+debian_mirror() {
+  if [ -n "${HPNLAB_VM_MIRROR:-}" ]; then echo "$HPNLAB_VM_MIRROR"; return; fi
+  local m
+  m=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | grep -v -- '-security' | head -1)
+  [ -n "$m" ] || m=$(grep -hs '^deb ' /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+                     | awk '{print $2}' | grep -v -- '-security' | grep -v '^\[' | head -1)
+  if [ -z "$m" ]; then
+    echo "vm: no Debian mirror found in /etc/apt; fix: export HPNLAB_VM_MIRROR=<your Debian mirror URL>" >&2
+    return 1
+  fi
+  echo "$m"
+}
+
+# The project's files (tracked and new, not ignored: no .venv, no results) from
+# $1 into $2. The image gets them at build time, the test VM again at boot.
+copy_tree() {
+  mkdir -p "$2"
+  if [ -d "$1/.git" ] && command -v git >/dev/null; then
+    (cd "$1" && git -c safe.directory='*' ls-files -z -co --exclude-standard | tar --null -T - -cf -) | tar -xf - -C "$2"
+  else
+    (cd "$1" && tar --exclude=./.venv --exclude=./.git --exclude=./results -cf - .) | tar -xf - -C "$2"
+  fi
+}

@@ -1,0 +1,25 @@
+#!/bin/bash
+# Inside the test VM (started by guest-init, full kernel, no network): the
+# project from the host's src share, its tests/vm, results into the out share.
+set -u
+t0=$(date +%s)
+out=/mnt/out
+echo "[vm] kernel $(uname -r), $(nproc) CPU(s), $(awk '/MemTotal/{print int($2/1024)}' /proc/meminfo) MiB"
+ip link set lo up
+sysctl -q --system >/dev/null 2>&1
+missing=()
+while read -r m; do modprobe "$m" 2>/dev/null || missing+=("$m"); done </etc/modules-load.d/hpnlab.conf
+[ "${#missing[@]}" -eq 0 ] || echo "[vm] modules that did not load: ${missing[*]}"
+. /mnt/src/scripts/vm/common.sh
+copy_tree /mnt/src /opt/hpnlab  # the code under test over the snapshot the image was built with
+cd /opt/hpnlab
+/usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random start >/dev/null 2>&1 \
+  || { echo "[vm] Open vSwitch did not start"; exit 4; }
+echo "[vm] ready after $(( $(date +%s) - t0 )) s"
+args=$(cat "$out/pytest-args" 2>/dev/null || echo tests/vm)
+# shellcheck disable=SC2086
+.venv/bin/python -m pytest -v -s -p no:cacheprovider --junitxml="$out/junit.xml" $args
+rc=$?
+.venv/bin/hpnlab doctor >"$out/doctor.txt" 2>&1
+echo "[vm] tests finished in $(( $(date +%s) - t0 )) s (rc=$rc)"
+exit $rc

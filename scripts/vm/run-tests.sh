@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# `make vm-test`: build (or reuse) the VM image, boot it with qemu, run tests/vm
+# inside with the full kernel, bring the results out and power off.
+#   KVM where it really boots (a laptop with vmx/svm), TCG emulation otherwise.
+#   HPNLAB_VM_ACCEL=kvm|tcg, HPNLAB_VM_CPUS (2), HPNLAB_VM_MEM (3072 MiB),
+#   HPNLAB_VM_TIMEOUT (2400 s); arguments are passed to pytest (default tests/vm).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+log() { printf '[vm-test] %s\n' "$*"; }
+t0=$(date +%s)
+img=$(bash "$here/scripts/vm/build-image.sh" | tail -1)
+t_img=$(( $(date +%s) - t0 ))
+
+accel=${HPNLAB_VM_ACCEL:-auto}
+if [ "$accel" = auto ]; then
+  accel=tcg
+  if [ -w /dev/kvm ] && grep -qE '\b(vmx|svm)\b' /proc/cpuinfo; then accel=kvm; fi
+fi
+case "$accel" in
+  kvm) cpu=(-accel kvm -cpu host) ;;
+  tcg) cpu=(-accel tcg -cpu max) ;;
+  *) echo "vm-test: HPNLAB_VM_ACCEL='$accel' is not kvm, tcg or auto; fix: unset it" >&2; exit 2 ;;
+esac
+
+out="$here/results/vm-$(date -u +%Y%m%d-%H%M%S)"
+mkdir -p "$out"
+[ "$#" -gt 0 ] && printf '%s ' "$@" >"$out/pytest-args"
+overlay="$out/overlay.qcow2"  # the cached image stays pristine; the run writes here
+qemu-img create -q -f qcow2 -b "$img/disk.img" -F raw "$overlay"
+qemu_pid=
+cleanup() {
+  [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null && wait "$qemu_pid" 2>/dev/null
+  rm -f "$overlay"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "booting kernel $(sed -n 's/.*"kernel": "\([^"]*\)".*/\1/p' "$img/manifest.json") with $accel (image ready in ${t_img} s)"
+t1=$(date +%s)
+qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp "${HPNLAB_VM_CPUS:-2}" -m "${HPNLAB_VM_MEM:-3072}" \
+  -display none -monitor none -serial "file:$out/console.log" -no-reboot -nic none \
+  -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
+  -append "root=/dev/vda rw console=ttyS0 init=/sbin/hpnlab-vm-init panic=-1 quiet loglevel=3" \
+  -drive "file=$overlay,if=virtio,format=qcow2" \
+  -virtfs "local,path=$here,mount_tag=src,security_model=none,readonly=on" \
+  -virtfs "local,path=$out,mount_tag=out,security_model=none" &
+qemu_pid=$!
+touch "$out/console.log"
+tail -n +1 -f --pid="$qemu_pid" "$out/console.log" &
+if ! timeout "${HPNLAB_VM_TIMEOUT:-2400}" tail --pid="$qemu_pid" -f /dev/null; then
+  log "timed out after ${HPNLAB_VM_TIMEOUT:-2400} s"
+  kill "$qemu_pid" 2>/dev/null || true
+fi
+wait "$qemu_pid" || true
+qemu_pid=
+t2=$(date +%s)
+rc=$(cat "$out/rc" 2>/dev/null || echo 5)
+log "image $t_img s, boot + tests $(( t2 - t1 )) s, total $(( t2 - t0 )) s; results in $out (rc=$rc)"
+printf '{"accel": "%s", "image_s": %d, "vm_s": %d, "total_s": %d, "rc": %s}\n' \
+  "$accel" "$t_img" "$(( t2 - t1 ))" "$(( t2 - t0 ))" "$rc" >"$out/times.json"
+exit "$rc"

@@ -1,0 +1,94 @@
+"""RDMA over the emulated fabric, checked with numbers: RDMA WRITE between Mininet hosts over rxe through
+the aggregation layer, the rdma transport under a collective, on the OVS kernel datapath.
+
+Sizes are small: under TCG emulation soft-RoCE moves tens of Mbit/s; these are function checks.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import pytest
+
+from testbed.network import Network
+from topos import build
+from topos.addressing import nic_address
+from traffic.collectives import build_schedule
+from traffic.replay import Replayer
+from traffic.transports.rdma import ROCE_PORT, RdmaTransport, udp_sport
+
+# Two segments of two hosts, one rail: a host's flows to the other segment cross ToR -> aggregation -> ToR.
+SMALL_HPN = dict(pods=1, segments_per_pod=2, hosts_per_segment=2, rails=1, aggs_per_plane=1, tor_uplinks=1)
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    net = Network(build("hpn", **SMALL_HPN), routing="controller", mode="precise")
+    net.__enter__()
+    tr = RdmaTransport(net)
+    try:
+        tr.start()
+        yield net, tr
+    finally:
+        tr.stop()
+        net.stop()
+
+
+def _capture(net: Network, ifname: str, count: int) -> subprocess.Popen:
+    """tcpdump on a switch-side interface (root namespace): the RoCEv2 packets as they cross the fabric."""
+    return subprocess.Popen(["tcpdump", "-l", "-n", "-i", ifname, "-c", str(count), f"udp dst port {ROCE_PORT}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def test_ovs_uses_the_kernel_datapath(fabric):
+    net, _ = fabric
+    assert net.caps.datapath == "kernel"
+    for s in net.topo.switches:
+        dp = subprocess.run(["ovs-vsctl", "get", "bridge", s.short, "datapath_type"], capture_output=True,
+                            text=True).stdout.strip().strip('"')
+        assert dp in ("", "system"), f"{s.short}: {dp}"
+    flows = subprocess.run(["ovs-dpctl", "show"], capture_output=True, text=True).stdout
+    assert flows.count("port ") >= len(net.topo.links) * 2 - len(net.topo.hosts) * 2  # switch ports in the kernel
+    assert net.pingall().loss == 0
+
+
+def test_rdma_write_between_two_hosts_through_the_fabric(fabric):
+    net, tr = fabric
+    a, b = net.topo.hosts[0], net.topo.hosts[-1]  # different segments: through the aggregation layer
+    nbytes = 4 << 20
+    sport = 0xC000 + 123
+    link = next(l for l in net.topo.links_of(a.name) if l.kind == "host-tor" and l.nic_port == 0)
+    cap = _capture(net, net.intf_name(link.b, link.b_port), 5)
+    time.sleep(0.5)
+    rec = tr.send("w1", a.name, nic_address(b, 0).ip, nbytes, sport=sport)
+    [rec] = tr.wait(["w1"], timeout=600)
+    assert rec.error is None, rec.error
+    seconds = rec.sent["end"] - rec.sent["start"]
+    print(f"\nRDMA WRITE {a.name} -> {b.name} over rxe: {rec.sent['bytes']:,} bytes in {seconds:.2f} s, "
+          f"perftest average {rec.sent['gbps'] * 1000:.1f} Mbit/s, devices {rec.sent['device']} -> {rec.recv['device']}")
+    assert rec.sent["bytes"] == rec.recv["bytes"] == nbytes
+    assert rec.sent["gbps"] > 0
+    out, _ = cap.communicate(timeout=60)
+    sports = {int(m) for m in re.findall(r"\.(\d+) > [\d.]+\.4791", out)}
+    print(f"RoCEv2 source ports seen on the wire: {sorted(sports)}")
+    assert sports == {sport} == {udp_sport(sport - 0xC000)}  # the port declared before the first byte
+
+
+def test_rdma_transport_runs_a_ring_allreduce(fabric):
+    net, tr = fabric
+    ranks = [(h.name, 0) for h in net.topo.hosts]
+    size = 1 << 20
+    rp = Replayer(net, tr, channels=2, precise=True, step_timeout=600)
+    try:
+        r = rp.run(build_schedule("allreduce", ranks, size))
+    finally:
+        rp.close()
+    n = len(ranks)
+    print(f"\nring all-reduce over rdma, {n} ranks, {size:,} B: {r.seconds:.2f} s, busbw {r.busbw_bps / 1e6:.1f} Mbit/s")
+    assert r.bytes_delivered == r.bytes_expected == 2 * (n - 1) * size
+    assert len(r.step_seconds) == 2 * (n - 1)
+    tuples = {tuple(rec.sent["five_tuple"]) for rec in rp.records}
+    assert all(t[3] == ROCE_PORT and t[4] == "udp" and t[1] >= 0xC000 for t in tuples)
+    assert len(tuples) == n * 2  # one queue pair's source port per (rank, channel)
