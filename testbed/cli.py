@@ -315,9 +315,11 @@ def traffic() -> None:
 
 
 def _register_traffic() -> None:
+    from .lab_cli import lab
     from .traffic_cli import traffic_run
 
     traffic.add_command(traffic_run)
+    cli.add_command(lab)
 
 
 _register_traffic()

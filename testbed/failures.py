@@ -31,7 +31,7 @@ class Event:
 def expand(exp: Experiment, topo: Topology) -> list[Event]:
     events: list[Event] = []
     for f in exp.failures:
-        links = (f.link,) if f.link else tuple(l.name for l in topo.links_of(f.node))
+        links = (topo.find_link(f.link).name,) if f.link else tuple(l.name for l in topo.links_of(f.node))
         what = f.link or f.node
         if f.action == "flap":
             for c in range(f.count):

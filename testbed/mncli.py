@@ -1,6 +1,8 @@
-"""The Mininet CLI with the testbed's own commands: paths, fail, restore."""
+"""The Mininet CLI with the testbed's own commands: paths, fail, restore, queues, flows."""
 
 from __future__ import annotations
+
+import subprocess
 
 from mininet.cli import CLI
 
@@ -71,3 +73,15 @@ class TestbedCLI(CLI):
     def do_restore(self, line: str) -> None:
         """restore LINK: bring a failed link back and reroute."""
         self._set(line, up=True)
+
+    def do_flows(self, line: str) -> None:
+        """flows SWITCH: the OpenFlow rules and groups on a switch, with packet counts (ovs-ofctl)."""
+        name = line.strip()
+        topo = self.network.topo
+        node = topo.nodes.get(name) or next((s for s in topo.switches if s.short == name), None)
+        if node is None or node.role == "host":
+            self.stdout.write(f"no such switch: {name!r}; use a name from 'net', e.g. {topo.switches[0].short}\n")
+            return
+        for what in ("dump-flows", "dump-groups"):
+            r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", what, node.short], capture_output=True, text=True)
+            self.stdout.write(r.stdout if r.returncode == 0 else r.stderr)

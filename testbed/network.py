@@ -409,7 +409,7 @@ class Network:
         link = self.find_link(name)
         seen = len(self.controller.get("/events")) if self.steered else 0
         self.node(link.b).cmd(f"ip link set dev {self.intf_name(link.b, link.b_port)} {'up' if up else 'down'}")
-        (self.down.discard if up else self.down.add)(name)
+        (self.down.discard if up else self.down.add)(link.name)
         self.reconcile()
         if self.steered:
             self._resteer(seen)

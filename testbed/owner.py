@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -70,6 +71,7 @@ class Ownership:
                     "started": time.time(), "bridges": [], "interfaces": [], "netns": [], "processes": []}
         self.data = data
         self.path = RUN_DIR / f"{self.data['run_id']}.json"
+        self._lock = threading.Lock()  # transports start processes from several threads
 
     @property
     def run_id(self) -> str:
@@ -83,13 +85,15 @@ class Ownership:
 
     def intend(self, kind: str, names: list[str]) -> None:
         """Record things about to be created (bridges, interfaces, netns)."""
-        new = [n for n in names if n not in self.data[kind]]
-        self.data[kind].extend(new)
-        self._save()
+        with self._lock:
+            new = [n for n in names if n not in self.data[kind]]
+            self.data[kind].extend(new)
+            self._save()
 
     def process(self, pid: int, what: str) -> None:
-        self.data["processes"].append({"pid": pid, "start": _proc_start(pid), "what": what})
-        self._save()
+        with self._lock:
+            self.data["processes"].append({"pid": pid, "start": _proc_start(pid), "what": what})
+            self._save()
 
     def owner_alive(self) -> bool:
         return alive(self.data["owner_pid"], self.data.get("owner_start"))

@@ -105,13 +105,23 @@ class Topology:
         return (l for l in self.links if node in (l.a, l.b))
 
     def find_link(self, name: str) -> Link:
+        """A link by its name, or by the pair of nodes it joins written `A--B` (either order)."""
+        from .errors import InputError
+
         for l in self.links:
             if l.name == name:
                 return l
-        from .errors import InputError
-
-        raise InputError("no such link", "use a name like h3:nic0:p0 or tor-p0-s0-r0-a:5-agg-p0-pl0-0:1 "
-                         "('hpnlab topo export' lists them)", field="link", value=name)
+        if "--" in name:
+            a, b = name.split("--", 1)
+            found = [l for l in self.links if {l.a, l.b} == {a, b}]
+            if len(found) == 1:
+                return found[0]
+            if found:
+                raise InputError(f"{len(found)} links join these nodes", "name one: "
+                                 + ", ".join(l.name for l in found), field="link", value=name)
+        raise InputError("no such link", "use a name like h3:nic0:p0, tor-p0-s0-r0-a:5-agg-p0-pl0-0:1 or a pair "
+                         "of nodes tor-p0-s0-r0-a--agg-p0-pl0-0 ('hpnlab topo export' lists them)",
+                         field="link", value=name)
 
     def by_short(self, short: str) -> Node:
         for n in self.nodes.values():

@@ -68,3 +68,22 @@ def no_leftovers():
     after = snapshot()
     left = {k: sorted(after[k] - before[k]) for k in before if after[k] - before[k]}
     assert not left, f"left behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def quick_results(tmp_path_factory):
+    """`hpnlab run --quick` of a shipped experiment, once per session: the lab tests read the same runs."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    hpnlab = str(Path(sys.executable).parent / "hpnlab")
+    cwd = tmp_path_factory.mktemp("quick-runs")
+    done: dict[str, subprocess.CompletedProcess] = {}
+
+    def run(stem: str) -> tuple[subprocess.CompletedProcess, Path]:
+        if stem not in done:
+            done[stem] = subprocess.run([hpnlab, "run", "--quick", str(root / "experiments" / f"{stem}.yaml")],
+                                        cwd=cwd, capture_output=True, text=True, timeout=900)
+        return done[stem], cwd
+
+    return run

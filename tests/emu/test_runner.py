@@ -128,11 +128,10 @@ SHIPPED = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.y
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
-def test_shipped_experiment_runs_quick(path, tmp_path, no_leftovers):
-    r = subprocess.run([HPNLAB, "run", "--quick", str(path)], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=900)
+def test_shipped_experiment_runs_quick(path, quick_results, no_leftovers):
+    r, cwd = quick_results(path.stem)
     assert r.returncode == 0, r.stderr[-2000:]
-    (out,) = list((tmp_path / "results").iterdir())
+    (out,) = [p for p in (cwd / "results").iterdir() if f"-{path.stem}-quick-" in p.name]
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert all(o["bytes_delivered"] == o["bytes_expected"] for run in runs for o in run["ops"])
     assert all(run["ops"] or run["halted"] for run in runs)

@@ -118,3 +118,17 @@ def test_quick_shrinks_jobs_in_variants_too():
         assert q.workload is None and q.repetitions == 1
         assert [j.collective.iters for j in q.jobs] == [2, 2]
         assert all(j.collective.size == 10_000_000_000 for j in q.jobs)  # 40GB / 4
+
+
+def test_a_link_can_be_named_by_the_pair_of_nodes_it_joins(tmp_path):
+    topo = build("hpn")
+    exp = load(write(tmp_path, BASE + (
+        "failures:\n"
+        "  - {at: 1.0, link: 'agg-p0-pl0-0--tor-p0-s0-r0-a', action: down}\n"
+        "  - {at: 2.0, link: 'h3--tor-p0-s0-r0-b', action: down}\n")))
+    check_against(exp, topo)
+    ev = expand(exp, topo)
+    assert [e.links for e in ev] == [("tor-p0-s0-r0-a:5-agg-p0-pl0-0:1",), ("h3:nic0:p1",)]
+    with pytest.raises(InputError, match="no such link") as exc:
+        topo.find_link("h3--tor-p0-s1-r0-a")  # not wired together
+    assert "pair of nodes" in exc.value.fix

@@ -164,11 +164,18 @@ class RdmaTransport:
         return rec
 
     def _listening(self, host: str, port: int) -> bool:
-        p = self.net.popen(host, ["ss", "-Hltn", f"sport = :{port}"], stdout=subprocess.PIPE, text=True)
+        # a short query waited for right here: not worth an ownership record per poll
+        p = self.net.node(host).popen(["ss", "-Hltn", f"sport = :{port}"], stdout=subprocess.PIPE, text=True)
         out, _ = p.communicate(timeout=30)
         return bool(out.strip())
 
     def _run(self, rec: FlowRecord, src_nic: int, channel: int) -> None:
+        try:
+            self._transfer(rec, src_nic, channel)
+        except Exception as exc:  # noqa: BLE001 - a flow that cannot run is a failed flow, not a hung step
+            self._finish(rec, error=f"{type(exc).__name__}: {exc}")
+
+    def _transfer(self, rec: FlowRecord, src_nic: int, channel: int) -> None:
         dst, dst_nic = self._by_ip[rec.dst_ip]
         sp, dp = self._ports(rec.src, rec.dst_ip, rec.sport, channel)
         try:

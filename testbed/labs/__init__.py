@@ -1,0 +1,1 @@
+"""Teaching labs: guides in experiments/labs/, their checkers here (`hpnlab lab list|start|check`)."""

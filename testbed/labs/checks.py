@@ -1,0 +1,159 @@
+"""One checker per lab: what the lab's tasks leave behind, compared with what the network really does.
+
+Numbers the student reports are checked against the checker's own computation
+(paths from the routing tables) or against the run they did (results.json).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+from pathlib import Path
+
+from controllers.precise import FlowSpec, assign, least_loaded, loads
+from controllers.routing import Fabric, compute_tables, trace
+from topos import build
+from topos.addressing import nic_address
+
+from .evidence import Check, Evidence, answer_check, png_check
+
+LAB1_PAIR = ("h0", "h7")  # different segments in both fabrics: paths through the aggregation layer
+LAB3_LINK, LAB3_SRC, LAB3_DST = "h5:nic0:p0", "h5", "h0"
+LAB5_FLOWS = 8
+
+
+def count_paths(topo_name: str, src: str, dst: str, down: tuple[str, ...] = ()) -> int:
+    """Distinct switch paths (every ECMP branch) from host src to host dst's NIC 0."""
+    topo = build(topo_name)
+    fab = Fabric(topo)
+    tables = compute_tables(fab, down)
+    return len(trace(fab, tables, src, nic_address(topo.nodes[dst], 0).ip))
+
+
+def _run_missing(experiment: str) -> Check:
+    return Check(f"a run of {experiment}", False,
+                 f"run it first: hpnlab run experiments/{experiment}.yaml --quick")
+
+
+def _variants(run: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in run["runs"]:
+        out.setdefault(r["variant"], []).append(r)
+    return out
+
+
+def lab1(ev: Evidence) -> list[Check]:
+    a = ev.answers(1)
+    src, dst = LAB1_PAIR
+    how = f"in the Mininet CLI of 'hpnlab lab start 1' type 'paths {src} {dst}' and count"
+    return [
+        png_check(ev.workdir / "hpn.png", f"hpnlab topo show hpn --png {ev.workdir}/hpn.png"),
+        png_check(ev.workdir / "dcn_plus.png", f"hpnlab topo show dcn_plus --png {ev.workdir}/dcn_plus.png"),
+        answer_check(a, "hpn_paths", count_paths("hpn", src, dst), how=how),
+        answer_check(a, "dcn_plus_paths", count_paths("dcn_plus", src, dst),
+                     how=f"start the DCN+ network with 'hpnlab up dcn_plus' and type 'paths {src} {dst}'"),
+    ]
+
+
+def lab2(ev: Evidence) -> list[Check]:
+    run = ev.latest_run("precise_vs_ecmp")
+    if run is None:
+        return [_run_missing("precise_vs_ecmp")]
+    v = _variants(run)
+    frac = {k: statistics.mean(o["fraction_of_ideal"] for r in rs for o in r["ops"]) for k, rs in v.items()}
+    a = ev.answers(2)
+    how = f"read 'of ideal' in 'hpnlab results show {Path(run['_dir']).name}'"
+    checks = [Check("the run has hpn-precise and hpn-ecmp", {"hpn-precise", "hpn-ecmp"} <= set(frac),
+                    "run the shipped experiments/precise_vs_ecmp.yaml, unchanged")]
+    if not checks[0].ok:
+        return checks
+    return checks + [
+        answer_check(a, "ecmp_fraction", frac["hpn-ecmp"], close=0.03, how=how),
+        answer_check(a, "precise_fraction", frac["hpn-precise"], close=0.03, how=how),
+        answer_check(a, "faster", "precise" if frac["hpn-precise"] > frac["hpn-ecmp"] else "ecmp",
+                     how="which routing mode gave the higher busbw?"),
+    ]
+
+
+def lab3(ev: Evidence) -> list[Check]:
+    a = ev.answers(3)
+    checks = [answer_check(a, "paths_before", count_paths("hpn", LAB3_SRC, LAB3_DST),
+                           how=f"type 'paths {LAB3_SRC} {LAB3_DST}' before failing the link"),
+              answer_check(a, "paths_after", count_paths("hpn", LAB3_SRC, LAB3_DST, (LAB3_LINK,)),
+                           how=f"type 'fail {LAB3_LINK}', then 'paths {LAB3_SRC} {LAB3_DST}' again")]
+    run = ev.latest_run("dual_tor_failover")
+    if run is None:
+        return checks + [_run_missing("dual_tor_failover")]
+    halted = {k: any(r["halted"] for r in rs) for k, rs in _variants(run).items()}
+    how = f"look for 'halted' in 'hpnlab results show {Path(run['_dir']).name}'"
+    return checks + [answer_check(a, "dual_tor_halted", halted.get("dual-tor-hpn", False), how=how),
+                     answer_check(a, "single_tor_halted", halted.get("single-tor-rail", False), how=how)]
+
+
+def lab4(ev: Evidence) -> list[Check]:
+    run = ev.latest_run("pfc_incast")
+    if run is None:
+        return [_run_missing("pfc_incast")]
+    v = _variants(run)
+    drops = {k: sum(r["drops"]["lossless"] for r in rs) for k, rs in v.items()}
+    pauses = sum(t["pause_events"] for r in v.get("pfc-on", []) for t in (r.get("pfc") or {})
+                 .get("pauses_by_tier", {}).values())
+    a = ev.answers(4)
+    how = f"read the drops and pauses in 'hpnlab results show {Path(run['_dir']).name}'"
+    return [
+        Check("PFC on kept the lossless class lossless", drops.get("pfc-on", -1) == 0,
+              "the pfc-on variant dropped packets: was the run CPU-bound? see its fidelity line"),
+        Check("PFC off overflowed the lossless queues", drops.get("pfc-off", 0) > 0,
+              "the pfc-off variant dropped nothing: run experiments/pfc_incast.yaml without --quick"),
+        answer_check(a, "drops_pfc_off", drops.get("pfc-off", 0), close=0, how=how),
+        answer_check(a, "pause_events_pfc_on", pauses, close=0, how=how),
+    ]
+
+
+def load_policy(path: Path):
+    spec = importlib.util.spec_from_file_location("lab5_policy", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.choose
+
+
+def lab5_flows(topo) -> list[FlowSpec]:
+    """One flow from each host of segment 0 to a host of segment 1 on each NIC port's worth of source ports."""
+    hosts = [h.name for h in topo.hosts]
+    half = len(hosts) // 2
+    return [FlowSpec(hosts[i % half], nic_address(topo.nodes[hosts[half + i % half]], 0).ip, "tcp", 40000 + i, 9000)
+            for i in range(LAB5_FLOWS)]
+
+
+def measure_policy(policy) -> dict:
+    """Place the lab's flows with a policy; the busiest link's flow count and the ToR uplinks used."""
+    topo = build("hpn")
+    fab = Fabric(topo)
+    tables = compute_tables(fab)
+    flows = lab5_flows(topo)
+    result = assign(fab, tables, flows, policy=policy)
+    load = loads({f.key: f for f in flows}, result.paths)
+    uplinks = {h for h in load if topo.nodes[h[0]].role == "tor" and topo.nodes[fab.peer[h]].role == "agg"}
+    return {"max_load": max(load.values()), "uplinks": len(uplinks), "placed": len(result.paths)}
+
+
+def lab5(ev: Evidence) -> list[Check]:
+    path = ev.workdir / "lab5_policy.py"
+    if not path.exists():
+        return [Check("your policy file", False, f"{path} is missing: 'hpnlab lab start 5' makes it")]
+    try:
+        got = measure_policy(load_policy(path))
+    except Exception as exc:  # noqa: BLE001 - the student's code: report, don't crash
+        return [Check("your policy runs", False, f"{type(exc).__name__}: {exc}")]
+    best = measure_policy(least_loaded)
+    return [
+        Check(f"every flow placed ({got['placed']} of {LAB5_FLOWS})", got["placed"] == LAB5_FLOWS,
+              "choose() must return an index into candidates"),
+        Check(f"busiest link carries {got['max_load']} flow(s) (best possible {best['max_load']})",
+              got["max_load"] == best["max_load"],
+              f"{LAB5_FLOWS} flows went over {got['uplinks']} ToR uplink(s): pick the candidate whose links "
+              "are least loaded (look them up in `load`)"),
+    ]
+
+
+CHECKERS = {1: lab1, 2: lab2, 3: lab3, 4: lab4, 5: lab5}

@@ -1,0 +1,85 @@
+"""What a lab checker looks at: the student's answers, the pictures and files they made, the runs they did.
+
+Everything a student produces goes into one work folder (`lab-work/` by
+default): `labN.yaml` with the answers, pictures, an edited policy. Runs are the
+results folders `hpnlab run` leaves in `results/`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from topos.errors import InputError
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    hint: str = ""  # what to do when it did not pass
+
+
+@dataclass
+class Evidence:
+    workdir: Path
+    results: Path = field(default_factory=lambda: Path("results"))
+
+    def answers(self, lab: int) -> dict:
+        path = self.workdir / f"lab{lab}.yaml"
+        if not path.exists():
+            return {}
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise InputError(f"{path} is not valid YAML ({str(exc).splitlines()[0]})",
+                             "keep the 'key: value' lines of the template", field="answers", value=str(path)) from None
+        if not isinstance(data, dict):
+            raise InputError(f"{path} must hold 'key: value' lines", "start again from 'hpnlab lab start'",
+                             field="answers", value=str(path))
+        return data
+
+    def latest_run(self, experiment: str) -> dict | None:
+        """results.json of the newest run of an experiment (quick runs count)."""
+        runs = sorted(p for p in self.results.glob(f"*-{experiment}*/results.json")
+                      if json.loads(p.read_text())["experiment"]["name"] == experiment)
+        if not runs:
+            return None
+        data = json.loads(runs[-1].read_text())
+        data["_dir"] = str(runs[-1].parent)
+        return data
+
+
+def number(answers: dict, key: str) -> float | None:
+    v = answers.get(key)
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    try:
+        return float(str(v).strip().rstrip("%")) / (100 if str(v).strip().endswith("%") else 1)
+    except (TypeError, ValueError):
+        return None
+
+
+def answer_check(answers: dict, key: str, want, close: float = 0.0, how: str = "") -> Check:
+    """The student's answer to one question against what the checker computed or measured."""
+    got = answers.get(key)
+    if got is None:
+        return Check(f"answer '{key}'", False, f"fill in '{key}' in your answers file{how and ' (' + how + ')'}")
+    if isinstance(want, bool):
+        ok = str(got).strip().lower() in (("yes", "true") if want else ("no", "false"))
+    elif isinstance(want, (int, float)):
+        g = number(answers, key)
+        ok = g is not None and abs(g - want) <= close
+    else:
+        ok = str(got).strip().lower() == str(want).lower()
+    return Check(f"answer '{key}'", ok, "" if ok else f"'{got}' is not what the network shows; {how}")
+
+
+def png_check(path: Path, how: str) -> Check:
+    ok = path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return Check(f"picture {path}", ok, "" if ok else f"{path} is missing: {how}")

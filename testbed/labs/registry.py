@@ -1,0 +1,74 @@
+"""The labs: what each one builds for `hpnlab lab start`, the questions its answers file asks, its guide."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from topos.errors import InputError
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDES = ROOT / "experiments" / "labs"
+
+
+@dataclass(frozen=True)
+class Lab:
+    number: int
+    title: str
+    minutes: int
+    guide: str
+    topology: str = "hpn"
+    mode: str = "ecmp"
+    questions: dict[str, str] = field(default_factory=dict)
+    files: tuple[str, ...] = ()  # copied into the work folder at start
+
+    @property
+    def guide_path(self) -> Path:
+        return GUIDES / self.guide
+
+
+LABS = {lab.number: lab for lab in (
+    Lab(1, "Build HPN and DCN+, count and draw the paths", 30, "01-paths.md",
+        questions={"hpn_paths": "distinct paths from h0 to h7 (NIC 0) in HPN",
+                   "dcn_plus_paths": "distinct paths from h0 to h7 (NIC 0) in DCN+"}),
+    Lab(2, "ECMP collisions vs precise routing", 40, "02-ecmp-collisions.md",
+        questions={"ecmp_fraction": "HPN + ECMP: all-reduce busbw as a fraction of ideal (e.g. 0.47)",
+                   "precise_fraction": "HPN + precise: all-reduce busbw as a fraction of ideal",
+                   "faster": "which mode is faster: ecmp or precise"}),
+    Lab(3, "Dual-ToR failover", 40, "03-dual-tor-failover.md",
+        questions={"paths_before": "paths from h5 to h0 before failing h5:nic0:p0",
+                   "paths_after": "paths from h5 to h0 after failing h5:nic0:p0",
+                   "dual_tor_halted": "did the dual-ToR job halt (yes/no)",
+                   "single_tor_halted": "did the single-ToR job halt (yes/no)"}),
+    Lab(4, "Lossless queues: incast with and without PFC", 45, "04-lossless-queues.md",
+        questions={"drops_pfc_off": "lossless-class drops without PFC",
+                   "pause_events_pfc_on": "pause events with PFC on (all tiers)"}),
+    Lab(5, "Write a routing policy", 45, "05-routing-policy.md", mode="precise",
+        files=("lab5_policy.py",)),
+)}
+
+
+def get(number: int) -> Lab:
+    if number not in LABS:
+        raise InputError("no such lab", f"use one of {', '.join(map(str, LABS))} ('hpnlab lab list')",
+                         field="lab", value=number)
+    return LABS[number]
+
+
+def prepare(lab: Lab, workdir: Path) -> list[Path]:
+    """The student's work folder: an answers template and the lab's files; never overwrites their work."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    made = []
+    if lab.questions:
+        answers = workdir / f"lab{lab.number}.yaml"
+        if not answers.exists():
+            answers.write_text(f"# Lab {lab.number}: {lab.title}. Fill in each value, then: hpnlab lab check "
+                               f"{lab.number}\n" + "".join(f"# {q}\n{k}:\n" for k, q in lab.questions.items()))
+            made.append(answers)
+    for name in lab.files:
+        dst = workdir / name
+        if not dst.exists():
+            shutil.copy(GUIDES / name, dst)
+            made.append(dst)
+    return made

@@ -1,0 +1,120 @@
+"""Labs 2-4 on the real emulation: do each lab's steps (its runs, its CLI session) and the checker passes;
+skip a step and it fails with the specific message."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from testbed.labs.registry import LABS, prepare
+
+HPNLAB = str(Path(sys.executable).parent / "hpnlab")
+
+
+def check(cwd: Path, n: int) -> subprocess.CompletedProcess:
+    return subprocess.run([HPNLAB, "lab", "check", str(n)], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def answer(work: Path, n: int, **values) -> None:
+    path = work / f"lab{n}.yaml"
+    text = path.read_text()
+    for k, v in values.items():
+        text = text.replace(f"\n{k}:\n", f"\n{k}: {v}\n")
+    path.write_text(text)
+
+
+def student_copy(tmp_path: Path, quick_results, stem: str) -> dict:
+    """The student's own run of the lab's experiment, in their results folder; its results.json."""
+    r, cwd = quick_results(stem)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (run,) = [p for p in (cwd / "results").iterdir() if f"-{stem}-quick-" in p.name]
+    shutil.copytree(run, tmp_path / "results" / run.name)
+    return json.loads((run / "results.json").read_text())
+
+
+def by_variant(data: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in data["runs"]:
+        out.setdefault(r["variant"], []).append(r)
+    return out
+
+
+def test_lab2_steps_pass(tmp_path, quick_results, no_leftovers):
+    work = tmp_path / "lab-work"
+    prepare(LABS[2], work)
+    v = by_variant(student_copy(tmp_path, quick_results, "precise_vs_ecmp"))
+    frac = {k: statistics.mean(o["fraction_of_ideal"] for r in rs for o in r["ops"]) for k, rs in v.items()}
+    assert frac["hpn-precise"] > frac["hpn-ecmp"] + 0.15  # what the student should see
+    answer(work, 2, ecmp_fraction=round(frac["hpn-ecmp"], 2), precise_fraction=round(frac["hpn-precise"], 2),
+           faster="precise")
+    r = check(tmp_path, 2)
+    assert r.returncode == 0, r.stdout
+    assert "4 of 4 checks passed" in r.stdout
+
+
+def test_lab2_without_the_run_says_to_run_it(tmp_path):
+    prepare(LABS[2], tmp_path / "lab-work")
+    r = check(tmp_path, 2)
+    assert r.returncode == 1
+    assert "FAIL a run of precise_vs_ecmp: run it first: hpnlab run experiments/precise_vs_ecmp.yaml --quick" \
+        in r.stdout
+
+
+def _lab3_cli(tmp_path: Path) -> list[int]:
+    """The lab's CLI steps, typed into `hpnlab lab start 3`: the path counts it printed."""
+    steps = "paths h5 h0\nfail h5:nic0:p0\npaths h5 h0\nrestore h5:nic0:p0\nexit\n"
+    r = subprocess.run([HPNLAB, "lab", "start", "3"], cwd=tmp_path, input=steps, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [int(n) for n in re.findall(r"(\d+) path\(s\) h5 -> h0", r.stdout)]
+
+
+def test_lab3_steps_pass(tmp_path, quick_results, no_leftovers):
+    before, after = _lab3_cli(tmp_path)  # lab start also made lab-work/
+    assert (before, after) == (8, 4)  # two planes, then only plane 1 for h5's NIC 0
+    v = by_variant(student_copy(tmp_path, quick_results, "dual_tor_failover"))
+    halted = {k: any(r["halted"] for r in rs) for k, rs in v.items()}
+    assert halted == {"dual-tor-hpn": False, "single-tor-rail": True}
+    answer(tmp_path / "lab-work", 3, paths_before=before, paths_after=after, dual_tor_halted="no",
+           single_tor_halted="yes")
+    r = check(tmp_path, 3)
+    assert r.returncode == 0, r.stdout
+    assert "4 of 4 checks passed" in r.stdout
+
+
+def test_lab3_without_failing_the_link_fails_on_paths_after(tmp_path, quick_results):
+    prepare(LABS[3], tmp_path / "lab-work")
+    student_copy(tmp_path, quick_results, "dual_tor_failover")
+    # the student skipped 'fail h5:nic0:p0' and counted the same paths twice
+    answer(tmp_path / "lab-work", 3, paths_before=8, paths_after=8, dual_tor_halted="no", single_tor_halted="yes")
+    r = check(tmp_path, 3)
+    assert r.returncode == 1
+    assert "FAIL answer 'paths_after': '8' is not what the network shows; type 'fail h5:nic0:p0'" in r.stdout
+    assert "3 of 4 checks passed" in r.stdout
+
+
+def test_lab4_steps_pass(tmp_path, quick_results, no_leftovers):
+    work = tmp_path / "lab-work"
+    prepare(LABS[4], work)
+    v = by_variant(student_copy(tmp_path, quick_results, "pfc_incast"))
+    drops_off = sum(r["drops"]["lossless"] for r in v["pfc-off"])
+    pauses = sum(t["pause_events"] for r in v["pfc-on"] for t in r["pfc"]["pauses_by_tier"].values())
+    assert drops_off > 0 and pauses > 0 and sum(r["drops"]["lossless"] for r in v["pfc-on"]) == 0
+    answer(work, 4, drops_pfc_off=drops_off, pause_events_pfc_on=pauses)
+    r = check(tmp_path, 4)
+    assert r.returncode == 0, r.stdout
+    assert "4 of 4 checks passed" in r.stdout
+
+
+def test_lab4_without_reading_the_counters_names_the_missing_answer(tmp_path, quick_results):
+    prepare(LABS[4], tmp_path / "lab-work")
+    student_copy(tmp_path, quick_results, "pfc_incast")
+    r = check(tmp_path, 4)
+    assert r.returncode == 1
+    assert "FAIL answer 'drops_pfc_off': fill in 'drops_pfc_off' in your answers file" in r.stdout
+    assert "2 of 4 checks passed" in r.stdout
