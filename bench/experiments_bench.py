@@ -1,4 +1,4 @@
-"""Run every shipped experiment at full size and write experiments/RESULTS.md.
+"""Run every shipped experiment at full size; its table goes into experiments/README.md (between markers).
 
     sudo .venv/bin/python bench/experiments_bench.py [--quick] [--only NAME ...]
 
@@ -67,7 +67,15 @@ def main() -> None:
         "results folder |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    (ROOT / "experiments" / "RESULTS.md").write_text("\n".join(head + rows) + "\n")
+    table = "\n".join(head[2:] + rows)
+    readme = ROOT / "experiments" / "README.md"
+    text = readme.read_text()
+    start, end = "<!-- bench:start -->", "<!-- bench:end -->"
+    block = f"{start}\n{table}\n{end}"
+    text = (text[:text.index(start)] + block + text[text.index(end) + len(end):]) if start in text \
+        else text.rstrip() + "\n\n## Benchmark table (bench/experiments_bench.py)\n\n" + block + "\n"
+    if not a.quick and not a.only:  # smoke or partial runs print, never replace the committed table
+        readme.write_text(text)
     print("\n".join(head + rows))
 
 

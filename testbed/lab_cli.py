@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console(soft_wrap=True)  # a hint is one line, also in a pipe or a test
 WORKDIR = click.option("--workdir", type=click.Path(file_okay=False), default="lab-work", show_default=True,
                        help="Where your answers, pictures and policy live.")
 

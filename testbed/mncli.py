@@ -17,7 +17,11 @@ class TestbedCLI(CLI):
     prompt = "hpnlab> "
 
     def __init__(self, network: Network, **kw):
+        from mininet.log import setLogLevel
+
         self.network = network
+        # start-up runs quiet (warning); typed commands like 'h1 ping h2' print at Mininet's 'output' level
+        setLogLevel("output")
         super().__init__(network.net, **kw)
 
     def _host(self, name: str):

@@ -353,14 +353,33 @@ class Network:
                           f"addr add {a.ip}/32 dev {ifname}", f"link set dev {ifname} up"]
                 if self.routing == "static":
                     # Static neighbours: the fabric carries no ARP at all (the controller answers it otherwise).
-                    batch += [f"neigh replace {d.ip} lladdr {d.mac} dev {ifname} nud permanent"
-                              for d in addrs if d.nic == nic and d.host != h.name]
+                    batch += self._neighbour_lines(h.name, nic, ifname, addrs)
                 self.node(h.name).intf(ifname).ip = a.ip
                 self.node(h.name).intf(ifname).prefixLen = 32
             out = self.node(h.name).cmd(f"sh {self._write(h.short + '.sh', sh)}; "
                                         f"ip -batch {self._write(h.short + '.ip', batch)} 2>&1")
             if out.strip():
                 raise RuntimeError(f"configuring {h.name}: {out.strip()}")
+
+    @staticmethod
+    def _neighbour_lines(host: str, nic: int, ifname: str, addrs) -> list[str]:
+        return [f"neigh replace {d.ip} lladdr {d.mac} dev {ifname} nud permanent"
+                for d in addrs if d.nic == nic and d.host != host]
+
+    def static_neighbours(self) -> None:
+        """Every host port knows its rail's peers' MACs (as static routing sets up anyway).
+
+        soft-RoCE resolves the peer's MAC when a queue pair connects, with a short
+        timeout; an ARP answer from the controller can come later than that on a
+        slow machine, and the connect fails ("Failed to modify QP to RTR").
+        """
+        addrs = all_addresses(self.topo)
+        for h in self.topo.hosts:
+            batch = [line for (nic, _port), ifname in sorted(self._host_intfs(h.name).items())
+                     for line in self._neighbour_lines(h.name, nic, ifname, addrs)]
+            out = self.node(h.name).cmd(f"ip -batch {self._write(h.short + '.neigh', batch)} 2>&1")
+            if out.strip():
+                raise RuntimeError(f"neighbours on {h.name}: {out.strip()}")
 
     # -- routing ------------------------------------------------------------
     def reconcile(self) -> Tables:

@@ -16,9 +16,9 @@ cd /opt/hpnlab
 /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random start >/dev/null 2>&1 \
   || { echo "[vm] Open vSwitch did not start"; exit 4; }
 echo "[vm] ready after $(( $(date +%s) - t0 )) s"
-args=$(cat "$out/pytest-args" 2>/dev/null || echo tests/vm)
-# shellcheck disable=SC2086
-.venv/bin/python -m pytest -v -s -p no:cacheprovider --junitxml="$out/junit.xml" $args
+args=(tests/vm)
+[ -s "$out/pytest-args" ] && mapfile -t args <"$out/pytest-args"
+.venv/bin/python -m pytest -v -s -p no:cacheprovider --junitxml="$out/junit.xml" "${args[@]}"
 rc=$?
 .venv/bin/hpnlab doctor >"$out/doctor.txt" 2>&1
 echo "[vm] tests finished in $(( $(date +%s) - t0 )) s (rc=$rc)"

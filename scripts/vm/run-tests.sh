@@ -24,7 +24,7 @@ esac
 
 out="$here/results/vm-$(date -u +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
-[ "$#" -gt 0 ] && printf '%s ' "$@" >"$out/pytest-args"
+[ "$#" -gt 0 ] && printf '%s\n' "$@" >"$out/pytest-args"  # one argument per line
 overlay="$out/overlay.qcow2"  # the cached image stays pristine; the run writes here
 qemu-img create -q -f qcow2 -b "$img/disk.img" -F raw "$overlay"
 qemu_pid=

@@ -26,9 +26,10 @@ SMALL_HPN = dict(pods=1, segments_per_pod=2, hosts_per_segment=2, rails=1, aggs_
 
 @pytest.fixture(scope="module")
 def fabric():
-    # Shaped (HTB, no PFC agent: TCG has no CPU to spare): host ports at 200G / 10,000 = 20 Mbit/s.
+    # Shaped (HTB): host ports at 200G / 10,000 = 20 Mbit/s. No PFC agent (TCG has no CPU to spare for
+    # its polling): deep buffers instead, since RoCE's go-back-N does not survive a lossy queue.
     net = Network(build("hpn", **SMALL_HPN), routing="controller", mode="precise",
-                  qos=QosSpec(scale=10_000, pfc={"enabled": False}))
+                  qos=QosSpec(scale=10_000, buffer_ms=1000, pfc={"enabled": False}))
     net.__enter__()
     tr = RdmaTransport(net)
     try:

@@ -106,6 +106,7 @@ class RdmaTransport:
     def start(self) -> None:
         """An rxe device on every host port, from inside the host's namespace (a second job reuses them)."""
         topo = self.net.topo
+        self.net.static_neighbours()
         for h in topo.hosts:
             have = self._rdma(h.name, "link", "show")[1]
             for l in topo.links_of(h.name):
@@ -142,6 +143,12 @@ class RdmaTransport:
         pinned = self._pins.get((src, dst_ip, sport))
         if pinned:
             return pinned
+        p = self.net.topo.params
+        if p.get("dual_tor") and not p.get("dual_plane"):
+            # one plane, two ToRs: a hash upstream may deliver to the NIC's other port, whose rxe device
+            # has no such queue pair (a real NIC bonds its ports into one RDMA device)
+            raise RuntimeError("the rdma transport on a single-plane dual-ToR fabric needs routing precise "
+                               "(the controller's path fixes the receiving port)")
         return channel, channel  # dual-plane: the plane a flow enters is the plane it leaves
 
     def _ctrl_port(self, dst: str) -> int:
@@ -201,10 +208,10 @@ class RdmaTransport:
             start = time.time()
             label = flow_label_for(rec.sport) if rec.sport else 0
             client = self.net.popen(rec.src, [*base, "-d", sdev, "--flow_label", str(label), rec.dst_ip],
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            cout, _ = client.communicate()
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cout, cerr = client.communicate()
             end = time.time()
-            sout, _ = server.communicate(timeout=60)
+            sout, _ = server.communicate(timeout=60)  # its own table, and its errors if it failed
         except subprocess.TimeoutExpired:
             return self._finish(rec, error="ib_write_bw server did not finish")
         finally:
@@ -215,7 +222,9 @@ class RdmaTransport:
             self._release(dst, ctrl)
         row = parse_perftest(cout)
         if client.returncode != 0 or row is None:
-            return self._finish(rec, error=f"ib_write_bw {rec.src} -> {rec.dst_ip} failed: {cout.strip()[-300:]}")
+            why = (cerr.strip() or cout.strip()[-300:]).replace("\n", " | ")
+            return self._finish(rec, error=f"ib_write_bw {rec.src} -> {rec.dst_ip} failed (exit {client.returncode}): "
+                                           f"{why}; server: {sout.strip()[-200:]}")
         moved = row["msg"] * row["iters"]
         src_ip = nic_address(self.net.topo.nodes[rec.src], src_nic).ip
         sport = udp_sport(label)

@@ -1,0 +1,42 @@
+"""The Vagrant VM and the qemu image are provisioned by the same scripts and the same kernel package."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_vagrantfile_and_image_share_their_provisioning():
+    vagrant = (ROOT / "Vagrantfile").read_text()
+    image = (ROOT / "scripts" / "vm" / "build-image.sh").read_text()
+    for script in ("scripts/vm/kernel.sh", "scripts/bootstrap.sh"):
+        assert script in vagrant, f"Vagrantfile does not run {script}"
+        assert f"/opt/hpnlab/{script}" in image, f"the image build does not run {script}"
+    # kernel first (its reboot), then the testbed, in both
+    assert vagrant.index("scripts/vm/kernel.sh") < vagrant.index("scripts/bootstrap.sh")
+    assert image.index("/opt/hpnlab/scripts/vm/kernel.sh") < image.index("/opt/hpnlab/scripts/bootstrap.sh")
+    assert re.search(r'config\.vm\.box_version = BOX_VERSION', vagrant) and re.search(r'BOX = "debian/trixie64"',
+                                                                                       vagrant)
+    assert "suite=trixie" in image  # the same release as the box
+
+
+def test_one_kernel_package_named_in_one_place():
+    kernel = (ROOT / "scripts" / "vm" / "kernel.sh").read_text()
+    assert "KERNEL_SUITE=trixie-backports" in kernel and "KERNEL_PACKAGE=linux-image-amd64" in kernel
+    for f in ("Vagrantfile", "scripts/vm/build-image.sh"):
+        text = (ROOT / f).read_text()
+        assert "linux-image-amd64" not in text and "-t trixie-backports" not in text, f"{f} names a kernel of its own"
+    mods = kernel.split("MODULES=(")[1].split(")")[0].split()
+    assert {"openvswitch", "rdma_rxe", "sch_netem", "sch_red"} <= set(mods)
+
+
+def test_vm_scripts_parse_and_image_inputs_exist():
+    image = (ROOT / "scripts" / "vm" / "build-image.sh").read_text()
+    inputs = image.split("inputs=(")[1].split(")")[0].split()
+    assert all((ROOT / i).exists() for i in inputs)
+    for f in (ROOT / "scripts" / "vm").glob("*.sh"):
+        r = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
+        assert r.returncode == 0, f"{f.name}: {r.stderr}"
