@@ -95,7 +95,6 @@ class RdmaTransport:
         self._pins: dict[tuple[str, str, int], tuple[int, int]] = {}  # (src, dst ip, sport) -> (src port, dst port)
         self.devices: dict[tuple[str, int, int], str] = {}  # (host, nic, port) -> rxe device
         self._created: list[tuple[str, str]] = []  # (host, device) this transport added and deletes
-        self._by_ip = {}
 
     # -- devices ---------------------------------------------------------------
     def _rdma(self, host: str, *args: str) -> tuple[int, str]:
@@ -120,8 +119,6 @@ class RdmaTransport:
                         raise RuntimeError(f"rxe on {h.name}:{ifname}: {out.strip()} (is rdma_rxe loaded?)")
                     self._created.append((h.name, dev))
                 self.devices[h.name, l.nic, l.nic_port] = dev
-            for nic in range(h.nics):
-                self._by_ip[nic_address(h, nic).ip] = (h.name, nic)
 
     def stop(self) -> None:
         for host, dev in self._created:
@@ -134,9 +131,11 @@ class RdmaTransport:
         e, path = view.get("egress"), view.get("path")
         if not e or not path:
             return
-        last = path[-1]
-        link = next(l for l in self.net.topo.links_of(last["switch"]) if l.port_of(last["switch"]) == last["port"])
-        self._pins[view["src"], view["dst"], int(view["sport"])] = (e["port"], link.nic_port)
+        topo, last = self.net.topo, path[-1]
+        # the egress is the source host's interface index; devices are keyed by NIC port
+        src_link = next(l for l in topo.links_of(view["src"]) if l.a == view["src"] and l.a_port == e["port"])
+        dst_link = next(l for l in topo.links_of(last["switch"]) if l.port_of(last["switch"]) == last["port"])
+        self._pins[view["src"], view["dst"], int(view["sport"])] = (src_link.nic_port, dst_link.nic_port)
 
     # -- flows -----------------------------------------------------------------
     def _ports(self, src: str, dst_ip: str, sport: int, channel: int) -> tuple[int, int]:
@@ -183,7 +182,8 @@ class RdmaTransport:
             self._finish(rec, error=f"{type(exc).__name__}: {exc}")
 
     def _transfer(self, rec: FlowRecord, src_nic: int, channel: int) -> None:
-        dst, dst_nic = self._by_ip[rec.dst_ip]
+        dst_addr = self.net.fabric.by_ip[rec.dst_ip]
+        dst, dst_nic = dst_addr.host, dst_addr.nic
         sp, dp = self._ports(rec.src, rec.dst_ip, rec.sport, channel)
         try:
             sdev = self.devices[rec.src, src_nic, sp]
