@@ -120,6 +120,15 @@ def test_quick_shrinks_jobs_in_variants_too():
         assert all(j.collective.size == 10_000_000_000 for j in q.jobs)  # 40GB / 4
 
 
+def test_quick_keeps_the_traffic_that_failures_are_timed_against():
+    from testbed.runner import quick
+
+    exp = load(EXPERIMENTS / "dual_tor_failover.yaml")
+    q = quick(exp)
+    assert q.repetitions == 1 and q.failures == exp.failures
+    assert q.workload.collective == exp.workload.collective  # 6 iterations: the failure at 5 s falls inside
+
+
 def test_a_link_can_be_named_by_the_pair_of_nodes_it_joins(tmp_path):
     topo = build("hpn")
     exp = load(write(tmp_path, BASE + (
