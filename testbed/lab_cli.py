@@ -50,7 +50,7 @@ def lab_start(ctx, number: int, workdir: str, no_cli: bool) -> None:
     console.print("Extra CLI commands: paths A B, fail LINK, restore LINK, queues [SWITCH], flows SWITCH. "
                   f"When done: hpnlab lab check {lb.number}")
     ctx.invoke(up, name=lb.topology, params=(), preset=None, routing="controller", mode=lb.mode, pingall=no_cli,
-               fail_links=(), no_cli=no_cli, delay_ms=None, qos=False, pfc=True, scale=10_000)
+               fail_links=(), no_cli=no_cli, delay_ms=None, qos=lb.qos, pfc=True, scale=10_000)
 
 
 @lab.command("check")

@@ -31,6 +31,15 @@ class TestbedCLI(CLI):
             raise InputError("no such host", "use a host name like h0", field="host", value=name)
         return node
 
+    def _switch(self, name: str):
+        """A switch by its topology name or its Mininet short name; None (and a hint) if there is none."""
+        topo = self.network.topo
+        node = topo.nodes.get(name) or next((s for s in topo.switches if s.short == name), None)
+        if node is None or node.role == "host":
+            self.stdout.write(f"no such switch: {name!r}; use a name from 'net', e.g. {topo.switches[0].short}\n")
+            return None
+        return node
+
     def do_paths(self, line: str) -> None:
         """paths A B [NIC]: every switch path (all ECMP branches) from host A to host B's NIC (default 0)."""
         args = line.split()
@@ -65,7 +74,12 @@ class TestbedCLI(CLI):
         if self.network.qos is None:
             self.stdout.write("no QoS on this network: start it with --qos\n")
             return
-        node = line.strip() or None
+        node = None
+        if line.strip():
+            sw = self._switch(line.strip())
+            if sw is None:
+                return
+            node = sw.name
         rows = [r for r in snapshot(self.network.owner.run_id, node)
                 if node or r["sent_bytes"] or r["backlog"] or r["drops"]]
         Console(file=self.stdout).print(qos_table(rows, "queues"))
@@ -80,11 +94,8 @@ class TestbedCLI(CLI):
 
     def do_flows(self, line: str) -> None:
         """flows SWITCH: the OpenFlow rules and groups on a switch, with packet counts (ovs-ofctl)."""
-        name = line.strip()
-        topo = self.network.topo
-        node = topo.nodes.get(name) or next((s for s in topo.switches if s.short == name), None)
-        if node is None or node.role == "host":
-            self.stdout.write(f"no such switch: {name!r}; use a name from 'net', e.g. {topo.switches[0].short}\n")
+        node = self._switch(line.strip())
+        if node is None:
             return
         for what in ("dump-flows", "dump-groups"):
             r = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", what, node.short], capture_output=True, text=True)

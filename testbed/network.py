@@ -159,7 +159,14 @@ class Network:
         self.net = net
         if self.routing == "controller":
             of_port = self._start_controller()
-            c0 = net.addController(RemoteController("c0", ip="127.0.0.1", port=of_port))
+            class ReadyController(RemoteController):
+                # _start_controller has waited for it already. Mininet's own check telnets into the
+                # OpenFlow port and decodes what comes back as UTF-8: the controller's binary HELLO
+                # made that raise UnicodeDecodeError now and then.
+                def checkListening(self) -> None:
+                    pass
+
+            c0 = net.addController(ReadyController("c0", ip="127.0.0.1", port=of_port))
             self.owner.process(c0.pid, "mininet controller shell c0")
         for h in self.topo.hosts:
             a = nic_address(h, 0)

@@ -20,6 +20,7 @@ class Lab:
     guide: str
     topology: str = "hpn"
     mode: str = "ecmp"
+    qos: bool = False  # shaped links and PFC, for `queues`
     questions: dict[str, str] = field(default_factory=dict)
     files: tuple[str, ...] = ()  # copied into the work folder at start
 
@@ -41,7 +42,7 @@ LABS = {lab.number: lab for lab in (
                    "paths_after": "paths from h5 to h0 after failing h5:nic0:p0",
                    "dual_tor_halted": "did the dual-ToR job halt (yes/no)",
                    "single_tor_halted": "did the single-ToR job halt (yes/no)"}),
-    Lab(4, "Lossless queues: incast with and without PFC", 45, "04-lossless-queues.md",
+    Lab(4, "Lossless queues: incast with and without PFC", 45, "04-lossless-queues.md", qos=True,
         questions={"drops_pfc_off": "lossless-class drops without PFC",
                    "pause_events_pfc_on": "pause events with PFC on (all tiers)"}),
     Lab(5, "Write a routing policy", 45, "05-routing-policy.md", mode="precise",

@@ -118,3 +118,15 @@ def test_lab4_without_reading_the_counters_names_the_missing_answer(tmp_path, qu
     assert r.returncode == 1
     assert "FAIL answer 'drops_pfc_off': fill in 'drops_pfc_off' in your answers file" in r.stdout
     assert "2 of 4 checks passed" in r.stdout
+
+
+def test_lab4_cli_shows_queues_and_flows_of_a_switch(tmp_path, no_leftovers):
+    """`hpnlab lab start 4` shapes the links: `queues t0` lists that ToR's classes, `flows t0` its rules."""
+    r = subprocess.run([HPNLAB, "lab", "start", "4"], cwd=tmp_path, input="queues t0\nflows t0\nflows h0\nexit\n",
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [line for line in r.stdout.splitlines() if "tor-p0-s0-r0-a:" in line]
+    assert {c for c in ("high", "lossless", "default") if any(c in line for line in rows)} == \
+        {"high", "lossless", "default"}
+    assert "type=select" in r.stdout and "nw_dst=10.0.0.1" in r.stdout  # the ToR's ECMP group and host rules
+    assert "no such switch: 'h0'" in r.stdout
