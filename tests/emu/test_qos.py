@@ -14,14 +14,16 @@ TC_H_ROOT = 0xFFFFFFFF
 DSCP26 = 26 << 2
 
 
-def test_single_flow_gets_the_shaped_rate(no_leftovers):
+def test_single_flow_gets_the_shaped_rate(no_leftovers, cpu_window):
     with Network(build("hpn"), qos=QosSpec(pfc={"enabled": False})) as net:
         rate = net.qos.ports["h0:0"].plan.rate_bps  # 200G / 10,000 = 20 Mbit/s
         s: dict = {}
         # the busiest of h0's two rail-0 ports: the one the flow hashed onto
         flows = iperf(net, [("h0", "h4")], duration=7, during=lambda: shaped_rate(net, ("h0:0", "h0:1"), 4, s))
         achieved = s["bps"]
-        assert 0.95 * rate <= achieved <= 1.02 * rate, f"{achieved / 1e6:.2f} Mbit/s of {rate / 1e6:.0f}"
+        assert achieved <= 1.02 * rate, f"{achieved / 1e6:.2f} Mbit/s of {rate / 1e6:.0f}"  # the shaper holds
+        cpu_window.rates_are_meaningful()
+        assert 0.95 * rate <= achieved, f"{achieved / 1e6:.2f} Mbit/s of {rate / 1e6:.0f}"
         goodput = flows[0]["bytes"] * 8 / flows[0]["seconds"]
         assert goodput >= 0.9 * rate  # TCP/IP headers are ~4.4% of a 1514-byte frame
 
@@ -39,17 +41,19 @@ def incast(pfc: bool, seconds: float = 6):
     return goodput, bottleneck, drops, report, plans
 
 
-def test_incast_lossless_with_pfc_and_lossy_without(no_leftovers):
+def test_incast_lossless_with_pfc_and_lossy_without(no_leftovers, cpu_window):
     goodput, bottleneck, drops, report, plans = incast(pfc=True)
     assert drops == {}, f"lossless queues dropped: {drops}"
     for key, q in report["queues"].items():  # switch queues; a paused host NIC holds its data (no limit)
         if not key.startswith("h"):
             assert q["max_backlog"] <= plans[key].xoff + plans[key].headroom, key
     assert report["pauses_by_tier"]["host"]["pause_events"] > 0
-    assert bottleneck >= 20e6 and goodput >= 0.9 * bottleneck, f"{goodput / 1e6:.1f} of {bottleneck / 1e6:g} Mbit/s"
+    assert bottleneck >= 20e6
 
     _goodput, _bottleneck, drops_off, _, _ = incast(pfc=False)
     assert sum(drops_off.values()) > 50, drops_off
+    cpu_window.rates_are_meaningful()
+    assert goodput >= 0.9 * bottleneck, f"{goodput / 1e6:.1f} of {bottleneck / 1e6:g} Mbit/s"
 
 
 def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers):
