@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from topos.addressing import nic_address
 
-from .tcp import FlowRecord
+from .tcp import FlowRecord, wait_for_flows
 
 ROCE_PORT = 4791
 SPORT_MIN = 0xC000
@@ -240,14 +240,8 @@ class RdmaTransport:
             self._done.notify_all()
 
     def wait(self, ids: list[str], timeout: float) -> list[FlowRecord]:
-        deadline = time.monotonic() + timeout
-        with self._done:
-            while True:
-                recs = [self.records[i] for i in ids]
-                if all(r.done for r in recs):
-                    return recs
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    missing = [r.id for r in recs if not r.done]
-                    raise TimeoutError(f"{len(missing)} flow(s) unfinished after {timeout:.0f} s: {missing[:5]}")
-                self._done.wait(min(left, 0.5))
+        def pause(s: float) -> None:
+            with self._done:
+                self._done.wait(s)
+
+        return wait_for_flows(ids, timeout, self._lock, self.records, pause)

@@ -6,6 +6,7 @@ import json
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 AGENT_PORT = 9000
@@ -25,6 +26,22 @@ class FlowRecord:
     @property
     def done(self) -> bool:
         return self.error is not None or (self.sent is not None and self.recv is not None)
+
+
+def wait_for_flows(ids: list[str], timeout: float, lock, records: dict[str, FlowRecord],
+                   pause: Callable[[float], None]) -> list[FlowRecord]:
+    """Until every flow of `ids` is done (a step's end); `pause(s)` waits up to s for news from the flows."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with lock:
+            recs = [records[i] for i in ids]
+        if all(r.done for r in recs):
+            return recs
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = [r.id for r in recs if not r.done]
+            raise TimeoutError(f"{len(missing)} flow(s) unfinished after {timeout:.0f} s: {missing[:5]}")
+        pause(min(left, 0.5))
 
 
 @dataclass
@@ -95,20 +112,13 @@ class TcpTransport:
         return rec
 
     def wait(self, ids: list[str], timeout: float) -> list[FlowRecord]:
-        deadline = time.monotonic() + timeout
-        while True:
-            with self._lock:
-                recs = [self.records[i] for i in ids]
-            if all(r.done for r in recs):
-                return recs
-            left = deadline - time.monotonic()
-            if left <= 0:
-                missing = [r.id for r in recs if not r.done]
-                raise TimeoutError(f"{len(missing)} flow(s) unfinished after {timeout:.0f} s: {missing[:5]}")
+        def pause(s: float) -> None:
             try:
-                self._events.get(timeout=min(left, 0.5))
+                self._events.get(timeout=s)
             except queue.Empty:
                 pass
+
+        return wait_for_flows(ids, timeout, self._lock, self.records, pause)
 
     def stop(self) -> None:
         for p in self.agents.values():
