@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.network import Network  # noqa: E402
-from testbed.qos_spec import QosSpec  # noqa: E402
+from testbed.net.network import Network  # noqa: E402
+from testbed.qos.spec import QosSpec  # noqa: E402
 from topos import build  # noqa: E402
 from traffic.collectives import build_schedule  # noqa: E402
 from traffic.replay import Replayer  # noqa: E402

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.measure import (StreamSpec, gap_after, host_links_used, port_delta, run_streams,  # noqa: E402
+from testbed.experiment.measure import (StreamSpec, gap_after, host_links_used, port_delta, run_streams,  # noqa: E402
                              uplinks_used)
-from testbed.network import Network  # noqa: E402
+from testbed.net.network import Network  # noqa: E402
 from topos import build  # noqa: E402
 
 

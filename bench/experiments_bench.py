@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from testbed.runner import run  # noqa: E402
+from testbed.experiment.runner import run  # noqa: E402
 
 
 def rows_of(outdir: Path) -> list[str]:

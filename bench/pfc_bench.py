@@ -18,10 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate  # noqa: E402
-from testbed.network import Network  # noqa: E402
-from testbed.qos import LEAF_HANDLE  # noqa: E402
-from testbed.qos_spec import QosSpec  # noqa: E402
+from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate  # noqa: E402
+from testbed.net.network import Network  # noqa: E402
+from testbed.qos.shaper import LEAF_HANDLE  # noqa: E402
+from testbed.qos.spec import QosSpec  # noqa: E402
 from topos import build  # noqa: E402
 
 DSCP26 = 26 << 2

@@ -12,7 +12,7 @@ Per switch: LLDP and ARP go to the controller, everything else not routed is
 dropped; one rule per destination address points at a port or a select group
 whose buckets watch their ports (OVS skips a dead bucket at once: local
 repair); precise flows get exact 5-tuple rules above that. Port-status events
-trigger global repair: FabricState recomputes and only changed rules are sent.
+trigger global repair: ControllerState recomputes and only changed rules are sent.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .precise import FlowSpec
 from .ruleset import Change
 from .ryu_api import (CONFIG_DISPATCHER, DEAD_DISPATCHER, FRAMEWORK, MAIN_DISPATCHER, BaseApp, arp, ether_types,
                       ethernet, lldp, ofp_event, ofproto_v1_3, packet, set_ev_cls)
-from .state import PRECISE_PRIORITY, FabricState, PreciseRule, Update, expected_neighbours, wiring_mismatches
+from .state import PRECISE_PRIORITY, ControllerState, PreciseRule, Update, expected_neighbours, wiring_mismatches
 
 log = logging.getLogger("hpnlab.controller")
 
@@ -45,7 +45,7 @@ class HpnController(BaseApp):
         path = os.environ["HPNLAB_TOPOLOGY"]
         with open(path) as f:
             self.topo = Topology.from_json(f.read())
-        self.state = FabricState(self.topo, os.environ.get("HPNLAB_MODE", "ecmp"))
+        self.state = ControllerState(self.topo, os.environ.get("HPNLAB_MODE", "ecmp"))
         self.dps: dict[str, object] = {}  # switch name -> datapath
         self.installed: set[str] = set()  # switches whose initial rules a barrier confirmed
         self.started = time.time()

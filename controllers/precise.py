@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from .routing import Fabric, Tables
+from .routing import RoutingGraph, Tables
 
 Hop = tuple[str, int]  # (node, egress port): a directed link
 
@@ -54,19 +54,19 @@ class Assignment:
         return sum(1 for v in self.load.values() if v > 1)
 
 
-def candidate_paths(fab: Fabric, tables: Tables, src: str, dst_ip: str) -> list[Path]:
-    dst = fab.by_ip[dst_ip]
+def candidate_paths(graph: RoutingGraph, tables: Tables, src: str, dst_ip: str) -> list[Path]:
+    dst = graph.by_ip[dst_ip]
     out: list[Path] = []
 
     def walk(sw: str, hops: tuple[Hop, ...], host_port: int) -> None:
         for p in tables.switch[sw].get(dst_ip, ()):
-            nxt = fab.peer[sw, p]
-            if nxt not in fab.adj:  # the port toward the destination host itself
+            nxt = graph.peer[sw, p]
+            if nxt not in graph.adj:  # the port toward the destination host itself
                 out.append(Path(host_port, hops + ((sw, p),)))
             elif nxt not in (s for s, _ in hops):
                 walk(nxt, hops + ((sw, p),), host_port)
 
-    for l in fab.attach[src, dst.nic]:
+    for l in graph.attach[src, dst.nic]:
         if l.a_port in tables.host[src, dst.nic].get(dst_ip, ()):
             walk(l.b, (), l.a_port)
     return sorted(out, key=lambda p: (p.host_port, p.hops))
@@ -98,7 +98,7 @@ def least_loaded(f: FlowSpec, cands: list[Path], load: dict[Hop, int]) -> int:
 Policy = Callable[[FlowSpec, list[Path], dict[Hop, int]], int]
 
 
-def assign(fab: Fabric, tables: Tables, flows: Iterable[FlowSpec], load: dict[Hop, int] | None = None,
+def assign(graph: RoutingGraph, tables: Tables, flows: Iterable[FlowSpec], load: dict[Hop, int] | None = None,
            policy: Policy = least_loaded) -> Assignment:
     """Place flows in order; `load` carries flows already placed (kept as they are).
 
@@ -106,7 +106,7 @@ def assign(fab: Fabric, tables: Tables, flows: Iterable[FlowSpec], load: dict[Ho
     """
     result = Assignment(load=dict(load or {}))
     for f in flows:
-        cands = candidate_paths(fab, tables, f.src, f.dst)
+        cands = candidate_paths(graph, tables, f.src, f.dst)
         if not cands:
             continue
         best = policy(f, cands, result.load)

@@ -148,7 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
         src, dst = self._src_dst(q)
         st = self.app.state
         with st.lock:
-            cands = candidate_paths(st.fab, st.tables, src, dst)
+            cands = candidate_paths(st.graph, st.tables, src, dst)
             index = {p: i for i, p in enumerate(cands)}
             sports = [{"flow": k, "proto": f.proto, "sport": f.sport, "dport": f.dport,
                        "path": index.get(st.assignment.paths.get(k))}
@@ -165,7 +165,7 @@ class _Handler(BaseHTTPRequestHandler):
         with st.lock:
             if f.key in st.flows:
                 return {"pinned": True, **st.flow_view(f.key)}
-            cands = candidate_paths(st.fab, st.tables, src, dst)
+            cands = candidate_paths(st.graph, st.tables, src, dst)
         return {"pinned": False, "flow": f.key, "note": "undeclared: OVS hashes it onto one of these",
                 "paths": [self._path_view(p) for p in cands]}
 

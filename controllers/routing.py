@@ -34,7 +34,7 @@ class Tables:
     host_live: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
 
 
-class Fabric:
+class RoutingGraph:
     """Adjacency of a topology, built once and reused across recomputations."""
 
     def __init__(self, topo: Topology):
@@ -67,32 +67,32 @@ class Fabric:
         return dist
 
 
-def compute_tables(topo: Topology | Fabric, down: Iterable[str] = (), mode: Mode = "ecmp") -> Tables:
-    fab = topo if isinstance(topo, Fabric) else Fabric(topo)
+def compute_tables(topo: Topology | RoutingGraph, down: Iterable[str] = (), mode: Mode = "ecmp") -> Tables:
+    graph = topo if isinstance(topo, RoutingGraph) else RoutingGraph(topo)
     down = frozenset(down)
-    unknown = down - fab.by_link_name.keys()
+    unknown = down - graph.by_link_name.keys()
     if unknown:
         raise KeyError(f"unknown link(s): {sorted(unknown)}")
-    tables = Tables(switch={s: {} for s in fab.adj})
+    tables = Tables(switch={s: {} for s in graph.adj})
     bfs_cache: dict[frozenset[str], dict[str, int]] = {}
-    for addr in fab.addresses:
-        live = [l for l in fab.attach[addr.host, addr.nic] if l.name not in down]
+    for addr in graph.addresses:
+        live = [l for l in graph.attach[addr.host, addr.nic] if l.name not in down]
         tables.host_live[addr.host, addr.nic] = tuple(sorted(l.a_port for l in live))
         tors = frozenset(l.b for l in live)
         if tors not in bfs_cache:
-            bfs_cache[tors] = fab.distances(tors, down)
+            bfs_cache[tors] = graph.distances(tors, down)
         dist = bfs_cache[tors]
         for l in live:
             tables.switch[l.b][addr.ip] = (l.b_port,)
         for sw, d in dist.items():
             if d == 0:
                 continue
-            ports = sorted(port for nb, port, l in fab.adj[sw] if l.name not in down and dist.get(nb) == d - 1)
+            ports = sorted(port for nb, port, l in graph.adj[sw] if l.name not in down and dist.get(nb) == d - 1)
             tables.switch[sw][addr.ip] = tuple(ports[:1] if mode == "shortest" else ports)
     # Host side: a port of NIC n reaches destination D if it is up and its ToR has a route to D.
-    for (host, nic), links in fab.attach.items():
+    for (host, nic), links in graph.attach.items():
         row: dict[str, tuple[int, ...]] = {}
-        for addr in fab.addresses:
+        for addr in graph.addresses:
             if addr.nic != nic or addr.host == host:
                 continue
             ports = tuple(sorted(l.a_port for l in links if l.name not in down and addr.ip in tables.switch[l.b]))
@@ -101,14 +101,14 @@ def compute_tables(topo: Topology | Fabric, down: Iterable[str] = (), mode: Mode
     return tables
 
 
-def trace(fab: Fabric, tables: Tables, src: str, dst_ip: str) -> set[tuple[str, ...]]:
+def trace(graph: RoutingGraph, tables: Tables, src: str, dst_ip: str) -> set[tuple[str, ...]]:
     """Every switch path a packet from host `src` to `dst_ip` can take (all ECMP branches).
 
     Used by tests and by `paths A B`; raises if a branch loops or dead-ends.
     """
-    dst = fab.by_ip[dst_ip]
+    dst = graph.by_ip[dst_ip]
     paths: set[tuple[str, ...]] = set()
-    first_hops = [l for l in fab.attach[src, dst.nic] if l.a_port in tables.host[src, dst.nic].get(dst_ip, ())]
+    first_hops = [l for l in graph.attach[src, dst.nic] if l.a_port in tables.host[src, dst.nic].get(dst_ip, ())]
     if not first_hops:
         raise LookupError(f"{src} has no live port toward {dst_ip}")
 
@@ -119,10 +119,10 @@ def trace(fab: Fabric, tables: Tables, src: str, dst_ip: str) -> set[tuple[str, 
         if not ports:
             raise LookupError(f"black hole at {sw} toward {dst_ip} (path {path})")
         for p in ports:
-            nxt = fab.peer[sw, p]
+            nxt = graph.peer[sw, p]
             if nxt == dst.host:
                 paths.add(path + (sw,))
-            elif nxt in fab.adj:
+            elif nxt in graph.adj:
                 walk(nxt, path + (sw,))
             else:
                 raise RuntimeError(f"{sw} port {p} leads to host {nxt}, not {dst.host}")

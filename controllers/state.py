@@ -17,7 +17,7 @@ from topos.addressing import nic_address
 from topos.model import Link, Topology
 
 from .precise import Assignment, FlowSpec, Path, assign, loads
-from .routing import Fabric, compute_tables
+from .routing import RoutingGraph, compute_tables
 from .ruleset import Change, RuleSet
 
 MODES = ("ecmp", "precise", "shortest")
@@ -64,17 +64,17 @@ class Update:
     precise_del: list[PreciseRule] = field(default_factory=list)
 
 
-class FabricState:
+class ControllerState:
     def __init__(self, topo: Topology, mode: str = "ecmp"):
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: use one of {', '.join(MODES)}")
         self.topo = topo
         self.mode = mode
-        self.fab = Fabric(topo)
+        self.graph = RoutingGraph(topo)
         self.lock = threading.RLock()
         self.down: set[str] = set()
         self.ports_down: set[tuple[str, int]] = set()
-        self.tables = compute_tables(self.fab, (), self._table_mode)
+        self.tables = compute_tables(self.graph, (), self._table_mode)
         self.rules: dict[str, RuleSet] = {s.name: RuleSet() for s in topo.switches}
         self.flows: dict[str, FlowSpec] = {}
         self.assignment = Assignment()
@@ -86,7 +86,7 @@ class FabricState:
             self.port_link[l.a, l.a_port] = l
             self.port_link[l.b, l.b_port] = l
         self.by_dpid = {s.dpid: s for s in topo.switches}
-        self.ip_owner = {a.ip: a for a in self.fab.addresses}
+        self.ip_owner = {a.ip: a for a in self.graph.addresses}
 
     @property
     def _table_mode(self) -> str:
@@ -126,7 +126,7 @@ class FabricState:
             return update
 
     def _recompute(self) -> Update:
-        self.tables = compute_tables(self.fab, self.down, self._table_mode)
+        self.tables = compute_tables(self.graph, self.down, self._table_mode)
         update = Update()
         for sw, rs in self.rules.items():
             change = rs.update(self.tables.switch[sw])
@@ -145,13 +145,13 @@ class FabricState:
         return update
 
     def _intact(self, f: FlowSpec, p: Path) -> bool:
-        host_link = next(l for l in self.fab.attach[f.src, self.ip_owner[f.dst].nic] if l.a_port == p.host_port)
+        host_link = next(l for l in self.graph.attach[f.src, self.ip_owner[f.dst].nic] if l.a_port == p.host_port)
         return host_link.name not in self.down and all(
             self.port_link[h].name not in self.down for h in p.hops if h in self.port_link)
 
     def _place(self, flows: list[FlowSpec], keep: dict[str, Path], old: dict[str, Path]) -> list[PreciseRule]:
         """Place `flows` around the kept ones; return rules for flows whose path is new."""
-        a = assign(self.fab, self.tables, flows, load=loads(self.flows, keep))
+        a = assign(self.graph, self.tables, flows, load=loads(self.flows, keep))
         self.assignment = Assignment(paths={**keep, **a.paths}, load=a.load)
         return self._precise_rules({k: p for k, p in a.paths.items() if old.get(k) != p})
 

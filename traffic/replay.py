@@ -24,7 +24,7 @@ from .transports.tcp import FlowRecord, TcpTransport
 
 @dataclass
 class Replayer:
-    net: object  # testbed.network.Network
+    net: object  # testbed.net.network.Network
     transport: TcpTransport  # or RdmaTransport: same interface
     channels: int = 2
     precise: bool = False

@@ -97,7 +97,7 @@ def load_yaml(path: str | Path) -> Workload:
         _check_op(raw.get("op"), f"{where}.op")
         group = raw.get("group", "dp")
         if isinstance(group, list):
-            group = tuple(_rank(r, f"{where}.group") for r in group)
+            group = tuple(parse_rank(r, f"{where}.group") for r in group)
         elif group not in GROUPS:
             raise InputError("unknown group", f"use one of {', '.join(GROUPS)} or a list like [h0:0, h1:0]",
                              field=f"{where}.group", value=group)
@@ -110,11 +110,29 @@ def load_yaml(path: str | Path) -> Workload:
     return Workload(str(data.get("name", Path(path).stem)), ops)
 
 
-def _rank(text: Any, where: str) -> Rank:
+def parse_rank(text: Any, where: str) -> Rank:
     m = re.fullmatch(r"(h\d+):(\d+)", str(text))
     if not m:
         raise InputError("a rank is HOST:NIC", "e.g. h3:0", field=where, value=text)
     return m.group(1), int(m.group(2))
+
+
+def select_ranks(spec: str, topo, where: str = "ranks") -> list[Rank]:
+    """Ranks named the way users write them: `all` (every NIC), `railN` (NIC N of every host), or h0:0,h1:0,..."""
+    hosts = [h.name for h in topo.hosts]
+    if spec == "all":
+        return [(h, r) for r in range(topo.hosts[0].nics) for h in hosts]
+    if spec.startswith("rail") and spec[4:].isdigit():
+        rail = int(spec[4:])
+        if rail >= topo.hosts[0].nics:
+            raise InputError("no such rail", f"use rail0..rail{topo.hosts[0].nics - 1}", field=where, value=spec)
+        return [(h, rail) for h in hosts]
+    ranks = [parse_rank(r, where) for r in spec.split(",")]
+    for h, n in ranks:
+        if h not in topo.nodes or n >= topo.nodes[h].nics:
+            raise InputError("no such host NIC", "use HOST:NIC of this topology, e.g. h0:0", field=where,
+                             value=f"{h}:{n}")
+    return ranks
 
 
 # -- (b) parallelism plan --------------------------------------------------------------

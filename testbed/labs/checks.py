@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from controllers.precise import FlowSpec, assign, least_loaded, loads
-from controllers.routing import Fabric, compute_tables, trace
+from controllers.routing import RoutingGraph, compute_tables, trace
 from topos import build
 from topos.addressing import nic_address
 
@@ -25,9 +25,9 @@ LAB5_FLOWS = 8
 def count_paths(topo_name: str, src: str, dst: str, down: tuple[str, ...] = ()) -> int:
     """Distinct switch paths (every ECMP branch) from host src to host dst's NIC 0."""
     topo = build(topo_name)
-    fab = Fabric(topo)
-    tables = compute_tables(fab, down)
-    return len(trace(fab, tables, src, nic_address(topo.nodes[dst], 0).ip))
+    graph = RoutingGraph(topo)
+    tables = compute_tables(graph, down)
+    return len(trace(graph, tables, src, nic_address(topo.nodes[dst], 0).ip))
 
 
 def _run_missing(experiment: str) -> Check:
@@ -128,12 +128,12 @@ def lab5_flows(topo) -> list[FlowSpec]:
 def measure_policy(policy) -> dict:
     """Place the lab's flows with a policy; the busiest link's flow count and the ToR uplinks used."""
     topo = build("hpn")
-    fab = Fabric(topo)
-    tables = compute_tables(fab)
+    graph = RoutingGraph(topo)
+    tables = compute_tables(graph)
     flows = lab5_flows(topo)
-    result = assign(fab, tables, flows, policy=policy)
+    result = assign(graph, tables, flows, policy=policy)
     load = loads({f.key: f for f in flows}, result.paths)
-    uplinks = {h for h in load if topo.nodes[h[0]].role == "tor" and topo.nodes[fab.peer[h]].role == "agg"}
+    uplinks = {h for h in load if topo.nodes[h[0]].role == "tor" and topo.nodes[graph.peer[h]].role == "agg"}
     return {"max_load": max(load.values()), "uplinks": len(uplinks), "placed": len(result.paths)}
 
 

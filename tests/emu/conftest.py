@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.capabilities import ovs_running
-from testbed.owner import RUN_DIR
+from testbed.system.capabilities import ovs_running
+from testbed.system.ownership import RUN_DIR
 
 pytestmark = pytest.mark.emu
 

@@ -23,7 +23,7 @@ def test_bad_topology_input(hpnlab, no_leftovers, args, field):
 
 
 def test_missing_netem_for_delay(hpnlab, no_leftovers):
-    from testbed.capabilities import probe
+    from testbed.system.capabilities import probe
 
     if probe().qdiscs.get("netem"):
         pytest.skip("this kernel has netem")

@@ -9,8 +9,8 @@ import urllib.request
 import pytest
 
 from controllers.client import ControllerError
-from testbed.measure import StreamSpec, host_links_used, port_delta, run_streams, uplinks_used
-from testbed.network import Network
+from testbed.experiment.measure import StreamSpec, host_links_used, port_delta, run_streams, uplinks_used
+from testbed.net.network import Network
 from topos import build
 
 

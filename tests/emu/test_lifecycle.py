@@ -12,8 +12,8 @@ import pytest
 HOLD = """
 import sys, time
 from topos import build
-from testbed.network import Network
-from testbed.owner import exit_cleanly_on_signals
+from testbed.net.network import Network
+from testbed.system.ownership import exit_cleanly_on_signals
 exit_cleanly_on_signals()
 with Network(build("hpn", hosts_per_segment=2)) as net:
     print("up", flush=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.network import Network
+from testbed.net.network import Network
 from topos import build
 from topos.addressing import nic_address
 
@@ -33,7 +33,7 @@ def test_hpn_all_pairs_and_host_port_failover(no_leftovers):
 
         net.set_link("h5:nic0:p0", up=True)
         assert route_dev(net, "h0", target) in ("h0-eth0", "h0-eth1")
-        assert all(nic_address(topo.nodes["h5"], 0).ip not in exc for exc in net._host_exceptions.values())
+        assert all(nic_address(topo.nodes["h5"], 0).ip not in exc for exc in net.routes.host_exceptions.values())
         assert net.pingall().received == 112
 
 
@@ -59,7 +59,9 @@ def test_network_start_failure_leaves_nothing(no_leftovers, monkeypatch):
     def boom(self):
         raise RuntimeError("injected failure after the switches were created")
 
-    monkeypatch.setattr(Network, "_configure_hosts", boom)
+    from testbed.net.hosts import Hosts
+
+    monkeypatch.setattr(Hosts, "configure", lambda self, static_neighbours: boom(self))
     with pytest.raises(RuntimeError, match="injected"):
         with Network(topo):
             pass

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
-from testbed.measure import iperf, receiver_bottleneck, shaped_rate
-from testbed.network import Network
-from testbed.qos import LEAF_HANDLE
-from testbed.qos_spec import QosSpec
+from testbed.experiment.measure import iperf, receiver_bottleneck, shaped_rate
+from testbed.net.naming import root_intfs
+from testbed.net.network import Network
+from testbed.qos.shaper import LEAF_HANDLE
+from testbed.qos.spec import QosSpec
 from topos import build
 
 TC_H_ROOT = 0xFFFFFFFF
@@ -58,7 +59,7 @@ def test_incast_lossless_with_pfc_and_lossy_without(no_leftovers, cpu_window):
 
 def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers):
     """UDP like RoCE (no congestion control), 4 hosts of segment 0 into one of segment 1 at ~1.5x its ports."""
-    from testbed.measure import StreamSpec, run_streams
+    from testbed.experiment.measure import StreamSpec, run_streams
 
     specs = [StreamSpec(src=f"h{i}", dst="h4", sport=6000 + i, dport=7000, pps=800, duration=3, size=1400,
                         stream=i, tos=DSCP26) for i in range(4)]  # 4 x 9 Mbit/s into 2 x 20, split by hashing
@@ -86,9 +87,9 @@ def test_stopping_qos_restores_interface_defaults(no_leftovers):
         net.pfc.stop()
         removed = net.qos.remove()
         assert removed == len(ports)
-        from testbed.qos import Qos
+        from testbed.qos.shaper import Shaper
 
-        after = Qos(net, net.qos_spec).stats(ports=ports)
+        after = Shaper(ports, net.qos_spec).stats(ports=ports)
         kinds = {k: sorted(q.kind for q in qs) for k, qs in after.items()}
         assert all(v == ["noqueue"] for v in kinds.values()), {k: v for k, v in kinds.items() if v != ["noqueue"]}
         net.qos = net.pfc = None
@@ -97,7 +98,7 @@ def test_stopping_qos_restores_interface_defaults(no_leftovers):
 def test_raw_dump_agrees_with_pyroute2(no_leftovers):
     from pyroute2 import IPRoute
 
-    from testbed.tcfast import QdiscDumper
+    from testbed.qos.netlink import QdiscDumper
 
     with Network(build("hpn", hosts_per_segment=2), qos=QosSpec(pfc={"enabled": False})) as net:
         d = QdiscDumper()
@@ -111,7 +112,7 @@ def test_raw_dump_agrees_with_pyroute2(no_leftovers):
         assert before.keys() == ref.keys() == after.keys()
         for k, (kind, nbytes) in ref.items():  # counters only grow between the three reads
             assert before[k][0] == kind and before[k][1] <= nbytes <= after[k][1], k
-        assert sum(1 for (_i, h) in ref if h == LEAF_HANDLE["lossless"]) == len(net._root_intfs())
+        assert sum(1 for (_i, h) in ref if h == LEAF_HANDLE["lossless"]) == len(root_intfs(net.topo))
 
 
 def test_qos_show_reads_the_live_run(no_leftovers, hpnlab):
@@ -119,7 +120,7 @@ def test_qos_show_reads_the_live_run(no_leftovers, hpnlab):
         assert net.pingall().received == 4 * 3 * 2
         r = hpnlab("qos", "show", "--busy")
         assert r.returncode == 0, r.stderr
-        from testbed.qos_show import snapshot
+        from testbed.qos.show import snapshot
 
         rows = snapshot(net.owner.run_id)
         assert len(rows) == 3 * len(net.qos.ports)
@@ -158,7 +159,8 @@ def test_threads_entering_host_namespaces_do_not_mix_them_up(no_leftovers):
     import os
     import threading
 
-    from testbed.tcfast import QdiscDumper, in_netns
+    from testbed.qos.netlink import QdiscDumper
+    from testbed.system.netns import in_netns
 
     with Network(build("hpn", hosts_per_segment=2)) as net:
         paths = [f"/proc/{net.node(h.name).pid}/ns/net" for h in net.topo.hosts]

@@ -91,7 +91,7 @@ def _start_and_wait(tmp_path):
     """An experiment running in its own process, caught after its network is shaped and traffic flows."""
     import time
 
-    from testbed.owner import RUN_DIR
+    from testbed.system.ownership import RUN_DIR
 
     (tmp_path / "long.yaml").write_text(LONG)
     p = subprocess.Popen([HPNLAB, "run", "long.yaml"], cwd=tmp_path, stdout=subprocess.DEVNULL,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.network import Network
-from testbed.qos_spec import QosSpec
+from testbed.net.network import Network
+from testbed.qos.spec import QosSpec
 from topos import build
 from traffic.collectives import build_schedule
 from traffic.replay import Replayer, op_schedule

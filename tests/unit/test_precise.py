@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from controllers.precise import FlowSpec, assign, candidate_paths
-from controllers.routing import Fabric, compute_tables
-from controllers.state import FabricState
+from controllers.routing import RoutingGraph, compute_tables
+from controllers.state import ControllerState
 from topos import build
 
 
@@ -13,35 +13,35 @@ def cross_segment_flows(n):
     return [FlowSpec(f"h{i % 4}", f"10.0.0.{5 + i % 4}", "udp", 5000 + i, 7000) for i in range(n)]
 
 
-def uplinks(a, fab):
-    return [next(h for h in p.hops if fab.topo.nodes[h[0]].role == "tor") for p in a.paths.values()]
+def uplinks(a, graph):
+    return [next(h for h in p.hops if graph.topo.nodes[h[0]].role == "tor") for p in a.paths.values()]
 
 
 @pytest.mark.parametrize("n", [1, 4, 8])
 def test_flows_get_disjoint_uplinks_when_enough_exist(n):
-    fab = Fabric(build("hpn"))
-    a = assign(fab, compute_tables(fab), cross_segment_flows(n))
-    ups = uplinks(a, fab)
+    graph = RoutingGraph(build("hpn"))
+    a = assign(graph, compute_tables(graph), cross_segment_flows(n))
+    ups = uplinks(a, graph)
     assert len(ups) == n and len(set(ups)) == n
     assert a.shared_links() == 0  # no link, host ports included, carries two flows
 
 
 def test_more_flows_than_paths_spread_evenly():
-    fab = Fabric(build("hpn"))
-    a = assign(fab, compute_tables(fab), cross_segment_flows(16))  # 8 uplinks for 16 flows
-    ups = uplinks(a, fab)
+    graph = RoutingGraph(build("hpn"))
+    a = assign(graph, compute_tables(graph), cross_segment_flows(16))  # 8 uplinks for 16 flows
+    ups = uplinks(a, graph)
     assert {ups.count(u) for u in set(ups)} == {2}
     assert max(a.load.values()) == 2  # every link, host ports included, carries exactly 2
 
 
 def test_candidate_paths_cover_both_planes():
-    fab = Fabric(build("hpn"))
-    paths = candidate_paths(fab, compute_tables(fab), "h0", "10.0.0.5")
+    graph = RoutingGraph(build("hpn"))
+    paths = candidate_paths(graph, compute_tables(graph), "h0", "10.0.0.5")
     assert len(paths) == 8 and {p.host_port for p in paths} == {0, 1}
 
 
 def test_state_moves_only_broken_flows_and_logs():
-    st = FabricState(build("hpn"), "precise")
+    st = ControllerState(build("hpn"), "precise")
     for s in st.topo.switches:
         st.switch_connected(s.name)
     st.declare(cross_segment_flows(4))
@@ -65,7 +65,7 @@ def test_state_moves_only_broken_flows_and_logs():
 
 
 def test_state_rejects_bad_declarations():
-    st = FabricState(build("hpn"), "precise")
+    st = ControllerState(build("hpn"), "precise")
     with pytest.raises(ValueError, match="src="):
         st.declare([FlowSpec("t0", "10.0.0.5")])
     with pytest.raises(ValueError, match="dst="):
@@ -73,25 +73,25 @@ def test_state_rejects_bad_declarations():
     with pytest.raises(ValueError, match="proto="):
         st.declare([FlowSpec("h0", "10.0.0.5", "sctp")])
     with pytest.raises(ValueError, match="mode="):
-        FabricState(build("hpn"), "ecmp").declare(cross_segment_flows(1))
+        ControllerState(build("hpn"), "ecmp").declare(cross_segment_flows(1))
     with pytest.raises(KeyError):
         st.withdraw(["nope"])
 
 
 def test_withdraw_frees_links():
-    st = FabricState(build("hpn"), "precise")
+    st = ControllerState(build("hpn"), "precise")
     st.declare(cross_segment_flows(4))
     assert st.withdraw(None).precise_del
     assert st.flows == {} and st.assignment.load == {}
 
 
 def test_fat_tree_flows_disjoint_up_to_the_core():
-    fab = Fabric(build("fat_tree", k=4))
-    pod1 = [h for h in fab.topo.hosts if h.pod == 1]
+    graph = RoutingGraph(build("fat_tree", k=4))
+    pod1 = [h for h in graph.topo.hosts if h.pod == 1]
     flows = [FlowSpec(f"h{i}", f"10.0.0.{pod1[i].index + 1}", "udp", 6000 + i, 7000) for i in range(4)]
-    a = assign(fab, compute_tables(fab), flows)
+    a = assign(graph, compute_tables(graph), flows)
     assert len(a.paths) == 4 and a.shared_links() == 0
-    cores = {h[0] for p in a.paths.values() for h in p.hops if fab.topo.nodes[h[0]].role == "core"}
+    cores = {h[0] for p in a.paths.values() for h in p.hops if graph.topo.nodes[h[0]].role == "core"}
     assert len(cores) == 4  # (k/2)^2 cores, one per flow
 
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.failures import expand
-from testbed.spec import check_against, load
+from testbed.experiment.failures import expand
+from testbed.experiment.spec import check_against, load
 from topos import build
 from topos.errors import InputError
 
@@ -95,22 +95,23 @@ def test_random_failures_reproducible_and_paired(tmp_path):
 
 
 def test_same_spec_same_schedules_and_quick_is_smaller():
-    from testbed.runner import _items, quick
+    from testbed.experiment.jobs import items
+    from testbed.experiment.runner import quick
 
     exp = load(EXPERIMENTS / "precise_vs_ecmp.yaml")
     topo = build("hpn")
-    a = [(o, s.steps) for o, s in _items(exp, EXPERIMENTS, topo)]
-    b = [(o, s.steps) for o, s in _items(exp, EXPERIMENTS, topo)]
+    a = [(o, s.steps) for o, s in items(exp, EXPERIMENTS, topo)]
+    b = [(o, s.steps) for o, s in items(exp, EXPERIMENTS, topo)]
     assert a == b
     q = quick(exp)
     assert q.repetitions == 1 and q.workload.collective.iters == 2
-    qa = _items(q, EXPERIMENTS, topo)
+    qa = items(q, EXPERIMENTS, topo)
     full = sum(f.bytes for st in a[0][1] for f in st)
     assert qa[0][1].total_bytes * 4 == pytest.approx(full, rel=1e-6)
 
 
 def test_quick_shrinks_jobs_in_variants_too():
-    from testbed.runner import quick
+    from testbed.experiment.runner import quick
 
     exp = load(EXPERIMENTS / "multi_job_contention.yaml")
     for _label, v in exp.expand():
@@ -121,7 +122,7 @@ def test_quick_shrinks_jobs_in_variants_too():
 
 
 def test_quick_keeps_the_traffic_that_failures_are_timed_against():
-    from testbed.runner import quick
+    from testbed.experiment.runner import quick
 
     exp = load(EXPERIMENTS / "dual_tor_failover.yaml")
     q = quick(exp)

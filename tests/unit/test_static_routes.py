@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from controllers.routing import Fabric, compute_tables
+from controllers.routing import RoutingGraph, compute_tables
 from controllers.ruleset import RuleSet
-from testbed.static_routes import host_route_script, ofctl_batches
+from testbed.net.static_routes import host_route_script, ofctl_batches
 from topos import build
 
 
@@ -25,25 +25,25 @@ def test_ruleset_reuses_groups_and_reports_only_changes():
 
 
 def test_host_routes_add_and_remove_exceptions():
-    fab = Fabric(build("hpn"))
+    graph = RoutingGraph(build("hpn"))
     ports = {0: [0, 1], 1: [2, 3]}
-    t = compute_tables(fab)
+    t = compute_tables(graph)
     lines, exc = host_route_script("h0", "h0", ports, t, set())
     assert lines == ["route replace 10.0.0.0/16 nexthop dev h0-eth0 nexthop dev h0-eth1",
                      "route replace 10.1.0.0/16 nexthop dev h0-eth2 nexthop dev h0-eth3"]
     assert exc == set()
-    t = compute_tables(fab, down={"h5:nic0:p0", "h5:nic1:p1"})
+    t = compute_tables(graph, down={"h5:nic0:p0", "h5:nic1:p1"})
     lines, exc = host_route_script("h0", "h0", ports, t, exc)
     assert "route replace 10.0.0.6/32 nexthop dev h0-eth1" in lines
     assert "route replace 10.1.0.6/32 nexthop dev h0-eth2" in lines  # rail 1 keeps only its port 0
     assert exc == {"10.0.0.6", "10.1.0.6"}
-    t = compute_tables(fab)
+    t = compute_tables(graph)
     lines, exc = host_route_script("h0", "h0", ports, t, exc)
     assert lines[-2:] == ["route del 10.0.0.6/32", "route del 10.1.0.6/32"] and exc == set()
 
 
 def test_shortest_mode_pins_every_destination_to_one_port():
-    fab = Fabric(build("hpn"))
-    lines, exc = host_route_script("h0", "h0", {0: [0, 1], 1: [2, 3]}, compute_tables(fab, mode="shortest"), set())
+    graph = RoutingGraph(build("hpn"))
+    lines, exc = host_route_script("h0", "h0", {0: [0, 1], 1: [2, 3]}, compute_tables(graph, mode="shortest"), set())
     assert len(exc) == 14  # 7 other hosts x 2 rails
     assert "route replace 10.1.0.5/32 nexthop dev h0-eth2" in lines

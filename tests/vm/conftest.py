@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from testbed.capabilities import probe
+from testbed.system.capabilities import probe
 
 
 def pytest_collection_modifyitems(config, items):

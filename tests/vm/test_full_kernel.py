@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from testbed.network import Network
-from testbed.qos_spec import QosSpec
+from testbed.net.network import Network
+from testbed.qos.spec import QosSpec
 from topos import build
 from topos.addressing import nic_address
 from traffic.collectives import build_schedule

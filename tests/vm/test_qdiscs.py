@@ -6,7 +6,7 @@ import re
 import subprocess
 import time
 
-from testbed.network import Network
+from testbed.net.network import Network
 from topos import build
 from topos.addressing import nic_address
 

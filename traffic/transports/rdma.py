@@ -79,7 +79,7 @@ def parse_perftest(out: str) -> dict | None:
 
 @dataclass
 class RdmaTransport:
-    net: object  # testbed.network.Network
+    net: object  # testbed.net.network.Network
     tos: int = 0
     port: int = ROCE_PORT  # what a declared flow's destination port is
     proto: str = "udp"
@@ -182,7 +182,7 @@ class RdmaTransport:
             self._finish(rec, error=f"{type(exc).__name__}: {exc}")
 
     def _transfer(self, rec: FlowRecord, src_nic: int, channel: int) -> None:
-        dst_addr = self.net.fabric.by_ip[rec.dst_ip]
+        dst_addr = self.net.graph.by_ip[rec.dst_ip]
         dst, dst_nic = dst_addr.host, dst_addr.nic
         sp, dp = self._ports(rec.src, rec.dst_ip, rec.sport, channel)
         try:

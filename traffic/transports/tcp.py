@@ -46,7 +46,7 @@ def wait_for_flows(ids: list[str], timeout: float, lock, records: dict[str, Flow
 
 @dataclass
 class TcpTransport:
-    net: object  # testbed.network.Network (duck-typed: .python(), .topo)
+    net: object  # testbed.net.network.Network (duck-typed: .python(), .topo)
     tos: int = 0
     port: int = AGENT_PORT  # each job its own agents and port, so jobs run side by side
     proto: str = "tcp"

@@ -1,12 +1,14 @@
-"""Measurements on a running Network: paced probe streams and per-link byte counts.
+"""Measurements on a running Network: paced probe streams, per-link byte counts, iperf3 flows,
+shaped rates, and the runner's sampler of CPU idle and offered load.
 
-Shared by the emulation tests and the benchmarks, so both measure the same way.
+Shared by the runner, the emulation tests and the benchmarks, so all measure the same way.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,8 @@ from typing import Callable
 
 from topos.addressing import nic_address
 
-from .network import Network
+from testbed.net.network import Network
+from testbed.qos.shaper import ROOT
 
 
 @dataclass
@@ -40,7 +43,7 @@ def run_streams(net: Network, specs: list[StreamSpec], actions: list[tuple[float
 
     Returns the receivers' reports keyed by "dst:dport", plus the wall time of each action.
     """
-    work = Path(net._workdir.name)
+    work = net.workdir.path
     duration = max(s.duration for s in specs)
     receivers = {}
     for s in specs:
@@ -129,8 +132,6 @@ def iperf(net: Network, pairs: list[tuple[str, str]], duration: float, tos: int 
 
 def shaped_rate(net: Network, keys: tuple[str, ...], window: float, result: dict) -> None:
     """Bits/s sent by the busiest of these shaped ports over `window` seconds, into result["bps"]."""
-    from .qos import ROOT
-
     t0, a = time.monotonic(), net.qos.stats(ROOT)
     time.sleep(window)
     t1, b = time.monotonic(), net.qos.stats(ROOT)
@@ -144,3 +145,39 @@ def receiver_bottleneck(net: Network, receiver: str, before: dict, after: dict, 
     """
     return sum(net.qos.ports[f"{l.b}:{l.b_port}"].plan.rate_bps for l in net.topo.links_of(receiver)
                if after[f"{l.b}:{l.b_port}"][0].bytes - before[f"{l.b}:{l.b_port}"][0].bytes > min_bytes)
+
+
+class Sampler:
+    """Every `period` s: CPU idle share and the bytes all host NICs sent (the fabric's offered load)."""
+
+    def __init__(self, net: Network, period: float = 0.5):
+        self.net, self.period = net, period
+        self.rows: list[dict] = []
+        self._stop = threading.Event()
+
+    @staticmethod
+    def _cpu() -> tuple[int, int]:
+        f = open("/proc/stat").readline().split()[1:]
+        vals = [int(x) for x in f]
+        return vals[3] + vals[4], sum(vals)  # idle + iowait, total
+
+    def _host_bytes(self) -> int:
+        stats = self.net.qos.stats(ROOT, [p for p in self.net.qos.ports.values() if p.is_host])
+        return sum(q[0].bytes for q in stats.values() if q)
+
+    def start(self) -> None:
+        self.t0 = time.time()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        idle0, tot0 = self._cpu()
+        b0, t_prev = self._host_bytes(), time.time()
+        while not self._stop.wait(self.period):
+            idle, tot = self._cpu()
+            b, t = self._host_bytes(), time.time()
+            self.rows.append({"t": round(t - self.t0, 3), "cpu_idle": round((idle - idle0) / max(1, tot - tot0), 4),
+                              "host_tx_bps": round((b - b0) * 8 / (t - t_prev))})
+            idle0, tot0, b0, t_prev = idle, tot, b, t
+
+    def stop(self) -> None:
+        self._stop.set()

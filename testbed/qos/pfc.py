@@ -34,8 +34,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .qos import LEAF_HANDLE, Port, Qos
-from .tcfast import QdiscDumper, dumper_in
+from .netlink import QdiscDumper, dumper_in
+from .ports import Port
+from .shaper import LEAF_HANDLE, Shaper
 
 log = logging.getLogger(__name__)
 
@@ -62,23 +63,23 @@ class PauseState:
 
 
 class PfcAgent:
-    def __init__(self, qos: Qos, state_file: Path | None = None, host_every: int = 10):
-        self.qos = qos
-        self.spec = qos.spec.pfc
+    def __init__(self, shaper: Shaper, state_file: Path | None = None, host_every: int = 10):
+        self.shaper = shaper
+        self.spec = shaper.spec.pfc
         self.period = self.spec.poll_ms / 1000
         self.state_file = state_file
         self.host_every = host_every  # host queues pause nobody: sampled every Nth poll, for depth only
         self.queues: dict[str, QueueState] = {}
         self.pauses: dict[str, PauseState] = {}
         by_node: dict[str, list[Port]] = {}
-        for p in qos.ports.values():
+        for p in shaper.ports.values():
             by_node.setdefault(p.node, []).append(p)
-        for p in qos.ports.values():
+        for p in shaper.ports.values():
             # Ingress neighbours of p.node other than the one p sends to, seen from their side.
             ups = [] if p.is_host else [f"{q.peer}:{q.peer_port}" for q in by_node[p.node] if q.key != p.key]
-            self.queues[p.key] = QueueState(p, [u for u in ups if u in qos.ports])
+            self.queues[p.key] = QueueState(p, [u for u in ups if u in shaper.ports])
             self.pauses[p.key] = PauseState()
-        self._by_ifindex = {(p.netns, p.ifindex): p.key for p in qos.ports.values()}
+        self._by_ifindex = {(p.netns, p.ifindex): p.key for p in shaper.ports.values()}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.frames_sent = 0
@@ -106,14 +107,14 @@ class PfcAgent:
                 st.paused_s += now - st.since
                 st.since = None
                 try:
-                    self.qos.set_paused(key, False)
+                    self.shaper.set_paused(key, False)
                 except Exception:  # the port may be gone already
                     pass
 
     # -- the loop --------------------------------------------------------------------
     def _run(self) -> None:
         dumpers: dict[str | None, QdiscDumper] = {}
-        for p in self.qos.ports.values():
+        for p in self.shaper.ports.values():
             if p.netns not in dumpers:
                 dumpers[p.netns] = dumper_in(p.netns)
         t_cpu0, t_wall0 = time.thread_time(), time.monotonic()
@@ -169,7 +170,7 @@ class PfcAgent:
                     self._release(up, key, now)
         if self.polls % 20 == 0:
             self.samples.append({"t": now, "backlog": {k: v for k, v in backlog.items() if v},
-                                 "paused": sorted(self.qos.paused)})
+                                 "paused": sorted(self.shaper.paused)})
             if self.state_file is not None:
                 self._write_state()
 
@@ -178,7 +179,7 @@ class PfcAgent:
         if not st.by:
             st.events += 1
             st.since = now
-            self.qos.set_paused(port, True)
+            self.shaper.set_paused(port, True)
             self._frame(port, pause=True)
         st.by.add(by)
 
@@ -188,14 +189,14 @@ class PfcAgent:
         if not st.by and st.since is not None:
             st.paused_s += now - st.since
             st.since = None
-            self.qos.set_paused(port, False)
+            self.shaper.set_paused(port, False)
             self._frame(port, pause=False)
 
     def _frame(self, port: str, pause: bool) -> None:
         if self._frames is None:
             return
-        p = self.qos.ports[port]  # the paused sender; the frame comes from the switch at the other end
-        self._frames.send(self.qos.net.intf_name(p.peer, p.peer_port), pause)
+        p = self.shaper.ports[port]  # the paused sender; the frame comes from the switch at the other end
+        self._frames.send(p.peer_ifname, pause)
         self.frames_sent += 1
 
     # -- reporting -------------------------------------------------------------------
@@ -203,8 +204,7 @@ class PfcAgent:
         periods = sorted(self.period_samples[1:]) or [0.0]
         tiers: dict[str, dict[str, float]] = {}
         for key, st in self.pauses.items():
-            node = self.qos.net.topo.nodes[self.qos.ports[key].node]
-            t = tiers.setdefault(node.role, {"pause_events": 0, "paused_s": 0.0, "ports_paused": 0})
+            t = tiers.setdefault(self.shaper.ports[key].role, {"pause_events": 0, "paused_s": 0.0, "ports_paused": 0})
             t["pause_events"] += st.events
             t["paused_s"] += st.paused_s
             t["ports_paused"] += 1 if st.events else 0
@@ -228,7 +228,7 @@ class PfcAgent:
         }
 
     def _write_state(self) -> None:
-        state = {"paused": sorted(self.qos.paused),
+        state = {"paused": sorted(self.shaper.paused),
                  "pause_events": {k: s.events for k, s in self.pauses.items() if s.events}}
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))

@@ -17,26 +17,26 @@ A pause is a throttle, not a full stop: HTB has no zero rate, and a frame a
 class sends at a tiny rate leaves a token debt of frame/rate that it repays in
 real time after the resume (one 1514-byte frame at 8 kbit/s: 1.5 s of silence).
 So a paused class keeps `pause_rate_fraction` of its rate (default 1/16): the
-debt stays below 16 frame times and the leak is what the headroom absorbs. remove() deletes the root qdisc of every port it shaped, which puts
-the veth back to its default (noqueue).
+debt stays below 16 frame times and the leak is what the headroom absorbs.
+
+remove() deletes the root qdisc of every port it shaped, which puts the veth
+back to its default (noqueue).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo as _sched_pfifo
 
-from .qos_spec import CLASS_IDS, MTU, PARENT_MINOR, PortPlan, QosSpec, port_plan
-from .tcfast import ClassSwitch, QdiscStats, dumper_in, htb_class_message, in_netns
+from testbed.system.netns import in_netns
 
-if TYPE_CHECKING:
-    from .network import Network
+from .netlink import ClassSwitch, QdiscStats, dumper_in, htb_class_message
+from .ports import Port
+from .spec import CLASS_IDS, MTU, PARENT_MINOR, QosSpec
 
 # pyroute2 knows pfifo but not bfifo; both take the same struct (one u32 limit: packets for
 # pfifo, bytes for bfifo), so bfifo uses pfifo's encoder.
@@ -50,28 +50,11 @@ ETH_P_IP = 0x0800
 LEAF_HANDLE = {c: m << 16 for c, m in CLASS_IDS.items()}
 
 
-@dataclass
-class Port:
-    """One shaped egress port."""
+class Shaper:
+    """The qdiscs of a list of egress ports (see qos.ports.egress_ports): put on, read, paused, removed."""
 
-    node: str  # topology node that sends on it
-    port: int  # its port number there
-    peer: str  # node at the other end
-    peer_port: int
-    ifname: str
-    netns: str | None  # None: root namespace; else /proc/PID/ns/net of a host
-    ifindex: int
-    plan: PortPlan
-    is_host: bool
-
-    @property
-    def key(self) -> str:
-        return f"{self.node}:{self.port}"
-
-
-class Qos:
-    def __init__(self, net: "Network", spec: QosSpec):
-        self.net = net
+    def __init__(self, ports: list[Port], spec: QosSpec):
+        self.planned = ports
         self.spec = spec
         self.ports: dict[str, Port] = {}
         self._handles: dict[str | None, IPRoute] = {}
@@ -94,22 +77,9 @@ class Qos:
         self._switches.clear()
 
     # -- apply / remove -----------------------------------------------------------
-    def plan_ports(self) -> list[Port]:
-        topo = self.net.topo
-        out = []
-        total = {n: sum(l.rate_gbps for l in topo.links_of(n)) for n in topo.nodes}
-        for l in topo.links:
-            for node, port, peer, peer_port in ((l.a, l.a_port, l.b, l.b_port), (l.b, l.b_port, l.a, l.a_port)):
-                is_host = topo.nodes[node].role == "host"
-                netns = f"/proc/{self.net.node(node).pid}/ns/net" if is_host else None
-                ifname = self.net.intf_name(node, port)
-                ipr = self._ipr(netns)
-                out.append(Port(node, port, peer, peer_port, ifname, netns, ipr.link_lookup(ifname=ifname)[0],
-                                port_plan(l.rate_gbps, self.spec, total[node] - l.rate_gbps), is_host))
-        return out
-
     def apply(self) -> None:
-        for p in self.plan_ports():
+        for p in self.planned:
+            p.ifindex = self._ipr(p.netns).link_lookup(ifname=p.ifname)[0]
             self._apply_port(p)
             self.ports[p.key] = p
             lossless = (ROOT | CLASS_IDS["lossless"], ROOT | PARENT_MINOR)

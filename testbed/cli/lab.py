@@ -8,6 +8,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .up import serve
+
 console = Console(soft_wrap=True)  # a hint is one line, also in a pipe or a test
 WORKDIR = click.option("--workdir", type=click.Path(file_okay=False), default="lab-work", show_default=True,
                        help="Where your answers, pictures and policy live.")
@@ -21,7 +23,7 @@ def lab() -> None:
 @lab.command("list")
 def lab_list() -> None:
     """The labs, how long each takes, and their guides."""
-    from .labs.registry import LABS
+    from testbed.labs.registry import LABS
 
     t = Table(title="labs")
     for c in ("#", "lab", "minutes", "guide"):
@@ -37,11 +39,10 @@ def lab_list() -> None:
 @click.argument("number", type=int)
 @WORKDIR
 @click.option("--no-cli", is_flag=True, help="Prepare the work folder and check the network starts; no CLI.")
-@click.pass_context
-def lab_start(ctx, number: int, workdir: str, no_cli: bool) -> None:
+def lab_start(number: int, workdir: str, no_cli: bool) -> None:
     """Prepare your work folder, build the lab's network and open the Mininet CLI."""
-    from .cli import up
-    from .labs.registry import get, prepare
+    from testbed.labs.registry import get, prepare
+    from topos import build
 
     lb = get(number)
     for p in prepare(lb, Path(workdir)):
@@ -49,8 +50,7 @@ def lab_start(ctx, number: int, workdir: str, no_cli: bool) -> None:
     console.print(f"[bold]Lab {lb.number}: {lb.title}[/] (~{lb.minutes} min). Guide: {lb.guide_path}")
     console.print("Extra CLI commands: paths A B, fail LINK, restore LINK, queues [SWITCH], flows SWITCH. "
                   f"When done: hpnlab lab check {lb.number}")
-    ctx.invoke(up, name=lb.topology, params=(), preset=None, routing="controller", mode=lb.mode, pingall=no_cli,
-               fail_links=(), no_cli=no_cli, delay_ms=None, qos=lb.qos, pfc=True, scale=10_000)
+    serve(build(lb.topology), routing="controller", mode=lb.mode, pingall=no_cli, no_cli=no_cli, qos=lb.qos)
 
 
 @lab.command("check")
@@ -59,9 +59,9 @@ def lab_start(ctx, number: int, workdir: str, no_cli: bool) -> None:
 @click.option("--results", type=click.Path(file_okay=False), default="results", show_default=True)
 def lab_check(number: int, workdir: str, results: str) -> None:
     """What passed and what did not, with a hint for each miss. Exit 1 until everything passes."""
-    from .labs.checks import CHECKERS
-    from .labs.evidence import Evidence
-    from .labs.registry import get
+    from testbed.labs.checks import CHECKERS
+    from testbed.labs.evidence import Evidence
+    from testbed.labs.registry import get
 
     lb = get(number)
     checks = CHECKERS[number](Evidence(Path(workdir), Path(results)))

@@ -10,7 +10,7 @@ from controllers.routing import trace
 from topos.addressing import nic_address
 from topos.errors import InputError
 
-from .network import Network
+from testbed.net import Network
 
 
 class TestbedCLI(CLI):
@@ -49,7 +49,7 @@ class TestbedCLI(CLI):
         try:
             a, b = self._host(args[0]), self._host(args[1])
             dst = nic_address(b, int(args[2]) if len(args) == 3 else 0)
-            paths = sorted(trace(self.network.fabric, self.network.tables, a.name, dst.ip))
+            paths = sorted(trace(self.network.graph, self.network.tables, a.name, dst.ip))
         except (InputError, LookupError) as exc:
             self.stdout.write(f"{exc}\n")
             return
@@ -68,8 +68,9 @@ class TestbedCLI(CLI):
         """queues [NODE]: classes, rates, backlogs, drops and pause state (needs --qos)."""
         from rich.console import Console
 
-        from .cli import qos_table
-        from .qos_show import snapshot
+        from testbed.qos.show import snapshot
+
+        from .tables import qos_table
 
         if self.network.qos is None:
             self.stdout.write("no QoS on this network: start it with --qos\n")

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from topos.errors import InputError
 
-from .qos_spec import QosSpec
+from testbed.qos.spec import QosSpec
 
 
 class _Strict(BaseModel):
@@ -164,11 +164,19 @@ def _first_error(exc: ValidationError) -> InputError:
     err = exc.errors()[0]
     path = ".".join(str(p) for p in err["loc"]) or "?"
     if err["type"] == "extra_forbidden":
-        return InputError("unknown key", "remove it or check the spelling (see testbed/spec.py)", field=path,
+        return InputError("unknown key", "remove it or check the spelling (see testbed/experiment/spec.py)", field=path,
                           value=err.get("input"))
     allowed = err.get("ctx", {}).get("expected")
-    return InputError(err["msg"].lower(), f"use {allowed}" if allowed else "see testbed/spec.py", field=path,
+    return InputError(err["msg"].lower(), f"use {allowed}" if allowed else "see testbed/experiment/spec.py", field=path,
                       value=err.get("input"))
+
+
+def from_dict(data: dict) -> Experiment:
+    """An Experiment from plain data (a parsed file, or built by a command); errors name the field."""
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc) from None
 
 
 def load(path: str | Path) -> Experiment:
@@ -183,10 +191,7 @@ def load(path: str | Path) -> Experiment:
                          value=str(path)) from None
     if not isinstance(data, dict):
         raise InputError("an experiment file is a mapping", "start with 'name: ...'", field="file", value=str(path))
-    try:
-        exp = Experiment.model_validate(data)
-    except ValidationError as exc:
-        raise _first_error(exc) from None
+    exp = from_dict(data)
     base = p.parent
     wl = exp.workload
     for attr in ("yaml_file", "simai") if wl is not None else ():

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .owner import RUN_DIR, live_runs
-from .qos_spec import CLASS_IDS
-from .tcfast import dumper_in
+from testbed.system.ownership import RUN_DIR, live_runs
+from .spec import CLASS_IDS
+from .netlink import dumper_in
 
 LEAF_OF = {m << 16: c for c, m in CLASS_IDS.items()}
 

@@ -22,6 +22,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from testbed.system.netns import in_netns
+
 RTM_NEWQDISC, RTM_GETQDISC, RTM_NEWTCLASS = 36, 38, 40
 NLMSG_DONE, NLMSG_ERROR = 3, 2
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
@@ -111,29 +113,6 @@ class QdiscDumper:
                     elif t2 == TCA_STATS_QUEUE:
                         qlen, backlog, drops, _requeues, overlimits = _QUEUE.unpack_from(buf, c)
         return QdiscStats(ifindex, handle, parent, kind, nbytes, packets, qlen, backlog, drops, overlimits)
-
-
-def in_netns(netns_path: str | None, factory):
-    """Make a socket-owning object in another namespace (e.g. /proc/PID/ns/net of a host).
-
-    setns() moves only the calling thread, and the thread's own namespace is
-    saved here, not on pyroute2's pushns/popns stack: that stack is one per
-    process, so the PFC agent's thread and the main thread entering namespaces
-    at the same time could each return to the other's namespace.
-    """
-    if netns_path is None:
-        return factory()
-    import os
-
-    from pyroute2.netns import setns
-
-    saved = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        setns(netns_path, flags=0)
-        return factory()
-    finally:
-        setns(saved, flags=0)
-        os.close(saved)
 
 
 def dumper_in(netns_path: str | None) -> QdiscDumper:

@@ -1,0 +1,29 @@
+"""What every command module shares: the consoles, topology arguments, the one-line error handling."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+
+from topos import build
+from topos.errors import InputError
+
+console = Console()
+err_console = Console(stderr=True)
+
+preset_opt = click.option("--preset", default=None, help="Named parameter set (default: mini).")
+
+
+def parse_kv(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise InputError("a topology parameter must be key=value", "write it like hosts_per_segment=8",
+                             field="param", value=p)
+        k, v = p.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def topology_from_args(name: str, preset: str | None, params: tuple[str, ...]):
+    return build(name, preset=preset, **parse_kv(params))

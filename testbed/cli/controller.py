@@ -1,0 +1,28 @@
+"""`hpnlab controller`: the OpenFlow controller app in the foreground, on loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from topos.errors import InputError
+
+
+@click.command()
+@click.option("--topology", "topology_file", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="Topology JSON from 'hpnlab topo export'.")
+@click.option("--mode", type=click.Choice(["ecmp", "precise", "shortest"]), default="ecmp")
+@click.option("--of-port", type=int, default=6653, help="OpenFlow port on 127.0.0.1.")
+@click.option("--rest-port", type=int, default=8080, help="REST API port on 127.0.0.1.")
+def controller(topology_file: str, mode: str, of_port: int, rest_port: int) -> None:
+    """Run the OpenFlow controller app (os-ken, or Ryu) in the foreground, on loopback."""
+    from controllers.launcher import run
+    from topos.model import Topology
+
+    try:
+        Topology.from_json(Path(topology_file).read_text())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"not a topology JSON ({exc})", "write one with 'hpnlab topo export NAME -o FILE'",
+                         field="topology", value=topology_file) from None
+    run(topology_file, mode, of_port, rest_port)

@@ -1,0 +1,50 @@
+"""`hpnlab doctor`: what this kernel and machine can do, and what the testbed will use."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.table import Table
+
+from .common import console
+
+
+def _yes(v) -> str:
+    return {True: "[green]yes[/]", False: "[red]no[/]", None: "[yellow]not checked[/]"}[v]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the probe as JSON.")
+def doctor(as_json: bool) -> None:
+    """What this kernel and machine can do, and what the testbed will use."""
+    from testbed.net.preflight import OVS_SEND_BUFFER_NEEDED
+    from testbed.system.capabilities import probe
+
+    caps = probe()
+    if as_json:
+        click.echo(json.dumps(caps.to_dict(), indent=1))
+        return
+    t = Table(title=f"hpnlab doctor — kernel {caps.kernel}")
+    t.add_column("capability")
+    t.add_column("available")
+    t.add_column("what the testbed does")
+    t.add_row("root", _yes(caps.root), "needed for up/run" if not caps.root else "")
+    t.add_row("Open vSwitch running", _yes(caps.ovs_running), caps.ovs_version or "start: scripts/bootstrap.sh")
+    t.add_row("OVS kernel datapath", _yes(caps.ovs_kernel_datapath), f"uses datapath '{caps.datapath}'")
+    if caps.datapath == "user" and caps.ovs_send_buffer is not None:
+        ok = caps.ovs_send_buffer >= OVS_SEND_BUFFER_NEEDED
+        t.add_row("OVS packet socket send buffer", _yes(ok), f"{caps.ovs_send_buffer:,} bytes" +
+                  ("" if ok else " (queues drop silently: run scripts/bootstrap.sh)"))
+    for q, ok in caps.qdiscs.items():
+        t.add_row(f"qdisc {q}", _yes(ok), "" if ok else "not available here (the VM has it)")
+    t.add_row("tc ingress", _yes(caps.ingress), "")
+    t.add_row("bonding", _yes(caps.bonding), "dual-ToR by multipath routes" if not caps.bonding else "")
+    t.add_row("rdma_rxe (soft-RoCE)", _yes(caps.rdma_rxe), "")
+    t.add_row("rxe inside network namespaces", _yes(caps.rxe_in_netns),
+              "transport rdma" if caps.rxe_in_netns else "transport tcp (rdma needs the VM)")
+    t.add_row("/dev/kvm", _yes(caps.kvm_device), "hardware virt" if caps.kvm_hw_virt else "TCG for the VM tier")
+    t.add_row("Mininet", _yes(caps.mininet_version is not None), caps.mininet_version or "")
+    console.print(t)
+    for n in caps.notes:
+        console.print(f"• {n}")

@@ -1,0 +1,102 @@
+"""`hpnlab traffic run`: a collective (or a workload) as a one-job experiment, printed like nccl-tests."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from topos.errors import InputError
+
+from .common import console, parse_kv
+
+STEP_TIMEOUT_S = 300.0  # one command, no failures scheduled: a slow step is waited for, not called halted
+
+
+@click.group()
+def traffic() -> None:
+    """Collective traffic over the emulated fabric."""
+
+
+def _fmt(bps: float) -> str:
+    return f"{bps / 1e6:.2f}"
+
+
+@traffic.command("run")
+@click.option("--topo", "topo_name", default="hpn", show_default=True)
+@click.option("-p", "--param", "params", multiple=True, help="Topology parameter key=value (repeatable).")
+@click.option("--preset", default=None)
+@click.option("--op", default="allreduce", show_default=True)
+@click.option("--algorithm", default=None, help="ring, halving_doubling, hierarchical, pairwise, pipeline, pairs")
+@click.option("--size", default="8GB", show_default=True, help="Real size; the emulation moves size/scale.")
+@click.option("--ranks", "ranks_spec", default="rail0", show_default=True, help="rail0, all, or h0:0,h1:0,...")
+@click.option("--iters", type=int, default=3, show_default=True)
+@click.option("--routing", type=click.Choice(["precise", "ecmp", "shortest"]), default="precise", show_default=True)
+@click.option("--transport", default="auto", show_default=True)
+@click.option("--channels", type=int, default=None, help="Connections per peer (default: ports per NIC).")
+@click.option("--scale", type=float, default=10_000, show_default=True)
+@click.option("--pfc/--no-pfc", default=True, show_default=True)
+@click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
+@click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")
+def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iters, routing, transport, channels,
+                scale, pfc, workload_file, simai_file) -> None:
+    """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
+    from testbed.experiment.jobs import jobs
+    from testbed.experiment.runner import run_one
+    from testbed.experiment.spec import from_dict
+    from traffic.workload import parse_size, select_ranks
+
+    if iters < 1:
+        raise InputError("iters must be at least 1", "e.g. --iters 3", field="iters", value=iters)
+    if workload_file or simai_file:
+        workload = {"file": workload_file} if workload_file else {"simai": simai_file}
+        for opt, f in (("workload", workload_file), ("simai", simai_file)):
+            if f is not None and not Path(f).is_file():
+                raise InputError("workload file not found", "give the path of an existing file", field=opt, value=f)
+    else:
+        workload = {"collective": {"op": op, "size": parse_size(size, "size"), "algorithm": algorithm,
+                                   "ranks": ranks_spec, "iters": iters}}
+    exp = from_dict({"name": f"traffic-{op}", "topology": {"name": topo_name, "preset": preset,
+                                                            "params": parse_kv(params)},
+                     "routing": routing, "transport": transport, "channels": channels,
+                     "qos": {"scale": scale, "pfc": {"enabled": pfc}}, "workload": workload,
+                     "step_timeout_s": STEP_TIMEOUT_S})
+    topo = exp.topology.build()
+    if "collective" in workload:
+        select_ranks(ranks_spec, topo, "ranks")  # the option's own name in the error
+    job = jobs(exp, Path.cwd(), topo)[0]
+    replayed = [o for o, sched in job.items if sched is not None]
+    skipped = len(job.items) - len(replayed)
+    if "collective" in workload:
+        o = replayed[0]
+        title = f"{op} {o.algorithm}, {len(o.ranks)} ranks, {size} (emulated {o.size:,} bytes)"
+    else:
+        title = f"workload {Path(workload_file or simai_file).name} (sizes / {scale:g})"
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as prog:
+        task = prog.add_task("replaying", total=len(replayed))
+        rec = run_one(routing, exp, Path.cwd(), None, 0, progress=lambda: prog.advance(task))
+    t = Table(title=f"{title} — {routing} on {topo_name}, {rec['channels']} channel(s), {rec['transport'].upper()}")
+    for c in ("op", "size (B)", "time (ms)", "algbw (Mbit/s)", "busbw (Mbit/s)", "busbw real (Gbit/s)",
+              "of ideal", "bytes ok"):
+        t.add_column(c, justify="right")
+    for r in rec["ops"]:
+        t.add_row(r["label"], f"{r['size']:,}", f"{r['seconds'] * 1000:.0f}", _fmt(r["algbw_bps"]),
+                  _fmt(r["busbw_bps"]), f"{r['busbw_bps'] * scale / 1e9:.1f}", f"{r['fraction_of_ideal']:.1%}",
+                  "yes" if r["bytes_delivered"] == r["bytes_expected"]
+                  else f"NO {r['bytes_delivered']}/{r['bytes_expected']}")
+    console.print(t)
+    if rec["ops"]:
+        fr = [r["fraction_of_ideal"] for r in rec["ops"]]
+        console.print(f"busbw as a fraction of ideal: mean {statistics.mean(fr):.1%}, min {min(fr):.1%}"
+                      + (f"; {skipped} op(s) inside hosts (NVLink), not replayed" if skipped else ""))
+    fid = rec["fidelity"]
+    if fid["cpu_bound"]:
+        console.print(f"[yellow]fidelity: CPU-bound (idle fell to {fid['cpu_idle_min']:.0%}): emulated rates lag "
+                      "the configured ones; raise --scale[/]")
+    if rec["halted"]:
+        console.print(f"[red]halted at {rec['halted']['at']} s in {rec['halted']['op']}: {rec['halted']['why']}[/]")
+        raise SystemExit(1)

@@ -1,0 +1,82 @@
+"""`hpnlab up` (a network to work in: checks, failures, the Mininet CLI) and `hpnlab clean`."""
+
+from __future__ import annotations
+
+import click
+
+from .common import console, preset_opt, topology_from_args
+from .tables import figures_table
+
+
+def serve(tp, *, routing: str = "static", mode: str = "ecmp", pingall: bool = False, fail_links=(),
+          no_cli: bool = False, delay_ms: float | None = None, qos: bool = False, pfc: bool = True,
+          scale: float = 10_000) -> None:
+    """Start `tp`, fail the given links, ping all pairs if asked, then hand the network to the CLI."""
+    from testbed.net import Network
+    from testbed.qos import QosSpec
+    from testbed.system.ownership import exit_cleanly_on_signals
+
+    for link in fail_links:
+        tp.find_link(link)  # a bad name is refused before anything starts
+    exit_cleanly_on_signals()
+    qos_spec = QosSpec(scale=scale, pfc={"enabled": pfc}) if qos else None
+    with Network(tp, routing=routing, mode=mode, delay_ms=delay_ms, log_dir="results/logs", qos=qos_spec) as net:
+        console.print(figures_table(tp))
+        console.print(f"network up in {net.timings['start_s']:.1f} s "
+                      f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, {routing} routing, "
+                      f"mode {mode}, run {net.owner.run_id})")
+        if net.controller is not None:
+            console.print(f"controller REST API: {net.controller.base} (log: {net.controller_log})")
+        for link in fail_links:
+            net.set_link(link, up=False)
+            console.print(f"failed {link}")
+        if pingall:
+            r = net.pingall()
+            colour = "green" if not r.failures else "red"
+            console.print(f"[{colour}]pingall: {r.received}/{r.sent} replies, {100 * r.loss:.1f}% loss[/]")
+            for src, ip in r.failures[:10]:
+                console.print(f"  no reply {src} -> {ip}")
+            if r.failures and no_cli:
+                raise SystemExit(1)
+        if not no_cli:
+            from .shell import TestbedCLI
+
+            TestbedCLI(net)
+
+
+@click.command()
+@click.argument("name")
+@click.argument("params", nargs=-1)
+@preset_opt
+@click.option("--routing", type=click.Choice(["static", "controller"]), default="static",
+              help="static: rules computed and installed by hpnlab; controller: the OpenFlow controller app.")
+@click.option("--mode", type=click.Choice(["ecmp", "precise", "shortest"]), default="ecmp",
+              help="Routing mode (precise needs --routing controller).")
+@click.option("--pingall", is_flag=True, help="Ping every host NIC from every host and report.")
+@click.option("--fail", "fail_links", multiple=True, help="Take this link down after start (repeatable).")
+@click.option("--no-cli", is_flag=True, help="Do not open the Mininet CLI (exit after the checks).")
+@click.option("--delay-ms", type=float, default=None, help="Per-link delay (needs netem).")
+@click.option("--qos/--no-qos", default=False, help="Shape links (HTB, priority classes) at rate/scale.")
+@click.option("--pfc/--no-pfc", default=True, help="With --qos: PFC-like lossless class.")
+@click.option("--scale", type=float, default=10_000, help="With --qos: emulated rate = topology rate / scale.")
+def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale) -> None:
+    """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""
+    serve(topology_from_args(name, preset, params), routing=routing, mode=mode, pingall=pingall,
+          fail_links=fail_links, no_cli=no_cli, delay_ms=delay_ms, qos=qos, pfc=pfc, scale=scale)
+
+
+@click.command()
+@click.option("--force", is_flag=True, help="Also undo runs whose owner process is still alive.")
+def clean(force: bool) -> None:
+    """Remove what crashed hpnlab runs left behind (only what hpnlab created)."""
+    from testbed.system.capabilities import probe
+    from testbed.system.ownership import clean as do_clean
+
+    probe().require_root("cleaning up")
+    removed, skipped = do_clean(force=force)
+    for r in removed:
+        console.print(f"removed {r}")
+    for s in skipped:
+        console.print(f"[yellow]left running:[/] {s}")
+    if not removed:
+        console.print("nothing to clean")

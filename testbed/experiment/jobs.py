@@ -1,0 +1,56 @@
+"""What an experiment replays: its jobs, each a name, a traffic class and a list of (op, schedule) items.
+
+Pure: schedules are built from the spec and the topology, at the emulated size
+(real size / scale). `hpnlab run` and `hpnlab traffic run` both come through here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from topos.model import Topology
+from traffic.collectives import Schedule, build_schedule
+from traffic.replay import op_schedule
+from traffic.workload import Op, load_simai, load_yaml, parse_size, select_ranks
+
+from .spec import CollectiveSpec, Experiment, resolve
+
+Item = tuple[Op, Schedule | None]  # None: the op stays inside hosts (NVLink) and is not replayed
+
+
+@dataclass
+class Job:
+    name: str
+    dscp: int  # its traffic class on the wire
+    items: list[Item]
+
+
+def collective_items(c: CollectiveSpec, scale: float, topo: Topology, where: str = "workload.collective") -> list[Item]:
+    emu = max(1, int(parse_size(c.size, f"{where}.size") / scale))
+    sched = build_schedule(c.op, select_ranks(c.ranks, topo, f"{where}.ranks"), emu, c.algorithm)
+    return [(Op(c.op, emu, tuple(sched.ranks), sched.algorithm, label=f"{c.op}/{sched.algorithm}"), sched)] * c.iters
+
+
+def workload_items(exp: Experiment, base: Path, topo: Topology) -> list[Item]:
+    wl = exp.workload
+    if wl.collective is not None:
+        return collective_items(wl.collective, exp.qos.scale, topo)
+    w = load_yaml(resolve(exp, base, "yaml_file")) if wl.yaml_file else load_simai(resolve(exp, base, "simai"))
+    w = w.scaled(exp.qos.scale)
+    hosts, rails = [h.name for h in topo.hosts], topo.hosts[0].nics
+    return [(o, op_schedule(o, hosts, rails, w.plan)) for o in w.ops for _ in range(o.repeat)]
+
+
+def jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
+    """The experiment's jobs side by side, or its workload as one job in the lossless class."""
+    dscp = {"lossless": exp.qos.lossless_dscp, "high": exp.qos.high_dscp, "default": 0}
+    if exp.jobs:
+        return [Job(j.name, dscp[j.priority], collective_items(j.collective, exp.qos.scale, topo,
+                                                               f"jobs[{i}].collective"))
+                for i, j in enumerate(exp.jobs)]
+    return [Job("job", dscp["lossless"], workload_items(exp, base, topo))]
+
+
+def items(exp: Experiment, base: Path, topo: Topology) -> list[Item]:
+    return [it for j in jobs(exp, base, topo) for it in j.items]

@@ -1,0 +1,191 @@
+"""`hpnlab run FILE`: build, route, shape, replay, break, measure, tear down; leave a results folder.
+
+results/<date>-<name>-<hash>/
+    spec.yaml            the experiment as run
+    environment.json     capability probe, versions (kernel, OVS, Mininet, os-ken, project git revision)
+    results.json         per variant and repetition: every op's times and bandwidths, failure and
+                         controller event logs, the PFC agent's report, the fidelity verdict
+    ops.csv, timeline.csv
+    busbw.png, throughput.png, queues.png
+    summary.md
+
+`run_one` is one variant and repetition on a fresh network, returning its
+record; `hpnlab traffic run` uses it directly for a one-job experiment built in
+memory, so both commands replay through the same code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from testbed.net.network import Network
+from testbed.qos.shaper import LEAF_HANDLE, ROOT
+from testbed.system.capabilities import probe
+from testbed.system.ownership import exit_cleanly_on_signals
+from traffic.replay import Replayer
+from traffic.transports import choose, make
+
+from .failures import Injector, expand
+from .jobs import items, jobs
+from .measure import Sampler
+from .provenance import versions
+from .results import RESULTS, write_reports
+from .spec import Experiment, check_against, load
+
+log = logging.getLogger(__name__)
+
+SPORT_STRIDE = 5000  # jobs side by side take disjoint source ports
+
+
+def _op_record(job: str, label: str, start: float, r) -> dict:
+    return {"job": job, "label": label, "op": r.op, "algorithm": r.algorithm, "ranks": r.ranks, "size": r.size,
+            "start": round(start, 4), "seconds": round(r.seconds, 4), "algbw_bps": r.algbw_bps,
+            "busbw_bps": r.busbw_bps, "ideal_busbw_bps": r.ideal_busbw_bps, "fraction_of_ideal": r.fraction_of_ideal,
+            "bytes_delivered": r.bytes_delivered, "bytes_expected": r.bytes_expected, "step_seconds": r.step_seconds}
+
+
+def _queue_records(net: Network) -> dict:
+    """Drops per class anywhere, and the bytes each ToR sent down to each host port (a NIC's two-ToR balance)."""
+    drops = {cls: sum(q[0].drops for q in net.qos.stats(handle).values() if q) for cls, handle in LEAF_HANDLE.items()}
+    down = [p for p in net.qos.ports.values() if not p.is_host and net.topo.nodes[p.peer].role == "host"]
+    rx = {f"{p.peer}:{p.peer_port}": q[0].bytes for p, q in zip(down, net.qos.stats(ROOT, down).values()) if q}
+    return {"drops": drops, "host_port_rx": rx}
+
+
+def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
+            progress: Callable[[], None] | None = None) -> dict:
+    """One variant, one repetition, on a network of its own; returns the run's record."""
+    topo = exp.topology.build()
+    check_against(exp, topo)
+    kind = choose(exp.transport, probe().rxe_in_netns)
+    job_list = jobs(exp, base, topo)
+    events = expand(exp, topo)
+    exit_cleanly_on_signals()
+    channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
+    rec: dict = {"variant": label, "repetition": rep, "transport": kind, "channels": channels, "ops": [],
+                 "halted": None}
+    with Network(topo, routing="controller", mode=exp.routing, qos=exp.qos,
+                 log_dir=None if log_dir is None else str(log_dir)) as net:
+        runners = []
+        for i, job in enumerate(job_list):  # each job: own agents, port, source ports, traffic class
+            tr = make(kind, net, tos=job.dscp << 2, index=i)
+            tr.start()
+            rp = Replayer(net, tr, channels=channels, precise=exp.routing == "precise",
+                          step_timeout=exp.step_timeout_s, sport_offset=SPORT_STRIDE * i)
+            runners.append((job, tr, rp))
+        sampler, injector = Sampler(net), Injector(net, events)
+        sampler.start()
+        injector.start()
+        t0 = time.time()
+
+        def run_job(job, rp):
+            for o, sched in job.items:
+                if sched is None or rec["halted"]:
+                    continue
+                start = time.time() - t0
+                try:
+                    r = rp.run(sched)
+                except (TimeoutError, RuntimeError) as exc:  # a step that never ends: the job is halted
+                    rec["halted"] = {"at": round(time.time() - t0, 3), "op": o.label or o.op, "why": str(exc),
+                                     "job": job.name}
+                    log.warning("%s rep %d halted: %s", label, rep, exc)
+                    return
+                rec["ops"].append(_op_record(job.name, o.label or f"{r.op}/{r.algorithm}", start, r))
+                if progress:
+                    progress()
+
+        try:
+            threads = [threading.Thread(target=run_job, args=(job, rp), daemon=True) for job, _tr, rp in runners]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            injector.stop()
+            sampler.stop()
+            for _job, tr, rp in runners:
+                rp.close()
+                tr.stop()
+            rec["failures"] = injector.log
+            rec["controller_events"] = net.controller.get("/events") if net.controller else []
+            rec["timeline"] = sampler.rows
+            rec.update(_queue_records(net))
+            rec["pfc"] = net.stop_qos()
+    idle = [r["cpu_idle"] for r in rec["timeline"]]
+    rec["fidelity"] = {"cpu_idle_min": min(idle, default=None), "cpu_idle_mean": round(statistics.mean(idle), 4)
+                       if idle else None, "cpu_bound": bool(idle) and min(idle) < 0.05,
+                       "bytes_ok": all(o["bytes_delivered"] == o["bytes_expected"] for o in rec["ops"])}
+    return rec
+
+
+def quick(exp: Experiment) -> Experiment:
+    """The reduced size CI runs: one repetition, collectives a quarter of the size and 2 iterations at most.
+
+    An experiment with scheduled failures keeps its traffic: its failures are timed against it, and a
+    shrunken job could end before the first one fires (a single-ToR job would then not halt).
+    """
+    from traffic.workload import parse_size
+
+    if exp.failures or exp.random_failures:
+        return exp.model_copy(update={"repetitions": 1})
+
+    def small(c):
+        return c.model_copy(update={"size": max(1, parse_size(c.size) // 4), "iters": min(c.iters, 2)})
+
+    upd: dict = {"repetitions": 1, "jobs": [j.model_copy(update={"collective": small(j.collective)})
+                                            for j in exp.jobs]}
+    if exp.workload is not None and exp.workload.collective is not None:
+        upd["workload"] = exp.workload.model_copy(update={"collective": small(exp.workload.collective)})
+    return exp.model_copy(update=upd)
+
+
+def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None = None,
+        results: Path = RESULTS) -> Path:
+    """Run an experiment file (or an Experiment built in Python) and return its results folder.
+
+    `base` is where relative workload files are looked up (default: the file's folder, or the current one).
+    """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if isinstance(spec, Experiment):
+        exp, base = spec, base or Path.cwd()
+        text = yaml.safe_dump(exp.model_dump(by_alias=True, exclude_defaults=True), sort_keys=False)
+    else:
+        exp, base = load(spec), base or Path(spec).parent
+        text = Path(spec).read_text()
+    variants = [(label, quick(v) if reduced else v) for label, v in exp.expand()]  # variants may bring jobs
+    built = {label: v.topology.build() for label, v in variants}
+    for label, v in variants:  # every variant's names checked before anything starts
+        check_against(v, built[label])
+    total = sum(len(items(v, base, built[label])) * v.repetitions for label, v in variants)
+    probe().require_root("running an experiment")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:7]
+    outdir = results / f"{time.strftime('%Y%m%d-%H%M%S')}-{exp.name}{'-quick' if reduced else ''}-{digest}"
+    outdir.mkdir(parents=True)
+    (outdir / "spec.yaml").write_text(text)
+    (outdir / "environment.json").write_text(json.dumps({"capabilities": probe().to_dict(), "versions": versions()},
+                                                        indent=1))
+    runs = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ops"),
+                  TimeElapsedColumn()) as prog:
+        task = prog.add_task(exp.name, total=total)
+        for label, v in variants:
+            for rep in range(v.repetitions):
+                prog.update(task, description=f"{exp.name}: {label} rep {rep + 1}/{v.repetitions}")
+                v_rep = v.model_copy(update={"seed": v.seed + rep})
+                runs.append(run_one(label, v_rep, base, outdir / f"{label}-rep{rep}", rep,
+                                    progress=lambda: prog.advance(task)))
+    (outdir / "results.json").write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs},
+                                                    indent=1))
+    write_reports(outdir, exp, runs)
+    return outdir
+

@@ -1,0 +1,56 @@
+"""Checks and counters on a running network: all-pairs ping, OVS's own port counters."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from topos.addressing import all_addresses
+from topos.model import Topology
+
+from .routes import OFCTL, run
+
+_PORT_STATS = re.compile(r"port\s+(\d+): rx pkts=(\d+), bytes=(\d+), drop=(\d+).*?tx pkts=(\d+), bytes=(\d+), "
+                         r"drop=(\d+)", re.S)
+
+
+@dataclass
+class PingResult:
+    sent: int
+    received: int
+    failures: list[tuple[str, str]]
+
+    @property
+    def loss(self) -> float:
+        return 1 - self.received / self.sent if self.sent else 0.0
+
+
+def pingall(topo: Topology, node_of, timeout_s: float = 2.0) -> PingResult:
+    """Ping every other host's every NIC address from every host, in parallel per host."""
+    addrs = all_addresses(topo)
+    sent = received = 0
+    failures: list[tuple[str, str]] = []
+    for h in topo.hosts:
+        targets = [a.ip for a in addrs if a.host != h.name]
+        script = " ".join(f"(ping -c1 -W{timeout_s:g} -q {ip} >/dev/null 2>&1 && echo ok {ip} || echo fail {ip}) &"
+                          for ip in targets) + " wait"
+        out = node_of(h.name).cmd(script)
+        results = dict(reversed(line.split()) for line in out.splitlines() if line.startswith(("ok ", "fail ")))
+        for ip in targets:
+            sent += 1
+            if results.get(ip) == "ok":
+                received += 1
+            else:
+                failures.append((h.name, ip))
+    return PingResult(sent, received, failures)
+
+
+def port_counters(topo: Topology) -> dict[str, dict[int, dict[str, int]]]:
+    """tx/rx bytes and drops of every switch port, read from OVS itself (independent of the controller)."""
+    out: dict[str, dict[int, dict[str, int]]] = {}
+    for sw in topo.switches:
+        text = run([*OFCTL, "dump-ports", sw.short]).stdout
+        out[sw.name] = {int(m[0]): {"rx_packets": int(m[1]), "rx_bytes": int(m[2]), "rx_dropped": int(m[3]),
+                                    "tx_packets": int(m[4]), "tx_bytes": int(m[5]), "tx_dropped": int(m[6])}
+                        for m in _PORT_STATS.findall(text)}
+    return out

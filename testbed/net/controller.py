@@ -1,0 +1,70 @@
+"""The controller as its own process (controllers.launcher), OpenFlow and REST on loopback ports picked free."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from controllers.client import ControllerClient
+from testbed.system.ownership import Ownership
+from topos.model import Topology
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ControllerProcess:
+    def __init__(self, topo: Topology, mode: str, log_dir: Path):
+        self.topo, self.mode = topo, mode
+        self.log_path = log_dir / "controller.log"
+        self.proc: subprocess.Popen | None = None
+        self.client: ControllerClient | None = None
+        self.of_port: int | None = None
+
+    def start(self, owner: Ownership, topo_file: str) -> int:
+        """Start it and wait until it listens, so switches get a controller at once; returns the OpenFlow port."""
+        self.of_port, rest_port = free_port(), free_port()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "controllers.launcher", "--topology", topo_file, "--mode", self.mode,
+             "--of-port", str(self.of_port), "--rest-port", str(rest_port)],
+            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        owner.process(self.proc.pid, "hpnlab controller")
+        self.client = ControllerClient(rest_port)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.of_port), timeout=0.2).close()
+                return self.of_port
+            except OSError:
+                if not self.alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"controller did not start; see {self.log_path}") from None
+                time.sleep(0.05)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_ready(self, timeout: float = 60) -> dict:
+        """Until every switch is connected and routed (a barrier confirmed its rules)."""
+        return self.client.wait_ready(timeout, alive=self.alive)
+
+    def stop(self) -> None:
+        p = self.proc
+        if p is None:
+            return
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self._log.close()
+        self.proc = None

@@ -1,0 +1,75 @@
+"""Host-side set-up inside each Mininet host: sysctls, addresses on both NIC ports, static neighbours.
+
+Both ports of a NIC carry the NIC's IP and MAC (HPN's non-stacked dual-ToR);
+routes are the RouteInstaller's business.
+"""
+
+from __future__ import annotations
+
+from topos.addressing import NicAddress, all_addresses, nic_address
+from topos.model import Topology
+
+from .links import OFFLOADS
+from .naming import host_intfs
+from .workdir import Workdir
+
+HOST_SYSCTLS = [
+    "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+    # one IP on two ports: reverse-path filtering would drop the asymmetric half
+    "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
+    "sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1",
+    # hash flows (5-tuple), not host pairs, over a NIC's two ports, as RoCE NICs do
+    "sysctl -qw net.ipv4.fib_multipath_hash_policy=1",
+    # collectives reuse idle connections between steps: keep their window, as RDMA QPs do
+    "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0",
+]
+
+
+def neighbour_lines(host: str, nic: int, ifname: str, addrs: list[NicAddress]) -> list[str]:
+    return [f"neigh replace {d.ip} lladdr {d.mac} dev {ifname} nud permanent"
+            for d in addrs if d.nic == nic and d.host != host]
+
+
+class Hosts:
+    """Configures the hosts of a started Mininet network (`node_of(name)` gives a Mininet host)."""
+
+    def __init__(self, topo: Topology, node_of, workdir: Workdir):
+        self.topo, self.node_of, self.workdir = topo, node_of, workdir
+        self.addrs = all_addresses(topo)
+
+    def _run(self, host, what: str, sh: str) -> None:
+        out = self.node_of(host.name).cmd(sh)
+        if out.strip():
+            raise RuntimeError(f"{what} on {host.name}: {out.strip()}")
+
+    def configure(self, static_neighbours: bool) -> None:
+        """Addresses, MACs and sysctls; with static routing also every neighbour (the fabric carries no ARP)."""
+        for h in self.topo.hosts:
+            sh = list(HOST_SYSCTLS)
+            batch = []
+            node = self.node_of(h.name)
+            for (nic, _port), ifname in sorted(host_intfs(self.topo, h.name).items()):
+                a = nic_address(h, nic)
+                sh += [f"sysctl -qw net.ipv4.conf.{ifname}.rp_filter=0 "
+                       f"net.ipv4.conf.{ifname}.ignore_routes_with_linkdown=1",
+                       f"ethtool -K {ifname} {' off '.join(OFFLOADS)} off >/dev/null 2>&1"]
+                batch += [f"addr flush dev {ifname}", f"link set dev {ifname} address {a.mac}",
+                          f"addr add {a.ip}/32 dev {ifname}", f"link set dev {ifname} up"]
+                if static_neighbours:
+                    batch += neighbour_lines(h.name, nic, ifname, self.addrs)
+                node.intf(ifname).ip = a.ip
+                node.intf(ifname).prefixLen = 32
+            self._run(h, "configuring", f"sh {self.workdir.write(h.short + '.sh', sh)}; "
+                                        f"ip -batch {self.workdir.write(h.short + '.ip', batch)} 2>&1")
+
+    def static_neighbours(self) -> None:
+        """Every host port knows its rail's peers' MACs (as static routing sets up anyway).
+
+        soft-RoCE resolves the peer's MAC when a queue pair connects, with a short
+        timeout; an ARP answer from the controller can come later than that on a
+        slow machine, and the connect fails ("Failed to modify QP to RTR").
+        """
+        for h in self.topo.hosts:
+            batch = [line for (nic, _port), ifname in sorted(host_intfs(self.topo, h.name).items())
+                     for line in neighbour_lines(h.name, nic, ifname, self.addrs)]
+            self._run(h, "neighbours", f"ip -batch {self.workdir.write(h.short + '.neigh', batch)} 2>&1")

@@ -1,0 +1,256 @@
+"""Start a Topology in Mininet with Open vSwitch, and always take it down again.
+
+    with Network(topo) as net:       # preflight, build, address, route
+        net.pingall()
+        net.set_link("h3:nic0:p0", up=False)
+
+- Switches are OVS bridges with the Topology's DPIDs and port numbers, the
+  userspace datapath where the kernel has no openvswitch module, offloads off
+  on every interface (userspace OVS stalls TCP otherwise).
+- Hosts follow the address plan in topos/addressing.py; both ports of a NIC
+  carry the NIC's IP and MAC and a multipath route spreads over them.
+- Routing is `static` (rules computed here from the Topology and installed
+  with ovs-ofctl) or `controller` (an OpenFlow controller on loopback does it).
+- Every bridge, interface and process is recorded in an Ownership record
+  before or as it is created; stop() and `hpnlab clean` undo exactly that.
+
+This class is the facade: each concern is a collaborator in this package
+(emulation, hosts, routes, steering, controller, checks, links) or in qos/.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from controllers.routing import RoutingGraph, Tables
+from testbed.qos.spec import QosSpec
+from testbed.system.capabilities import Capabilities, probe
+from testbed.system.ownership import RUN_DIR, Ownership
+from topos.errors import InputError
+from topos.model import Link, Topology
+
+from . import checks, emulation, links
+from .controller import ControllerProcess
+from .hosts import Hosts
+from .naming import intf_name, root_intfs
+from .preflight import preflight
+from .routes import RouteInstaller
+from .steering import Steering
+from .workdir import Workdir
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]  # agents run as `python -m traffic.…` from the checkout
+
+
+class Network:
+    def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp",
+                 caps: Capabilities | None = None, delay_ms: float | None = None, log_dir: str | None = None,
+                 qos: QosSpec | None = None):
+        if routing not in ("static", "controller"):
+            raise InputError("unknown routing", "use static or controller", field="routing", value=routing)
+        modes = ("ecmp", "shortest") if routing == "static" else ("ecmp", "precise", "shortest")
+        if mode not in modes:
+            raise InputError(f"routing mode not available with {routing} routing", f"use one of: {', '.join(modes)}",
+                             field="mode", value=mode)
+        self.topo = topo
+        self.routing = routing
+        self.mode = mode
+        self.caps = caps or probe()
+        self.delay_ms = delay_ms
+        self.log_dir = log_dir
+        self.qos_spec = qos
+        self.graph = RoutingGraph(topo)
+        self.down: set[str] = set()
+        self.tables: Tables | None = None
+        self.timings: dict[str, float] = {}
+        self.net = None  # the Mininet network
+        self.owner: Ownership | None = None
+        self.workdir: Workdir | None = None
+        self.routes: RouteInstaller | None = None
+        self.hosts: Hosts | None = None
+        self.steering = Steering(self.node)
+        self._controller: ControllerProcess | None = None
+        self.qos = None  # testbed.qos.shaper.Shaper, while links are shaped
+        self.pfc = None  # testbed.qos.pfc.PfcAgent, while it runs
+
+    # -- lifecycle ----------------------------------------------------------
+    def __enter__(self) -> "Network":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        preflight(self.topo, self.caps, self.delay_ms, self.qos_spec)
+        t0 = time.monotonic()
+        self.owner = Ownership()
+        self.workdir = Workdir()
+        of_port = None
+        if self.routing == "controller":
+            self._controller = ControllerProcess(self.topo, self.mode, Path(self.log_dir or self.workdir.path))
+            of_port = self._controller.start(self.owner, self.workdir.write("topology.json", [self.topo.to_json()]))
+        self.net = emulation.build(self.topo, self.caps, self.owner, of_port)
+        self.timings["build_s"] = time.monotonic() - t0
+        links.offloads_off(root_intfs(self.topo))
+        if self.delay_ms:
+            links.delay(root_intfs(self.topo), self.delay_ms)
+        self.hosts = Hosts(self.topo, self.node, self.workdir)
+        self.hosts.configure(static_neighbours=self.routing == "static")
+        if self._controller is not None:
+            t1 = time.monotonic()
+            health = self._controller.wait_ready(60)
+            self.timings["controller_ready_s"] = time.monotonic() - t1
+            log.info("controller: %d switches connected and routed", health["installed"])
+        self.routes = RouteInstaller(self.topo, self.graph, self.node, self.workdir,
+                                     switches=self.routing == "static", mode=self.mode)
+        self.reconcile()
+        if self.qos_spec is not None:
+            self.start_qos(self.qos_spec)
+        self.timings["start_s"] = time.monotonic() - t0
+        log.info("network up in %.1f s (%d switches, %d hosts)", self.timings["start_s"], len(self.topo.switches),
+                 len(self.topo.hosts))
+
+    def start_qos(self, spec: QosSpec) -> None:
+        """Shape every link direction and start the PFC agent (when the spec enables PFC)."""
+        from testbed.qos.pfc import PfcAgent
+        from testbed.qos.ports import egress_ports
+        from testbed.qos.shaper import Shaper
+        from testbed.qos.show import write_ports
+
+        t = time.monotonic()
+        self.qos_spec = spec
+        ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
+                             ifname_of=self.intf_name)
+        self.qos = Shaper(ports, spec)
+        self.qos.apply()
+        write_ports(self.owner.run_id, self.qos.ports.values())
+        if spec.pfc.enabled:
+            self.pfc = PfcAgent(self.qos, state_file=RUN_DIR / f"{self.owner.run_id}.pfc.json")
+            self.pfc.start()
+        self.timings["qos_s"] = time.monotonic() - t
+
+    def stop_qos(self) -> dict | None:
+        """Stop the PFC agent and remove every qdisc the QoS layer added; returns the agent's report."""
+        report = None
+        if self.pfc is not None:
+            self.pfc.stop()
+            report = self.pfc.report()
+            self.pfc = None
+        if self.qos is not None:
+            self.qos.remove()
+            self.qos = None
+        return report
+
+    def stop(self) -> None:
+        try:
+            self.stop_qos()
+        except Exception as exc:  # the interfaces go with Mininet below anyway
+            log.warning("qos teardown: %s", exc)
+        if self._controller is not None:  # before Mininet, so it does not chase the teardown's port events
+            self._controller.stop()
+        if self.net is not None:
+            try:
+                self.net.stop()
+            except Exception as exc:  # the owner record still removes what is left
+                log.warning("mininet stop failed: %s", exc)
+            self.net = None
+        if self.owner is not None:
+            left = self.owner.undo()
+            if left:
+                log.info("removed after mininet stop: %s", ", ".join(left))
+            self.owner = None
+        if self.workdir is not None:
+            self.workdir.cleanup()
+            self.workdir = None
+
+    # -- names ----------------------------------------------------------------
+    @property
+    def controller(self):
+        """The controller's REST client (None with static routing)."""
+        return self._controller.client if self._controller is not None else None
+
+    @property
+    def controller_log(self) -> Path | None:
+        return self._controller.log_path if self._controller is not None else None
+
+    def node(self, name: str):
+        """Mininet node for a Topology node name (or a short name)."""
+        n = self.topo.nodes.get(name)
+        return self.net.get(n.short if n else name)
+
+    def intf_name(self, node: str, port: int) -> str:
+        return intf_name(self.topo, node, port)
+
+    def find_link(self, name: str) -> Link:
+        link = self.graph.by_link_name.get(name)
+        return link if link is not None else self.topo.find_link(name)
+
+    # -- routing and failures ---------------------------------------------------
+    def reconcile(self) -> Tables:
+        """Bring host routes (and, without a controller, switch rules) to what the link state needs."""
+        t0 = time.monotonic()
+        self.tables = self.routes.reconcile(self.down)
+        self.timings["last_reconcile_s"] = time.monotonic() - t0
+        return self.tables
+
+    def set_link(self, name: str, up: bool) -> None:
+        """Fail or restore a link as a cable cut would: both ends lose carrier.
+
+        Only the switch-side (b) end is set admin-down; its veth peer then loses
+        carrier, which is what a host NIC sees when the cable or ToR port dies
+        (its routes stay, marked linkdown, and come back by themselves).
+        """
+        link = self.find_link(name)
+        seen = len(self.controller.get("/events")) if self.steered else 0
+        self.node(link.b).cmd(f"ip link set dev {self.intf_name(link.b, link.b_port)} {'up' if up else 'down'}")
+        (self.down.discard if up else self.down.add)(link.name)
+        self.reconcile()
+        if self.steered:
+            self.steering.follow(self.controller, seen)
+
+    def static_neighbours(self) -> None:
+        self.hosts.static_neighbours()
+
+    # -- processes and steering ------------------------------------------------
+    def popen(self, host: str, args: list[str], **kw) -> subprocess.Popen:
+        """A process inside a host's namespace, owned by this run (killed at teardown if still running)."""
+        p = self.node(host).popen(args, **kw)
+        self.owner.process(p.pid, f"{' '.join(args[:4])} on {host}")
+        return p
+
+    def python(self, host: str, module: str, *args: str, **kw) -> subprocess.Popen:
+        return self.popen(host, [sys.executable, "-m", module, *args], cwd=str(ROOT), **kw)
+
+    @property
+    def steered(self) -> dict[str, dict]:
+        return self.steering.steered
+
+    def steer(self, flow: dict) -> None:
+        self.steering.steer(flow)
+
+    def unsteer(self, flow: dict) -> None:
+        self.steering.unsteer(flow)
+
+    # -- rates, counters, checks ------------------------------------------------
+    def port_rate_bps(self, link: Link) -> float:
+        """A link's emulated rate; only shaped networks have one."""
+        if self.qos_spec is None:
+            raise InputError("bandwidth figures need shaped links", "start the network with qos (e.g. --qos)",
+                             field="qos", value=None)
+        return link.rate_gbps * 1e9 / self.qos_spec.scale
+
+    def port_counters(self) -> dict[str, dict[int, dict[str, int]]]:
+        return checks.port_counters(self.topo)
+
+    def pingall(self, timeout_s: float = 2.0) -> checks.PingResult:
+        return checks.pingall(self.topo, self.node, timeout_s)

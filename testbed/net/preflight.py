@@ -1,0 +1,46 @@
+"""Every check that can refuse a run, before anything on the system changes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from testbed.qos.spec import QosSpec
+from testbed.system.capabilities import Capabilities
+from testbed.system.ownership import live_runs, tagged_bridges
+from topos.errors import InputError
+from topos.model import Topology
+
+# What shaped runs need from userspace OVS's one packet socket (what bootstrap.sh gives it): every
+# frame queued in any switch egress qdisc counts against it, at about twice its size (skb truesize).
+OVS_SEND_BUFFER_NEEDED = 32 << 20
+
+
+def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None, qos: QosSpec | None = None) -> None:
+    caps.require_root("starting a network")
+    caps.require_ovs()
+    if delay_ms:
+        caps.require_qdisc("netem", "link delay (--delay-ms)")
+    if qos is not None:
+        caps.require_qdisc("htb", "link shaping")
+        caps.require_ovs_send_buffer(OVS_SEND_BUFFER_NEEDED)
+        if qos.delay_ms:
+            caps.require_qdisc("netem", "link delay (qos.delay_ms)")
+        if qos.loss_pct:
+            caps.require_qdisc("netem", "link loss (qos.loss_pct)")
+    others = live_runs()
+    if others:
+        r = others[0]
+        raise InputError("another hpnlab network is running", "stop it first (or 'hpnlab clean --force')",
+                         field="run", value=f"{r.run_id} pid {r.data['owner_pid']}")
+    ours = tagged_bridges()
+    out = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout.split()
+    for sw in topo.switches:
+        if sw.short in out:
+            fix = "run 'hpnlab clean' (left over from a crashed run)" if sw.short in ours else \
+                "rename or remove that bridge; hpnlab will not touch what it did not create"
+            raise InputError("an OVS bridge with a name this topology needs already exists", fix,
+                             field="bridge", value=sw.short)
+        if Path(f"/sys/class/net/{sw.short}-eth1").exists():
+            raise InputError("an interface with a name this topology needs already exists",
+                             "run 'hpnlab clean' or remove it", field="interface", value=f"{sw.short}-eth1")

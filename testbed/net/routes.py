@@ -1,0 +1,63 @@
+"""Brings host routes (and, without a controller, switch rules) to what the current link state needs."""
+
+from __future__ import annotations
+
+import subprocess
+
+from controllers.routing import RoutingGraph, Tables, compute_tables
+from controllers.ruleset import RuleSet
+from topos.model import Topology
+
+from .static_routes import host_route_script, ofctl_batches
+from .workdir import Workdir
+
+OFCTL = ["ovs-ofctl", "-O", "OpenFlow13"]
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])}... failed: {r.stderr.strip()}")
+    return r
+
+
+class RouteInstaller:
+    def __init__(self, topo: Topology, graph: RoutingGraph, node_of, workdir: Workdir, *, switches: bool,
+                 mode: str):
+        self.topo, self.graph, self.node_of, self.workdir = topo, graph, node_of, workdir
+        self.switches = switches  # static routing: this installs the switch rules too
+        self.table_mode = "shortest" if mode == "shortest" else "ecmp"
+        self.rules: dict[str, RuleSet] = {}
+        self.host_exceptions: dict[str, set[str]] = {}
+
+    def reconcile(self, down: set[str]) -> Tables:
+        tables = compute_tables(self.graph, down, mode=self.table_mode)
+        for sw in self.topo.switches if self.switches else ():
+            self._switch(sw, tables)
+        for h in self.topo.hosts:
+            self._host(h, tables)
+        return tables
+
+    def _switch(self, sw, tables: Tables) -> None:
+        change = self.rules.setdefault(sw.name, RuleSet()).update(tables.switch[sw.name])
+        if change.empty:
+            return
+        groups, flows, dels, stale = ofctl_batches(change)
+        if groups:
+            run([*OFCTL, "add-groups", sw.short, self.workdir.write(f"{sw.short}.groups", groups)])
+        if flows:
+            run([*OFCTL, "add-flows", sw.short, self.workdir.write(f"{sw.short}.flows", flows)])
+        for match in dels:
+            run([*OFCTL, "--strict", "del-flows", sw.short, match])
+        for gid in stale:
+            run([*OFCTL, "del-groups", sw.short, f"group_id={gid}"])
+
+    def _host(self, h, tables: Tables) -> None:
+        nic_ports: dict[int, list[int]] = {}
+        for l in self.topo.links_of(h.name):
+            nic_ports.setdefault(l.nic, []).append(l.a_port)
+        lines, exc = host_route_script(h.name, h.short, nic_ports, tables, self.host_exceptions.get(h.name, set()))
+        self.host_exceptions[h.name] = exc
+        out = self.node_of(h.name).cmd(f"ip -force -batch {self.workdir.write(h.short + '.routes', lines)} 2>&1")
+        if "rror" in out:
+            raise RuntimeError(f"routes on {h.name}: {out.strip()}")

@@ -1,0 +1,53 @@
+"""The egress ports a QoS layer shapes: every link direction of a Topology, with its numbers (pure).
+
+The network layer says where each port lives (`netns_of`: the namespace of a
+host, None for the root namespace where every switch port is) and what it is
+called (`ifname_of`); nothing here looks at Mininet or the kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from topos.model import Topology
+
+from .spec import PortPlan, QosSpec, port_plan
+
+
+@dataclass
+class Port:
+    """One shaped egress port."""
+
+    node: str  # topology node that sends on it
+    port: int  # its port number there
+    role: str  # of `node`: host, tor, agg, core
+    peer: str  # node at the other end
+    peer_port: int
+    ifname: str
+    peer_ifname: str  # where a PAUSE frame toward this port's sender leaves
+    netns: str | None  # None: root namespace; else /proc/PID/ns/net of a host
+    plan: PortPlan
+    ifindex: int = 0  # filled in when the shaper finds the interface
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}:{self.port}"
+
+    @property
+    def is_host(self) -> bool:
+        return self.role == "host"
+
+
+def egress_ports(topo: Topology, spec: QosSpec, netns_of: Callable[[str], str | None],
+                 ifname_of: Callable[[str, int], str]) -> list[Port]:
+    """Both directions of every link; a device's other links are the ingress its PFC headroom must absorb."""
+    total = {n: sum(l.rate_gbps for l in topo.links_of(n)) for n in topo.nodes}
+    out = []
+    for l in topo.links:
+        for node, port, peer, peer_port in ((l.a, l.a_port, l.b, l.b_port), (l.b, l.b_port, l.a, l.a_port)):
+            role = topo.nodes[node].role
+            out.append(Port(node, port, role, peer, peer_port, ifname_of(node, port), ifname_of(peer, peer_port),
+                            netns_of(node) if role == "host" else None,
+                            port_plan(l.rate_gbps, spec, total[node] - l.rate_gbps)))
+    return out
