@@ -5,15 +5,20 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap test test-unit test-emu vm-image vm-test demo clean bench
+.PHONY: bootstrap lint test test-unit test-emu vm-image vm-test demo clean bench
 
 bootstrap:
 	$(SUDO) bash scripts/bootstrap.sh
 
-test: bootstrap
+# ruff with the configuration in pyproject.toml; part of `make test`.
+lint: bootstrap
+	$(VENV)/bin/ruff check .
+
+# Unit + emulation tests; tests/emu/test_examples.py runs the scripts in examples/.
+test: bootstrap lint
 	$(SUDO) $(VENV)/bin/pytest -q tests/unit tests/emu $(PYTEST_ARGS)
 
-test-unit: bootstrap
+test-unit: bootstrap lint
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
 test-emu: bootstrap

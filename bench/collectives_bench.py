@@ -1,6 +1,6 @@
 """Collective benchmark: ring all-reduce busbw as a fraction of the physical bound.
 
-    sudo .venv/bin/python bench/collectives_bench.py [--out results/bench/collectives.json]
+    sudo .venv/bin/python -m bench.collectives_bench [--out results/bench/collectives.json]
 
 Eight hosts, one rail, 2 channels per peer (one per NIC port), TCP transport,
 lossless class with PFC, scale 1/20,000 (200G ports at 10 Mbit/s). HPN with
@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from testbed.net.network import Network  # noqa: E402
-from testbed.qos.spec import QosSpec  # noqa: E402
-from topos import build  # noqa: E402
-from traffic.collectives import build_schedule  # noqa: E402
-from traffic.replay import Replayer  # noqa: E402
-from traffic.transports.tcp import TcpTransport  # noqa: E402
+from testbed.net.network import Network
+from testbed.qos.spec import QosSpec
+from topos import build
+from traffic.collectives import build_schedule
+from traffic.replay import Replayer
+from traffic.transports.tcp import TcpTransport
 
 SCALE = 20_000
 

@@ -1,6 +1,6 @@
 """Controller benchmark: start-up, precise vs ECMP link use, failover gaps.
 
-    sudo .venv/bin/python bench/controller_bench.py [--out results/bench/controller.json] [--quick]
+    sudo .venv/bin/python -m bench.controller_bench [--out results/bench/controller.json] [--quick]
 
 Everything is measured on real Mininet + OVS with the controller in its own
 process: link use from OVS port counters, gaps from a paced UDP probe stream
@@ -13,16 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from testbed.experiment.measure import (StreamSpec, gap_after, host_links_used, port_delta, run_streams,  # noqa: E402
-                             uplinks_used)
-from testbed.net.network import Network  # noqa: E402
-from topos import build  # noqa: E402
+from testbed.experiment.measure import StreamSpec, gap_after, host_links_used, port_delta, run_streams, uplinks_used
+from testbed.net.network import Network
+from topos import build
 
 
 def startup(reps: int) -> dict:

@@ -1,6 +1,6 @@
 """QoS and PFC benchmark: rate fidelity, 7-to-1 incast with and without PFC, pause propagation.
 
-    sudo .venv/bin/python bench/pfc_bench.py [--out results/bench/pfc.json] [--seconds 10]
+    sudo .venv/bin/python -m bench.pfc_bench [--out results/bench/pfc.json] [--seconds 10]
 
 Default HPN, 200G host ports at 20 Mbit/s (scale 1/10,000). TCP (iperf3)
 marked DSCP 26 rides the lossless class. Drops are read from every lossless
@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate  # noqa: E402
-from testbed.net.network import Network  # noqa: E402
-from testbed.qos.shaper import LEAF_HANDLE  # noqa: E402
-from testbed.qos.spec import QosSpec  # noqa: E402
-from topos import build  # noqa: E402
+from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate
+from testbed.net.network import Network
+from testbed.qos.shaper import LEAF_HANDLE
+from testbed.qos.spec import QosSpec
+from topos import build
 
 DSCP26 = 26 << 2
 

@@ -11,8 +11,8 @@ evenly as this greedy order allows.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 from .routing import RoutingGraph, Tables
 

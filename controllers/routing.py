@@ -15,8 +15,9 @@ the other plane (the host table), as HPN's host-side port selection does.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Literal
 
 from topos.addressing import NicAddress, all_addresses
 from topos.model import Link, Topology

@@ -10,7 +10,7 @@ try:
     from os_ken.base import app_manager
     from os_ken.controller import ofp_event
     from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
-    from os_ken.lib.packet import arp, ethernet, ether_types, lldp, packet
+    from os_ken.lib.packet import arp, ether_types, ethernet, lldp, packet
     from os_ken.ofproto import ofproto_v1_3
 
     BaseApp = app_manager.OSKenApp
@@ -18,9 +18,8 @@ try:
 except ImportError:  # pragma: no cover - exercised only where Ryu is installed instead
     from ryu.base import app_manager  # type: ignore[no-redef]
     from ryu.controller import ofp_event  # type: ignore[no-redef]
-    from ryu.controller.handler import (  # type: ignore[no-redef]
-        CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls)
-    from ryu.lib.packet import arp, ethernet, ether_types, lldp, packet  # type: ignore[no-redef]
+    from ryu.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # type: ignore[no-redef]
+    from ryu.lib.packet import arp, ether_types, ethernet, lldp, packet  # type: ignore[no-redef]
     from ryu.ofproto import ofproto_v1_3  # type: ignore[no-redef]
 
     BaseApp = app_manager.RyuApp

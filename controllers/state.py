@@ -33,28 +33,6 @@ class PreciseRule:
     cookie: int
 
 
-def expected_neighbours(topo: Topology) -> dict[tuple[str, int], tuple[str, int]]:
-    """(switch, port) -> (switch, port) at the other end, for every switch-to-switch link."""
-    out = {}
-    for l in topo.links:
-        if l.kind != "host-tor":
-            out[l.a, l.a_port] = (l.b, l.b_port)
-            out[l.b, l.b_port] = (l.a, l.a_port)
-    return out
-
-
-def wiring_mismatches(topo: Topology, seen: dict[tuple[str, int], tuple[str, int]], down: set[str]) -> list[dict]:
-    """Ports whose LLDP neighbour (as `seen` from the sender's side) is not the topology's; down links excluded."""
-    down_ports = {end for l in topo.links if l.name in down for end in ((l.a, l.a_port), (l.b, l.b_port))}
-    out = []
-    for (sw, port), want in sorted(expected_neighbours(topo).items()):
-        got = seen.get((sw, port))
-        if got != want and (sw, port) not in down_ports:
-            out.append({"port": f"{sw}:{port}", "expected": f"{want[0]}:{want[1]}",
-                        "seen": None if got is None else f"{got[0]}:{got[1]}"})
-    return out
-
-
 @dataclass
 class Update:
     """What the OpenFlow side must send: default-route changes and precise rule adds/deletes."""

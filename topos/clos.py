@@ -25,7 +25,7 @@ class DcnPlusParams(FabricParams):
     core: bool | None = True
 
     @model_validator(mode="after")
-    def _single_plane(self) -> "DcnPlusParams":
+    def _single_plane(self) -> DcnPlusParams:
         if self.dual_plane:
             raise InputError("DCN+ has a single plane", "use the hpn builder for dual-plane",
                              field="dual_plane", value=True)
@@ -81,7 +81,7 @@ class FatTreeParams(Params):
     port_gbps: float = Field(100.0, gt=0)
 
     @model_validator(mode="after")
-    def _even(self) -> "FatTreeParams":
+    def _even(self) -> FatTreeParams:
         if self.k % 2:
             raise InputError("fat-tree needs an even port count k", f"use k={self.k + 1}", field="k", value=self.k)
         return self

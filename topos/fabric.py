@@ -50,7 +50,7 @@ class FabricParams(Params):
     agg_capacity_gbps: float = Field(51200.0, gt=0, description="aggregation switch capacity")
 
     @model_validator(mode="after")
-    def _coherent(self) -> "FabricParams":
+    def _coherent(self) -> FabricParams:
         if self.dual_plane and not self.dual_tor:
             raise InputError("dual_plane needs dual_tor (a plane is one ToR of each pair)",
                              "set dual_tor=true or dual_plane=false", field="dual_plane", value=True)
@@ -198,7 +198,7 @@ def build_fabric(p: FabricParams, kind: str, public_params: dict) -> Topology:
                     for _ in range(per_agg):
                         topo.add_link(Link(tor.name, port(tor.name, 1), agg.name, port(agg.name, 1),
                                            p.uplink_gbps, "tor-agg"))
-    for (pod, plane, j), agg in aggs.items():
+    for (_pod, plane, j), agg in aggs.items():
         for c in range(s.agg_up):
             core = cores[plane, j, c]
             topo.add_link(Link(agg.name, port(agg.name, 1), core.name, port(core.name, 1), p.uplink_gbps, "agg-core"))

@@ -9,8 +9,9 @@ the routing code walk it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 Role = Literal["host", "tor", "agg", "core"]
 ROLES: tuple[Role, ...] = ("host", "tor", "agg", "core")
@@ -163,7 +164,7 @@ class Topology:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Topology":
+    def from_dict(cls, d: dict[str, Any]) -> Topology:
         node_fields = set(Node.__dataclass_fields__)
         link_fields = set(Link.__dataclass_fields__)
         topo = cls(kind=d["kind"], params=dict(d.get("params", {})), figures=dict(d.get("figures", {})))
@@ -174,7 +175,7 @@ class Topology:
         return topo
 
     @classmethod
-    def from_json(cls, text: str) -> "Topology":
+    def from_json(cls, text: str) -> Topology:
         return cls.from_dict(json.loads(text))
 
     def to_networkx(self):

@@ -22,7 +22,7 @@ class RailParams(FabricParams):
     rail_optimized: bool = True
 
     @model_validator(mode="after")
-    def _rails(self) -> "RailParams":
+    def _rails(self) -> RailParams:
         if not self.rail_optimized:
             raise InputError("the rail_optimized builder is rail-optimized by definition",
                              "use dcn_plus or spine_leaf for a fabric without rails",

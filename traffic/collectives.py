@@ -11,8 +11,8 @@ reduce-scatter, all-to-all), so bus bandwidth factors are the NCCL ones.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from topos.errors import InputError
 

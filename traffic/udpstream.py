@@ -65,7 +65,7 @@ def recv(port: int, duration: float, gap_ms: float) -> dict:
     while time.monotonic() < end:
         try:
             data, _ = s.recvfrom(65536)
-        except socket.timeout:
+        except TimeoutError:
             continue
         t = time.time()
         seq, _sent, stream = HEADER.unpack_from(data)

@@ -63,7 +63,7 @@ class Workload:
     ops: list[Op] = field(default_factory=list)
     plan: dict[str, int] = field(default_factory=dict)
 
-    def scaled(self, scale: float) -> "Workload":
+    def scaled(self, scale: float) -> Workload:
         return Workload(self.name, [replace(o, size=max(1, int(o.size / scale))) for o in self.ops], dict(self.plan))
 
 
@@ -217,7 +217,7 @@ def load_simai(path: str | Path) -> Workload:
             raise InputError(f"{path.name} line {lineno}: {len(f)} fields, need at least 11",
                              "name, reserved, then 3 x (time, type, bytes)", field="row", value=line[:60])
         name = f[0]
-        for phase, (ti, ci, bi), group in (("fwd", (2, 3, 4), "tp"), ("ig", (5, 6, 7), "tp"),
+        for phase, (_compute_col, ci, bi), group in (("fwd", (2, 3, 4), "tp"), ("ig", (5, 6, 7), "tp"),
                                            ("wg", (8, 9, 10), "dp")):
             kind = _simai_type(f[ci], group, path, lineno)
             try:

@@ -7,10 +7,9 @@ import subprocess
 from mininet.cli import CLI
 
 from controllers.routing import trace
+from testbed.net import Network
 from topos.addressing import nic_address
 from topos.errors import InputError
-
-from testbed.net import Network
 
 
 class TestbedCLI(CLI):

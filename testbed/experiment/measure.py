@@ -10,14 +10,12 @@ import json
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
-
-from topos.addressing import nic_address
 
 from testbed.net.network import Network
 from testbed.qos.shaper import ROOT
+from topos.addressing import nic_address
 
 
 @dataclass

@@ -102,7 +102,8 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
         halted_text = f"{len(halted)} of {len(rs)} (first at {halted[0]['at']} s)" if halted else "no"
         drops = f"{sum(r['drops']['lossless'] for r in rs)}/{sum(r['drops']['default'] for r in rs)}"
         lines.append(f"| {v} | {len(bw[v])} | {m:.2f} ± {s:.2f} | {fm:.1%} ± {fs:.1%} | {drops} | "
-                     f"{sum(len(r['failures']) for r in rs)} | {halted_text} | {'YES: not faithful' if cpu else 'no'} |")
+                     f"{sum(len(r['failures']) for r in rs)} | {halted_text} | "
+                     f"{'YES: not faithful' if cpu else 'no'} |")
     balance = []
     for v in variants:
         ratios = []

@@ -57,7 +57,8 @@ def _queue_records(net: Network) -> dict:
     """Drops per class anywhere, and the bytes each ToR sent down to each host port (a NIC's two-ToR balance)."""
     drops = {cls: sum(q[0].drops for q in net.qos.stats(handle).values() if q) for cls, handle in LEAF_HANDLE.items()}
     down = [p for p in net.qos.ports.values() if not p.is_host and net.topo.nodes[p.peer].role == "host"]
-    rx = {f"{p.peer}:{p.peer_port}": q[0].bytes for p, q in zip(down, net.qos.stats(ROOT, down).values()) if q}
+    stats = net.qos.stats(ROOT, down).values()
+    rx = {f"{p.peer}:{p.peer_port}": q[0].bytes for p, q in zip(down, stats, strict=True) if q}
     return {"drops": drops, "host_port_rx": rx}
 
 

@@ -35,9 +35,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from topos.errors import InputError
-
 from testbed.qos.spec import QosSpec
+from topos.errors import InputError
 
 
 class _Strict(BaseModel):
@@ -69,7 +68,7 @@ class WorkloadSpec(_Strict):
     simai: str | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "WorkloadSpec":
+    def _one(self) -> WorkloadSpec:
         given = [k for k in ("collective", "yaml_file", "simai") if getattr(self, k) is not None]
         if len(given) != 1:
             raise InputError("give exactly one of collective, file, simai", "e.g. workload: {collective: {op: "
@@ -94,7 +93,7 @@ class FailureSpec(_Strict):
     count: int = Field(1, ge=1, description="flap: how many down/up cycles")
 
     @model_validator(mode="after")
-    def _target(self) -> "FailureSpec":
+    def _target(self) -> FailureSpec:
         if (self.link is None) == (self.node is None):
             raise InputError("a failure names exactly one link or one node", "e.g. link: h3:nic0:p0",
                              field="failures[].link", value=self.link or self.node)
@@ -130,13 +129,13 @@ class Experiment(_Strict):
     paper: dict[str, Any] = Field(default_factory=dict, description="the paper's figure, shown beside ours")
 
     @model_validator(mode="after")
-    def _workload_or_jobs(self) -> "Experiment":
+    def _workload_or_jobs(self) -> Experiment:
         if (self.workload is None) == (not self.jobs):
             raise InputError("give either workload or jobs", "e.g. workload: {collective: {op: allreduce}}",
                              field="workload", value=None)
         return self
 
-    def expand(self) -> list[tuple[str, "Experiment"]]:
+    def expand(self) -> list[tuple[str, Experiment]]:
         """(label, experiment) per variant; the experiment itself when there are none."""
         if not self.variants:
             return [(self.routing, self)]
@@ -182,7 +181,8 @@ def from_dict(data: dict) -> Experiment:
 def load(path: str | Path) -> Experiment:
     p = Path(path)
     if not p.is_file():
-        raise InputError("no such experiment file", "give the path of a YAML file, e.g. experiments/precise_vs_ecmp.yaml",
+        raise InputError("no such experiment file",
+                         "give the path of a YAML file, e.g. experiments/precise_vs_ecmp.yaml",
                          field="file", value=str(path))
     try:
         data = yaml.safe_load(p.read_text())
@@ -216,5 +216,6 @@ def check_against(exp: Experiment, topo) -> None:
             except InputError as e:
                 raise InputError(e.what, e.fix, field=f"failures[{i}].link", value=f.link) from None
         elif f.node not in topo.nodes or topo.nodes[f.node].role == "host":
-            raise InputError("no such switch", "use a switch name from 'hpnlab topo export'", field=f"failures[{i}].node",
+            raise InputError("no such switch", "use a switch name from 'hpnlab topo export'",
+                             field=f"failures[{i}].node",
                              value=f.node)

@@ -79,7 +79,7 @@ class Network:
         self.pfc = None  # testbed.qos.pfc.PfcAgent, while it runs
 
     # -- lifecycle ----------------------------------------------------------
-    def __enter__(self) -> "Network":
+    def __enter__(self) -> Network:
         try:
             self.start()
         except BaseException:
@@ -154,14 +154,14 @@ class Network:
     def stop(self) -> None:
         try:
             self.stop_qos()
-        except Exception as exc:  # the interfaces go with Mininet below anyway
+        except Exception as exc:  # noqa: BLE001 - the interfaces go with Mininet below anyway
             log.warning("qos teardown: %s", exc)
         if self._controller is not None:  # before Mininet, so it does not chase the teardown's port events
             self._controller.stop()
         if self.net is not None:
             try:
                 self.net.stop()
-            except Exception as exc:  # the owner record still removes what is left
+            except Exception as exc:  # noqa: BLE001 - the owner record still removes what is left
                 log.warning("mininet stop failed: %s", exc)
             self.net = None
         if self.owner is not None:

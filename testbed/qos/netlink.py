@@ -94,7 +94,8 @@ class QdiscDumper:
                         return out
                     if typ == NLMSG_ERROR:
                         raise OSError(-struct.unpack_from("=i", data, off + _NLMSG.size)[0], "qdisc dump failed")
-                    if typ == RTM_NEWQDISC and (handle is None or _HANDLE.unpack_from(data, off + _HANDLE_AT)[0] == handle):
+                    if typ == RTM_NEWQDISC and (handle is None
+                                                or _HANDLE.unpack_from(data, off + _HANDLE_AT)[0] == handle):
                         out.append(self._parse(data, off + _NLMSG.size, off + length))
                 off += (length + 3) & ~3
 
@@ -107,7 +108,7 @@ class QdiscDumper:
             if typ == TCA_KIND:
                 kind = buf[a:b].rstrip(b"\0").decode()
             elif typ == TCA_STATS2:
-                for t2, c, d in _attrs(buf, a, b):
+                for t2, c, _end in _attrs(buf, a, b):
                     if t2 == TCA_STATS_BASIC:
                         nbytes, packets = _BASIC.unpack_from(buf, c)
                     elif t2 == TCA_STATS_QUEUE:

@@ -108,7 +108,7 @@ class PfcAgent:
                 st.since = None
                 try:
                     self.shaper.set_paused(key, False)
-                except Exception:  # the port may be gone already
+                except Exception:  # noqa: BLE001 - the port may be gone already
                     pass
 
     # -- the loop --------------------------------------------------------------------

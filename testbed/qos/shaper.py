@@ -144,7 +144,7 @@ class Shaper:
                 try:
                     self._ipr(p.netns).tc("del", "htb", p.ifindex, handle=ROOT, parent=0xFFFFFFFF)
                     n += 1
-                except Exception as exc:  # the interface may already be gone with its namespace
+                except Exception as exc:  # noqa: BLE001 - the interface may already be gone with its namespace
                     log.debug("qos remove %s: %s", p.key, exc)
             self.ports.clear()
             self.paused.clear()

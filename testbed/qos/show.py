@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 
 from testbed.system.ownership import RUN_DIR, live_runs
-from .spec import CLASS_IDS
+
 from .netlink import dumper_in
+from .spec import CLASS_IDS
 
 LEAF_OF = {m << 16: c for c, m in CLASS_IDS.items()}
 

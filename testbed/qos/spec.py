@@ -65,7 +65,7 @@ class QosSpec(BaseModel):
     pfc: PfcSpec = Field(default_factory=PfcSpec)
 
     @model_validator(mode="after")
-    def _check(self) -> "QosSpec":
+    def _check(self) -> QosSpec:
         if set(self.weights) != set(CLASS_IDS):
             raise InputError("weights must name exactly the classes high, lossless, default",
                              "e.g. weights: {high: 10, lossless: 60, default: 30}", field="qos.weights",

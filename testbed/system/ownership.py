@@ -138,7 +138,7 @@ class Ownership:
         return done
 
     @classmethod
-    def load_all(cls) -> list["Ownership"]:
+    def load_all(cls) -> list[Ownership]:
         if not RUN_DIR.is_dir():
             return []
         out = []

@@ -111,7 +111,7 @@ class CpuWindow:
 
     def steal_share(self) -> float:
         now = self._stat()
-        delta = [b - a for a, b in zip(self.start, now)]
+        delta = [b - a for a, b in zip(self.start, now, strict=True)]
         total = sum(delta[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
         return delta[7] / total if total else 0.0
 

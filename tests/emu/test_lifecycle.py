@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-
 HOLD = """
 import sys, time
 from topos import build

@@ -96,7 +96,7 @@ def test_fat_tree_flows_disjoint_up_to_the_core():
 
 
 def test_lldp_wiring_check_reports_a_swapped_cable():
-    from controllers.state import expected_neighbours, wiring_mismatches
+    from controllers.wiring import expected_neighbours, wiring_mismatches
 
     topo = build("hpn")
     seen = dict(expected_neighbours(topo))

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.qos.spec import MTU, QosSpec, port_plan
 from testbed.qos.netlink import RTM_NEWTCLASS, htb_class_message
+from testbed.qos.spec import MTU, QosSpec, port_plan
 from topos.errors import InputError
 
 

@@ -6,11 +6,11 @@ import re
 import subprocess
 import time
 
+from test_full_kernel import SMALL_HPN  # noqa: E402 - same small fabric
+
 from testbed.net.network import Network
 from topos import build
 from topos.addressing import nic_address
-
-from test_full_kernel import SMALL_HPN  # noqa: E402 - same small fabric
 
 
 def test_netem_delay_is_applied_and_measured():

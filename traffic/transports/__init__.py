@@ -18,7 +18,8 @@ def choose(name: str, rxe_in_netns: bool | None) -> str:
         return "rdma" if rxe_in_netns else "tcp"
     if name == "rdma" and not rxe_in_netns:
         raise InputError("the rdma transport needs soft-RoCE (rdma_rxe) inside network namespaces, which this "
-                         "kernel lacks", "run it in a full-kernel VM (Debian trixie with its backports kernel), or use transport tcp",
+                         "kernel lacks",
+                         "run it in a full-kernel VM (Debian trixie with its backports kernel), or use transport tcp",
                          field="transport", value=name)
     return name
 

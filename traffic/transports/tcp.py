@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -130,6 +131,6 @@ class TcpTransport:
         for p in self.agents.values():
             try:
                 p.wait(timeout=5)
-            except Exception:
+            except subprocess.TimeoutExpired:
                 p.kill()
         self.agents.clear()
