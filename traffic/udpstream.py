@@ -56,7 +56,10 @@ def recv(port: int, duration: float, gap_ms: float) -> dict:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     s.bind(("0.0.0.0", port))
     s.settimeout(0.05)
+    # The window opens at the first packet, not at start-up: a sender that took a while to start
+    # (a loaded machine) still has its whole stream counted. No packet within `duration`: done.
     end = time.monotonic() + duration
+    opened = False
     seqs: dict[int, set[int]] = {}
     last: dict[int, float] = {}
     first: dict[int, float] = {}
@@ -68,6 +71,8 @@ def recv(port: int, duration: float, gap_ms: float) -> dict:
         except TimeoutError:
             continue
         t = time.time()
+        if not opened:
+            opened, end = True, time.monotonic() + duration
         seq, _sent, stream = HEADER.unpack_from(data)
         nbytes += len(data)
         seqs.setdefault(stream, set()).add(seq)

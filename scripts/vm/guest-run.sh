@@ -11,7 +11,10 @@ missing=()
 while read -r m; do modprobe "$m" 2>/dev/null || missing+=("$m"); done </etc/modules-load.d/hpnlab.conf
 [ "${#missing[@]}" -eq 0 ] || echo "[vm] modules that did not load: ${missing[*]}"
 . /mnt/src/scripts/vm/common.sh
-copy_tree /mnt/src /opt/hpnlab  # the code under test over the snapshot the image was built with
+# The code under test over the snapshot the image was built with; the project's own folders go first,
+# so a module moved or deleted since the snapshot is not still importable from it.
+for d in topos controllers traffic testbed tests examples bench experiments; do rm -rf "/opt/hpnlab/$d"; done
+copy_tree /mnt/src /opt/hpnlab
 cd /opt/hpnlab
 /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random start >/dev/null 2>&1 \
   || { echo "[vm] Open vSwitch did not start"; exit 4; }

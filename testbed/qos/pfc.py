@@ -214,7 +214,8 @@ class PfcAgent:
             "pfc_frames_sent": self.frames_sent,
             "poll_period_ms": {"configured": self.spec.poll_ms,
                                "median": round(1000 * periods[len(periods) // 2], 3),
-                               "p99": round(1000 * periods[int(len(periods) * 0.99)], 3)},
+                               "p99": round(1000 * periods[int(len(periods) * 0.99)], 3),
+                               "max": round(1000 * periods[-1], 3)},
             "agent_cpu_share": round(self.cpu_s / self.wall_s, 4) if self.wall_s else None,
             "pauses_by_tier": tiers,
             "ports": {k: {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
