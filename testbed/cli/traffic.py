@@ -68,11 +68,11 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
     if "collective" in workload:
         select_ranks(ranks_spec, topo, "ranks")  # the option's own name in the error
     job = jobs(exp, Path.cwd(), topo)[0]
-    replayed = [o for o, sched in job.items if sched is not None]
+    replayed = [sched for _o, sched in job.items if sched is not None]
     skipped = len(job.items) - len(replayed)
     if "collective" in workload:
-        o = replayed[0]
-        title = f"{op} {o.algorithm}, {len(o.ranks)} ranks, {size} (emulated {o.size:,} bytes)"
+        s = replayed[0]
+        title = f"{op} {s.algorithm}, {len(s.ranks)} ranks, {size} (emulated {s.size:,} bytes)"
     else:
         title = f"workload {Path(workload_file or simai_file).name} (sizes / {scale:g})"
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

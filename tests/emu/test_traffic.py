@@ -68,3 +68,19 @@ def test_simai_micro_workload_replays_end_to_end(fabric):
         assert sched.groups == 4
         r = rp.run(sched)
         assert r.bytes_delivered == r.bytes_expected == 4 * 2 * 3 * (op.size)
+
+
+def test_traffic_run_command_goes_through_the_runner(no_leftovers, hpnlab):
+    """`hpnlab traffic run` is a one-job experiment: exact bytes per op, the lossless class on the wire."""
+    r = hpnlab("traffic", "run", "--size", "40GB", "--iters", "2", "--scale", "20000", "--ranks", "h0:0,h1:0,h4:0",
+               timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "allreduce ring, 3 ranks, 40GB (emulated 2,000,000 bytes)" in " ".join(r.stdout.split())
+    rows = [line for line in r.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == 2 and all(line.rstrip(" │").endswith("yes") for line in rows), r.stdout
+
+
+def test_traffic_run_refuses_bad_ranks_before_starting(no_leftovers, hpnlab):
+    r = hpnlab("traffic", "run", "--ranks", "h0:0,h99:0")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "ranks='h99:0': no such host NIC" in r.stderr
