@@ -4,6 +4,8 @@
 
 Reads JSON commands, one per line:
     {"cmd": "send", "id": "s3f7c0", "dst": "10.0.0.5", "port": 9000, "bytes": 1048576, "sport": 41000, "tos": 104}
+    {"cmd": "plan", "flows": [{"id": ..., "dst": ..., "port": ..., "bytes": ..., "sport": ..., "tos": ...,
+                               "after": ["1.0.3.0.0", ...]}, ...]}
     {"cmd": "quit"}
 and writes JSON events, one per line:
     {"event": "ready", "port": 9000}
@@ -18,6 +20,11 @@ was pinned to stays the same). Each flow is a small header and the payload; the
 sender reports `sent` once the receiver acknowledged the last byte, the
 receiver reports `recv` when it has them all. Every flow runs in its own
 thread, so a step's flows run concurrently.
+
+A `plan` is this rank's whole part of a collective (traffic/plan.py): its
+flows run per connection in the given order, each as soon as every flow in
+its `after` list has been received here, with no word from the coordinator
+in between (no barrier per step).
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ HEADER = struct.Struct("!16sQ")  # flow id, bytes
 CHUNK = 256 * 1024
 _PAYLOAD = memoryview(bytes(CHUNK))
 _out_lock = threading.Lock()
+_arrived: set[str] = set()  # flow ids received here: what planned flows wait for
+_arrived_cv = threading.Condition()
 
 
 def emit(event: dict) -> None:
@@ -89,6 +98,9 @@ def _receive(conn: socket.socket) -> None:
                 end = time.time()
                 conn.sendall(b"\1")  # the sender's completion is the receiver's, not its own send buffer's
                 emit({"event": "recv", "id": fid, "bytes": got, "start": start, "end": end})
+                with _arrived_cv:
+                    _arrived.add(fid)
+                    _arrived_cv.notify_all()
     except OSError as exc:
         emit({"event": "error", "id": fid, "error": f"receive: {exc}"})
 
@@ -134,6 +146,23 @@ def _send(cmd: dict) -> None:
         emit({"event": "error", "id": fid, "error": f"send: {exc}"})
 
 
+def _run_connection(flows: list[dict]) -> None:
+    """One connection's planned flows, in order, each once what it depends on has arrived here."""
+    for cmd in flows:
+        after = cmd.get("after") or ()
+        with _arrived_cv:
+            _arrived_cv.wait_for(lambda after=after: _arrived.issuperset(after))
+        _send(cmd)
+
+
+def plan(cmd: dict) -> None:
+    queues: dict[tuple, list[dict]] = {}
+    for f in cmd["flows"]:
+        queues.setdefault((f["dst"], int(f["port"]), int(f.get("sport") or 0), int(f.get("tos") or 0)), []).append(f)
+    for flows in queues.values():
+        threading.Thread(target=_run_connection, args=(flows,), daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m traffic.agent")
     ap.add_argument("--port", type=int, default=9000)
@@ -150,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
             break
         if cmd.get("cmd") == "send":
             threading.Thread(target=_send, args=(cmd,), daemon=True).start()
+        elif cmd.get("cmd") == "plan":
+            plan(cmd)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
-"""Run a collective's schedule on a running network, step by step, and measure it like nccl-tests.
+"""Run a collective's schedule on a running network and measure it like nccl-tests.
 
-A step's flows start together and the step ends when the slowest has been
-received (a synchronous collective). Each flow is carried by `channels`
+With the TCP transport each rank's agent runs its own part of the schedule
+(traffic/plan.py): a rank sends step k's chunk once it has received what step
+k needs, chunks pipelined, no barrier between steps; this process only hands
+the plan out, collects completions and times the op. Transports without plans
+(rdma: one perftest pair per flow) run step by step: a step's flows start
+together and the step ends when the slowest has been received. Each flow is carried by `channels`
 connections (like NCCL channels; by default one per port of the NIC, so both
 planes of a dual-ToR NIC are used). Connections are per (source rank,
 destination rank, channel), opened once per replayer and reused by every step
@@ -19,6 +23,7 @@ from topos.addressing import nic_address
 
 from .collectives import Schedule
 from .metrics import OpResult
+from .plan import pieces, split, step_seconds
 from .transports.tcp import FlowRecord, TcpTransport
 
 
@@ -31,6 +36,7 @@ class Replayer:
     step_timeout: float = 300.0
 
     sport_offset: int = 0  # jobs side by side take disjoint source ports
+    pipeline: int = 1  # chunks per channel and step, when the transport runs plans
 
     def __post_init__(self):
         self._sports: dict[tuple, int] = {}  # (src rank, dst rank, channel) -> source port
@@ -83,19 +89,43 @@ class Replayer:
         return min(rates)
 
     def run(self, schedule: Schedule) -> OpResult:
-        topo = self.net.topo
         self._connections(schedule)
+        self._op = getattr(self, "_op", 0) + 1
+        if hasattr(self.transport, "submit"):
+            return self._run_planned(schedule)
+        return self._run_stepwise(schedule)
+
+    def _result(self, schedule: Schedule, seconds: float, step_times: list[float], delivered: int) -> OpResult:
+        return OpResult(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, seconds,
+                        self.ideal_busbw(schedule), step_times, delivered, schedule.total_bytes,
+                        groups=schedule.groups)
+
+    def _run_planned(self, schedule: Schedule) -> OpResult:
+        topo = self.net.topo
+        ps = pieces(schedule, self.channels, str(self._op), self.pipeline)
+        flows = [{"id": p.id, "src": p.src[0], "dst_ip": nic_address(topo.nodes[p.dst[0]], p.dst[1]).ip,
+                  "bytes": p.bytes, "sport": self._sports[p.src, p.dst, p.channel], "after": p.after} for p in ps]
+        t_op = time.monotonic()
+        self.transport.submit(flows)
+        recs = self.transport.wait([f["id"] for f in flows], self.step_timeout)
+        seconds = time.monotonic() - t_op
+        errors = [r for r in recs if r.error]
+        if errors:
+            raise RuntimeError(f"{len(errors)} flow(s) failed, e.g. {errors[0].error}")
+        self.records += recs
+        steps = step_seconds(ps, {r.id: r.sent["start"] for r in recs}, {r.id: r.recv["end"] for r in recs})
+        return self._result(schedule, seconds, steps, sum(r.recv["bytes"] for r in recs))
+
+    def _run_stepwise(self, schedule: Schedule) -> OpResult:
+        topo = self.net.topo
         step_times = []
         delivered = 0
-        self._op = getattr(self, "_op", 0) + 1
         t_op = time.monotonic()
         for k, step in enumerate(schedule.steps):
             subflows = []
             for i, f in enumerate(step):
                 dst_ip = nic_address(topo.nodes[f.dst[0]], f.dst[1]).ip
-                base, extra = divmod(f.bytes, self.channels)
-                for c in range(self.channels):
-                    nbytes = base + (1 if c < extra else 0)
+                for c, nbytes in enumerate(split(f.bytes, self.channels)):
                     if nbytes:
                         subflows.append((f"{self._op}.{k}.{i}.{c}", f.src[0], dst_ip, nbytes,
                                          self._sports[f.src, f.dst, c], f.src[1], c))
@@ -109,10 +139,7 @@ class Replayer:
                 raise RuntimeError(f"step {k}: {len(errors)} flow(s) failed, e.g. {errors[0].error}")
             delivered += sum(r.recv["bytes"] for r in recs)
             self.records += recs
-        seconds = time.monotonic() - t_op
-        return OpResult(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, seconds,
-                        self.ideal_busbw(schedule), step_times, delivered, schedule.total_bytes,
-                        groups=schedule.groups)
+        return self._result(schedule, time.monotonic() - t_op, step_times, delivered)
 
 
 def concurrent(schedules: list[Schedule]) -> Schedule:

@@ -44,6 +44,7 @@ def _fmt(bps: float) -> str:
 def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iters, routing, transport, channels,
                 scale, pfc, workload_file, simai_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
+    from testbed.experiment.fidelity import line as fidelity_line
     from testbed.experiment.jobs import jobs
     from testbed.experiment.runner import run_one
     from testbed.experiment.spec import from_dict
@@ -94,9 +95,9 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
         console.print(f"busbw as a fraction of ideal: mean {statistics.mean(fr):.1%}, min {min(fr):.1%}"
                       + (f"; {skipped} op(s) inside hosts (NVLink), not replayed" if skipped else ""))
     fid = rec["fidelity"]
-    if fid["cpu_bound"]:
-        console.print(f"[yellow]fidelity: CPU-bound (idle fell to {fid['cpu_idle_min']:.0%}): emulated rates lag "
-                      "the configured ones; raise --scale[/]")
+    colour = "green" if fid["faithful"] else "yellow"
+    console.print(f"[{colour}]{fidelity_line(fid)}[/]" + ("" if fid["faithful"] else
+                                                          " (raise --scale to lower the load)"), soft_wrap=True)
     if rec["halted"]:
         console.print(f"[red]halted at {rec['halted']['at']} s in {rec['halted']['op']}: {rec['halted']['why']}[/]")
         raise SystemExit(1)

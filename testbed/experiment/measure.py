@@ -145,19 +145,20 @@ def receiver_bottleneck(net: Network, receiver: str, before: dict, after: dict, 
                if after[f"{l.b}:{l.b_port}"][0].bytes - before[f"{l.b}:{l.b_port}"][0].bytes > min_bytes)
 
 
+def cpu_times() -> tuple[int, int, int]:
+    """(idle + iowait, steal, total) jiffies of the whole machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        vals = [int(x) for x in f.readline().split()[1:]]
+    return vals[3] + vals[4], vals[7], sum(vals[:8])  # guest time is already inside user
+
+
 class Sampler:
-    """Every `period` s: CPU idle share and the bytes all host NICs sent (the fabric's offered load)."""
+    """Every `period` s: CPU idle and steal shares, and the bytes all host NICs sent (the offered load)."""
 
     def __init__(self, net: Network, period: float = 0.5):
         self.net, self.period = net, period
         self.rows: list[dict] = []
         self._stop = threading.Event()
-
-    @staticmethod
-    def _cpu() -> tuple[int, int]:
-        f = open("/proc/stat").readline().split()[1:]
-        vals = [int(x) for x in f]
-        return vals[3] + vals[4], sum(vals)  # idle + iowait, total
 
     def _host_bytes(self) -> int:
         stats = self.net.qos.stats(ROOT, [p for p in self.net.qos.ports.values() if p.is_host])
@@ -168,14 +169,16 @@ class Sampler:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        idle0, tot0 = self._cpu()
+        idle0, steal0, tot0 = cpu_times()
         b0, t_prev = self._host_bytes(), time.time()
         while not self._stop.wait(self.period):
-            idle, tot = self._cpu()
+            idle, steal, tot = cpu_times()
             b, t = self._host_bytes(), time.time()
-            self.rows.append({"t": round(t - self.t0, 3), "cpu_idle": round((idle - idle0) / max(1, tot - tot0), 4),
+            span = max(1, tot - tot0)
+            self.rows.append({"t": round(t - self.t0, 3), "cpu_idle": round((idle - idle0) / span, 4),
+                              "steal": round((steal - steal0) / span, 4),
                               "host_tx_bps": round((b - b0) * 8 / (t - t_prev))})
-            idle0, tot0, b0, t_prev = idle, tot, b, t
+            idle0, steal0, tot0, b0, t_prev = idle, steal, tot, b, t
 
     def stop(self) -> None:
         self._stop.set()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from traffic.replay import Replayer
 from traffic.transports import choose, make
 
 from .failures import Injector, expand
+from .fidelity import verdict
 from .jobs import items, jobs
 from .measure import Sampler
 from .provenance import versions
@@ -86,7 +86,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
         sampler, injector = Sampler(net), Injector(net, events)
         sampler.start()
         injector.start()
-        t0 = time.time()
+        t0, t0_mono = time.time(), time.monotonic()
 
         def run_job(job, rp):
             for o, sched in job.items:
@@ -120,11 +120,9 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
             rec["controller_events"] = net.controller.get("/events") if net.controller else []
             rec["timeline"] = sampler.rows
             rec.update(_queue_records(net))
-            rec["pfc"] = net.stop_qos()
-    idle = [r["cpu_idle"] for r in rec["timeline"]]
-    rec["fidelity"] = {"cpu_idle_min": min(idle, default=None), "cpu_idle_mean": round(statistics.mean(idle), 4)
-                       if idle else None, "cpu_bound": bool(idle) and min(idle) < 0.05,
-                       "bytes_ok": all(o["bytes_delivered"] == o["bytes_expected"] for o in rec["ops"])}
+            rec["pfc"] = net.stop_qos(since=t0_mono)
+    rec["fidelity"] = verdict(rec["timeline"], rec["pfc"], exp.qos.pfc.enabled, rec["drops"]["lossless"])
+    rec["fidelity"]["bytes_ok"] = all(o["bytes_delivered"] == o["bytes_expected"] for o in rec["ops"])
     return rec
 
 

@@ -139,12 +139,13 @@ class Network:
             self.pfc.start()
         self.timings["qos_s"] = time.monotonic() - t
 
-    def stop_qos(self) -> dict | None:
-        """Stop the PFC agent and remove every qdisc the QoS layer added; returns the agent's report."""
+    def stop_qos(self, since: float | None = None) -> dict | None:
+        """Stop the PFC agent and remove every qdisc the QoS layer added; returns the agent's report
+        (its poll statistics from the monotonic time `since` on, if given)."""
         report = None
         if self.pfc is not None:
             self.pfc.stop()
-            report = self.pfc.report()
+            report = self.pfc.report(since)
             self.pfc = None
         if self.qos is not None:
             self.qos.remove()
@@ -253,4 +254,4 @@ class Network:
         return checks.port_counters(self.topo)
 
     def pingall(self, timeout_s: float = 2.0) -> checks.PingResult:
-        return checks.pingall(self.topo, self.node, timeout_s)
+        return checks.pingall(self.topo, self.node, self.workdir, timeout_s)

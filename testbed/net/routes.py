@@ -8,7 +8,7 @@ from controllers.routing import RoutingGraph, Tables, compute_tables
 from controllers.ruleset import RuleSet
 from topos.model import Topology
 
-from .static_routes import host_route_script, ofctl_batches
+from .static_routes import bundle_lines, host_route_script
 from .workdir import Workdir
 
 OFCTL = ["ovs-ofctl", "-O", "OpenFlow13"]
@@ -42,15 +42,7 @@ class RouteInstaller:
         change = self.rules.setdefault(sw.name, RuleSet()).update(tables.switch[sw.name])
         if change.empty:
             return
-        groups, flows, dels, stale = ofctl_batches(change)
-        if groups:
-            run([*OFCTL, "add-groups", sw.short, self.workdir.write(f"{sw.short}.groups", groups)])
-        if flows:
-            run([*OFCTL, "add-flows", sw.short, self.workdir.write(f"{sw.short}.flows", flows)])
-        for match in dels:
-            run([*OFCTL, "--strict", "del-flows", sw.short, match])
-        for gid in stale:
-            run([*OFCTL, "del-groups", sw.short, f"group_id={gid}"])
+        run([*OFCTL, "bundle", sw.short, self.workdir.write(f"{sw.short}.bundle", bundle_lines(change))])
 
     def _host(self, h, tables: Tables) -> None:
         nic_ports: dict[int, list[int]] = {}

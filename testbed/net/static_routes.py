@@ -1,9 +1,11 @@
 """Install routing Tables without a controller: ovs-ofctl rules and host routes.
 
 Switch rules come from controllers.ruleset (one rule per destination, select
-groups for ECMP sets). Hosts get one multipath route per rail over both ports
-of that rail's NIC; a destination that only some ports still reach gets a /32
-route over those ports (the kernel itself skips a port whose link is down).
+groups for ECMP sets), each switch's change sent as one OpenFlow bundle (one
+ovs-ofctl process and one flow-table transaction per switch, however many rules).
+Hosts get one multipath route per rail over both ports of that rail's NIC; a
+destination that only some ports still reach gets a /32 route over those ports
+(the kernel itself skips a port whose link is down).
 """
 
 from __future__ import annotations
@@ -24,12 +26,16 @@ def flow_line(ip: str, action: tuple[str, int]) -> str:
     return f"priority={RULE_PRIORITY},ip,nw_dst={ip},actions={'output' if kind == 'output' else 'group'}:{arg}"
 
 
-def ofctl_batches(change: Change) -> tuple[list[str], list[str], list[str], list[int]]:
-    """(groups to add, flows to add or modify, flow matches to delete, group ids to delete)."""
-    groups = [group_line(g, p) for g, p in sorted(change.new_groups.items())]
-    flows = [flow_line(ip, a) for ip, a in sorted(change.rules.items())]
-    dels = [f"priority={RULE_PRIORITY},ip,nw_dst={ip}" for ip in change.removed]
-    return groups, flows, dels, change.stale_groups
+def bundle_lines(change: Change) -> list[str]:
+    """One `ovs-ofctl bundle` file for a switch's change, applied as one atomic transaction.
+
+    Order matters: groups before the rules that use them, group deletions after
+    the rules that used them are gone.
+    """
+    return ([f"group add {group_line(g, p)}" for g, p in sorted(change.new_groups.items())]
+            + [f"flow add {flow_line(ip, a)}" for ip, a in sorted(change.rules.items())]
+            + [f"flow delete_strict priority={RULE_PRIORITY},ip,nw_dst={ip}" for ip in change.removed]
+            + [f"group delete group_id={gid}" for gid in change.stale_groups])
 
 
 def host_route_script(host: str, short: str, nic_ports: dict[int, list[int]], tables: Tables,

@@ -85,7 +85,7 @@ class PfcAgent:
         self.frames_sent = 0
         self._frames = PauseFrames() if self.spec.frames else None
         self.polls = 0
-        self.period_samples: list[float] = []
+        self.period_samples: list[tuple[float, float]] = []  # (when, time since the previous poll)
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self.samples: list[dict] = []  # time series: t, per-queue backlog (non-zero), paused ports
@@ -123,7 +123,7 @@ class PfcAgent:
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
-                self.period_samples.append(now - last)
+                self.period_samples.append((now, now - last))
                 last = now
                 self.poll(dumpers, include_hosts=self.polls % self.host_every == 0)
                 self.polls += 1
@@ -200,8 +200,10 @@ class PfcAgent:
         self.frames_sent += 1
 
     # -- reporting -------------------------------------------------------------------
-    def report(self) -> dict:
-        periods = sorted(self.period_samples[1:]) or [0.0]
+    def report(self, since: float | None = None) -> dict:
+        """Counters and the poll period's statistics (only polls after `since`, a monotonic time, if given:
+        the traffic's window, not the network's start-up)."""
+        periods = sorted(p for t, p in self.period_samples[1:] if since is None or t >= since) or [0.0]
         tiers: dict[str, dict[str, float]] = {}
         for key, st in self.pauses.items():
             t = tiers.setdefault(self.shaper.ports[key].role, {"pause_events": 0, "paused_s": 0.0, "ports_paused": 0})

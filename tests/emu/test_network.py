@@ -65,3 +65,12 @@ def test_network_start_failure_leaves_nothing(no_leftovers, monkeypatch):
     with pytest.raises(RuntimeError, match="injected"):
         with Network(topo):
             pass
+
+
+def test_64_hosts_ping_all_pairs(no_leftovers):
+    """No host command grows with the fabric: 64 hosts x 126 NIC addresses, every one answers."""
+    topo = build("hpn", segments_per_pod=8, hosts_per_segment=8)
+    assert len(topo.hosts) == 64 and len(topo.switches) == 40
+    with Network(topo) as net:
+        r = net.pingall()
+    assert (r.sent, r.received) == (64 * 63 * 2, 64 * 63 * 2), r.failures[:5]

@@ -84,3 +84,31 @@ def test_traffic_run_refuses_bad_ranks_before_starting(no_leftovers, hpnlab):
     r = hpnlab("traffic", "run", "--ranks", "h0:0,h99:0")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert "ranks='h99:0': no such host NIC" in r.stderr
+
+
+def test_fidelity_verdict_sees_a_cpu_hog(no_leftovers, hpnlab):
+    """Busy loops on every core: the run must be marked unfaithful, and say why."""
+    import os
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        r = hpnlab("traffic", "run", "--size", "40GB", "--iters", "1", "--scale", "20000", timeout=300)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "fidelity: NOT faithful: CPU-bound: idle fell to" in " ".join(r.stdout.split()), r.stdout[-1500:]
+
+
+def test_fidelity_verdict_of_a_quiet_run(no_leftovers, hpnlab):
+    import pytest
+
+    r = hpnlab("traffic", "run", "--size", "20GB", "--iters", "1", "--scale", "40000", timeout=300)
+    out = " ".join(r.stdout.split())
+    assert r.returncode == 0, r.stderr[-2000:]
+    if "NOT faithful: the hypervisor took" in out and "CPU-bound" not in out:
+        pytest.skip("the hypervisor's steal made this quiet run unfaithful: " + out[out.index("fidelity:"):][:200])
+    assert "fidelity: faithful (CPU idle >=" in out, out[-1500:]

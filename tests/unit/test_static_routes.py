@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from controllers.routing import RoutingGraph, compute_tables
 from controllers.ruleset import RuleSet
-from testbed.net.static_routes import host_route_script, ofctl_batches
+from testbed.net.static_routes import bundle_lines, host_route_script
 from topos import build
 
 
@@ -11,9 +11,9 @@ def test_ruleset_reuses_groups_and_reports_only_changes():
     c = r.update({"10.0.0.1": (1,), "10.0.0.2": (5, 6), "10.0.0.3": (5, 6)})
     assert c.new_groups == {1: (5, 6)}
     assert c.rules == {"10.0.0.1": ("output", 1), "10.0.0.2": ("group", 1), "10.0.0.3": ("group", 1)}
-    groups, flows, dels, stale = ofctl_batches(c)
-    assert groups == ["group_id=1,type=select,bucket=watch_port:5,output:5,bucket=watch_port:6,output:6"]
-    assert "priority=100,ip,nw_dst=10.0.0.1,actions=output:1" in flows
+    lines = bundle_lines(c)
+    assert lines[0] == "group add group_id=1,type=select,bucket=watch_port:5,output:5,bucket=watch_port:6,output:6"
+    assert "flow add priority=100,ip,nw_dst=10.0.0.1,actions=output:1" in lines
     # Same table again: nothing to do.
     assert r.update({"10.0.0.1": (1,), "10.0.0.2": (5, 6), "10.0.0.3": (5, 6)}).empty
     # One destination loses a port, another moves to a new set, one disappears.
@@ -21,6 +21,11 @@ def test_ruleset_reuses_groups_and_reports_only_changes():
     assert c.new_groups == {2: (6, 7)}
     assert c.rules == {"10.0.0.2": ("output", 5), "10.0.0.3": ("group", 2)}
     assert c.removed == ["10.0.0.1"] and c.stale_groups == [1]
+    assert bundle_lines(c) == ["group add group_id=2,type=select,bucket=watch_port:6,output:6,"
+                               "bucket=watch_port:7,output:7",
+                               "flow add priority=100,ip,nw_dst=10.0.0.2,actions=output:5",
+                               "flow add priority=100,ip,nw_dst=10.0.0.3,actions=group:2",
+                               "flow delete_strict priority=100,ip,nw_dst=10.0.0.1", "group delete group_id=1"]
     assert r.groups == {(6, 7): 2}
 
 

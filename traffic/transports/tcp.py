@@ -31,17 +31,24 @@ class FlowRecord:
 
 def wait_for_flows(ids: list[str], timeout: float, lock, records: dict[str, FlowRecord],
                    pause: Callable[[float], None]) -> list[FlowRecord]:
-    """Until every flow of `ids` is done (a step's end); `pause(s)` waits up to s for news from the flows."""
+    """Until every flow of `ids` is done; TimeoutError once none finished for `timeout` s (a stalled job).
+
+    `pause(s)` waits up to s for news from the flows.
+    """
     deadline = time.monotonic() + timeout
+    finished = 0
     while True:
         with lock:
             recs = [records[i] for i in ids]
-        if all(r.done for r in recs):
+        done = sum(r.done for r in recs)
+        if done == len(recs):
             return recs
+        if done > finished:
+            finished, deadline = done, time.monotonic() + timeout
         left = deadline - time.monotonic()
         if left <= 0:
             missing = [r.id for r in recs if not r.done]
-            raise TimeoutError(f"{len(missing)} flow(s) unfinished after {timeout:.0f} s: {missing[:5]}")
+            raise TimeoutError(f"{len(missing)} flow(s) stalled for {timeout:.0f} s: {missing[:5]}")
         pause(min(left, 0.5))
 
 
@@ -111,6 +118,25 @@ class TcpTransport:
         p.stdin.write(json.dumps(cmd) + "\n")
         p.stdin.flush()
         return rec
+
+    def submit(self, flows: list[dict]) -> list[FlowRecord]:
+        """A whole plan at once ({id, src, dst_ip, bytes, sport, after} per flow): one `plan` per sending host.
+
+        The agents run it by its dependencies (traffic/plan.py); nothing more is sent until it is done.
+        """
+        recs, by_host = [], {}
+        for f in flows:
+            recs.append(FlowRecord(f["id"], f["src"], f["dst_ip"], f["bytes"], f["sport"]))
+            by_host.setdefault(f["src"], []).append(
+                {"id": f["id"], "dst": f["dst_ip"], "port": self.port, "bytes": f["bytes"], "sport": f["sport"],
+                 "tos": self.tos, "after": list(f["after"])})
+        with self._lock:
+            self.records.update({r.id: r for r in recs})
+        for host, cmds in by_host.items():
+            p = self.agents[host]
+            p.stdin.write(json.dumps({"cmd": "plan", "flows": cmds}) + "\n")
+            p.stdin.flush()
+        return recs
 
     def wait(self, ids: list[str], timeout: float) -> list[FlowRecord]:
         def pause(s: float) -> None:

@@ -1,0 +1,33 @@
+"""The fidelity verdict: each reason on its own, and a quiet run faithful."""
+
+from __future__ import annotations
+
+from testbed.experiment.fidelity import line, verdict
+
+QUIET = [{"cpu_idle": 0.4, "steal": 0.01}, {"cpu_idle": 0.3, "steal": 0.02}]
+PFC_OK = {"poll_period_ms": {"configured": 5.0, "median": 5.0, "p99": 11.0, "max": 19.0},
+          "queues": {"agg-p0-pl0-0:3": {"max_backlog": 90_000, "xoff": 48_448, "headroom": 53_028, "drops": 0}}}
+
+
+def test_a_quiet_run_is_faithful():
+    v = verdict(QUIET, PFC_OK, pfc_enabled=True, lossless_drops=0)
+    assert v["faithful"] and v["reasons"] == [] and v["cpu_idle_min"] == 0.3 and v["steal_mean"] == 0.015
+    assert line(v) == "fidelity: faithful (CPU idle >= 30%, steal 2%, PFC poll p99 11 ms)"
+
+
+def test_each_reason_makes_it_unfaithful():
+    hog = [{"cpu_idle": 0.4, "steal": 0.0}, {"cpu_idle": 0.01, "steal": 0.0}]
+    assert verdict(hog)["reasons"] == ["CPU-bound: idle fell to 1% (needs >= 5%)"]
+    stolen = [{"cpu_idle": 0.3, "steal": 0.12}]
+    assert verdict(stolen)["reasons"][0].startswith("the hypervisor took 12%")
+    lag = {"poll_period_ms": {"configured": 5.0, "median": 9.0, "p99": 14.2, "max": 40.0},
+           "queues": {"tor-p0-s0-r0-a:5": {"max_backlog": 120_000, "xoff": 48_448, "headroom": 53_028},
+                      "tor-p0-s0-r0-a:6": {"max_backlog": 10_000, "xoff": 48_448, "headroom": 53_028}}}
+    assert verdict(QUIET, lag)["reasons"] == [
+        "a PFC pause came late: 1 lossless queue(s) past XOFF + headroom, e.g. tor-p0-s0-r0-a:5 at 120,000 B > "
+        "101,476 B (agent poll p99 14.2 ms, configured 5 ms)"]
+    assert verdict(QUIET, PFC_OK, pfc_enabled=True, lossless_drops=3)["reasons"] == [
+        "3 drops in the lossless class with PFC on"]
+    assert verdict(QUIET, PFC_OK, pfc_enabled=False, lossless_drops=3)["faithful"]  # a lossy class may drop
+    v = verdict(hog, lag)
+    assert not v["faithful"] and len(v["reasons"]) == 2 and line(v).startswith("fidelity: NOT faithful: CPU-bound")

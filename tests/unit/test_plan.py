@@ -1,0 +1,61 @@
+"""Each rank's own part of a schedule: dependencies instead of a barrier per step, exact bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from traffic.collectives import build_schedule
+from traffic.plan import pieces, split, step_seconds
+
+
+def ranks(n):
+    return [(f"h{i}", 0) for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [8, 32])
+@pytest.mark.parametrize("op,alg", [("allreduce", "ring"), ("allreduce", "halving_doubling"),
+                                    ("allgather", None), ("reducescatter", None), ("alltoall", None),
+                                    ("broadcast", None), ("sendrecv", None)])
+@pytest.mark.parametrize("channels,pipeline", [(1, 1), (2, 1), (2, 4)])
+def test_pieces_add_up_to_the_schedule_and_depend_only_on_earlier_steps(n, op, alg, channels, pipeline):
+    s = build_schedule(op, ranks(n), 1_000_003, alg)
+    ps = pieces(s, channels, "7", pipeline)
+    assert sum(p.bytes for p in ps) == s.total_bytes
+    for k, step in enumerate(s.steps):  # every flow's bytes, exactly, in its own step
+        for i, f in enumerate(step):
+            assert sum(p.bytes for p in ps if p.step == k and p.id.split(".")[2] == str(i)) == f.bytes
+    by_id = {p.id: p for p in ps}
+    assert len(by_id) == len(ps)
+    for p in ps:
+        for a in p.after:
+            dep = by_id[a]
+            assert dep.step == p.step - 1 and dep.dst == p.src  # what this rank received just before
+
+
+def test_ring_dependencies_are_the_predecessor_chunk_of_the_same_channel_and_chunk():
+    s = build_schedule("allreduce", ranks(4), 4_000_000, "ring")
+    ps = pieces(s, channels=2, op_id="1", pipeline=2)
+    by_id = {p.id: p for p in ps}
+    step1 = [p for p in ps if p.step == 1]
+    assert step1 and all(len(p.after) == 1 for p in step1)
+    for p in step1:
+        dep = by_id[p.after[0]]
+        assert (dep.channel, dep.chunk) == (p.channel, p.chunk)
+        assert dep.src == ranks(4)[(ranks(4).index(p.src) - 1) % 4]  # from the ring predecessor
+    assert all(p.after == () for p in ps if p.step == 0)
+
+
+def test_tiny_flows_fall_back_to_every_piece_received():
+    s = build_schedule("allreduce", ranks(4), 8, "ring")  # 1-byte chunks: channel 1 carries nothing
+    ps = pieces(s, channels=2, op_id="1")
+    assert sum(p.bytes for p in ps) == s.total_bytes
+    assert all(p.after for p in ps if p.step > 0)
+
+
+def test_split_and_step_seconds():
+    assert split(10, 3) == [4, 3, 3] and sum(split(7, 4)) == 7
+    s = build_schedule("allreduce", ranks(2), 1000, "ring")
+    ps = pieces(s, 1, "1")
+    start = {p.id: 10.0 + p.step for p in ps}
+    end = {p.id: 10.5 + p.step for p in ps}
+    assert step_seconds(ps, start, end) == [0.5, 0.5]
