@@ -27,3 +27,24 @@ def parse_kv(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def topology_from_args(name: str, preset: str | None, params: tuple[str, ...]):
     return build(name, preset=preset, **parse_kv(params))
+
+
+class ScaleType(click.ParamType):
+    """`auto` or a number >= 1 (emulated rate = topology rate / scale)."""
+
+    name = "auto|N"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, float):
+            return value
+        try:
+            scale = float(value)
+        except ValueError:
+            scale = 0.0
+        if not 1 <= scale < float("inf"):
+            raise InputError("scale must be auto or a number >= 1", "e.g. --scale auto or --scale 20000",
+                             field="scale", value=value)
+        return scale
+
+
+SCALE = ScaleType()

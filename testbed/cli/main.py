@@ -9,6 +9,7 @@ import click
 
 from topos.errors import InputError
 
+from .calibrate import calibrate
 from .common import err_console
 from .controller import controller
 from .doctor import doctor
@@ -28,7 +29,8 @@ def cli(verbose: int) -> None:
                         format="%(levelname)s %(name)s: %(message)s")
 
 
-for command in (doctor, topo, up, validate, run_cmd, results, compare, traffic, qos, lab, controller, clean):
+for command in (doctor, calibrate, topo, up, validate, run_cmd, results, compare, traffic, qos, lab, controller,
+                clean):
     cli.add_command(command)
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from topos.errors import InputError
 
-from .common import console, parse_kv
+from .common import SCALE, console, parse_kv
 
 STEP_TIMEOUT_S = 300.0  # one command, no failures scheduled: a slow step is waited for, not called halted
 
@@ -37,7 +37,8 @@ def _fmt(bps: float) -> str:
 @click.option("--routing", type=click.Choice(["precise", "ecmp", "shortest"]), default="precise", show_default=True)
 @click.option("--transport", default="auto", show_default=True)
 @click.option("--channels", type=int, default=None, help="Connections per peer (default: ports per NIC).")
-@click.option("--scale", type=float, default=10_000, show_default=True)
+@click.option("--scale", type=SCALE, default="auto", show_default=True,
+              help="Emulated rate = real / scale; auto fits the ranks' load into this machine's budget.")
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
 @click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")
@@ -45,7 +46,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
                 scale, pfc, workload_file, simai_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.fidelity import line as fidelity_line
-    from testbed.experiment.jobs import jobs
+    from testbed.experiment.jobs import jobs, resolve_scale
     from testbed.experiment.runner import run_one
     from testbed.experiment.spec import from_dict
     from traffic.workload import parse_size, select_ranks
@@ -68,6 +69,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
     topo = exp.topology.build()
     if "collective" in workload:
         select_ranks(ranks_spec, topo, "ranks")  # the option's own name in the error
+    exp, choice = resolve_scale(exp, Path.cwd(), topo)
     job = jobs(exp, Path.cwd(), topo)[0]
     replayed = [sched for _o, sched in job.items if sched is not None]
     skipped = len(job.items) - len(replayed)
@@ -75,12 +77,16 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
         s = replayed[0]
         title = f"{op} {s.algorithm}, {len(s.ranks)} ranks, {size} (emulated {s.size:,} bytes)"
     else:
-        title = f"workload {Path(workload_file or simai_file).name} (sizes / {scale:g})"
+        title = f"workload {Path(workload_file or simai_file).name}"
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as prog:
         task = prog.add_task("replaying", total=len(replayed))
         rec = run_one(routing, exp, Path.cwd(), None, 0, progress=lambda: prog.advance(task))
-    t = Table(title=f"{title} — {routing} on {topo_name}, {rec['channels']} channel(s), {rec['transport'].upper()}")
+    scale = rec["scale"]
+    if choice is not None:
+        console.print(choice.why(), soft_wrap=True)
+    t = Table(title=f"{title} — {routing} on {topo_name}, {rec['channels']} channel(s), {rec['transport'].upper()}, "
+                    f"scale 1/{scale:,.0f}")
     for c in ("op", "size (B)", "time (ms)", "algbw (Mbit/s)", "busbw (Mbit/s)", "busbw real (Gbit/s)",
               "of ideal", "bytes ok"):
         t.add_column(c, justify="right")

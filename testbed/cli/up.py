@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .common import console, preset_opt, topology_from_args
+from .common import SCALE, console, preset_opt, topology_from_args
 from .tables import figures_table
 
 
 def serve(tp, *, routing: str = "static", mode: str = "ecmp", pingall: bool = False, fail_links=(),
           no_cli: bool = False, delay_ms: float | None = None, qos: bool = False, pfc: bool = True,
-          scale: float = 10_000) -> None:
+          scale: float | str = "auto") -> None:
     """Start `tp`, fail the given links, ping all pairs if asked, then hand the network to the CLI."""
     from testbed.net import Network
     from testbed.qos import QosSpec
@@ -25,6 +25,8 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", pingall: bool = Fa
         console.print(f"network up in {net.timings['start_s']:.1f} s "
                       f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, {routing} routing, "
                       f"mode {mode}, run {net.owner.run_id})")
+        if net.scale_choice is not None:
+            console.print(net.scale_choice.why(), soft_wrap=True)
         if net.controller is not None:
             console.print(f"controller REST API: {net.controller.base} (log: {net.controller_log})")
         for link in fail_links:
@@ -58,7 +60,9 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", pingall: bool = Fa
 @click.option("--delay-ms", type=float, default=None, help="Per-link delay (needs netem).")
 @click.option("--qos/--no-qos", default=False, help="Shape links (HTB, priority classes) at rate/scale.")
 @click.option("--pfc/--no-pfc", default=True, help="With --qos: PFC-like lossless class.")
-@click.option("--scale", type=float, default=10_000, help="With --qos: emulated rate = topology rate / scale.")
+@click.option("--scale", type=SCALE, default="auto", show_default=True,
+              help="With --qos: emulated rate = topology rate / scale (auto: fits every host NIC's load into "
+                   "this machine's budget).")
 def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale) -> None:
     """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""
     serve(topology_from_args(name, preset, params), routing=routing, mode=mode, pingall=pingall,

@@ -6,6 +6,9 @@ software. A run is marked unfaithful, with the reason, when
 
 - the CPU ran out: idle fell under CPU_IDLE_MIN in a sample (emulated rates then
   lag the configured ones);
+- OVS's forwarding thread saturated: userspace OVS polls every port from its
+  main thread, so it tops out at one core while the machine still looks idle;
+  a sample with that thread busy OVS_THREAD_MAX of a core or more is unfaithful;
 - the hypervisor took the CPU: steal over the run above STEAL_MAX;
 - a PFC pause came too late: a lossless queue grew past XOFF + headroom, the
   depth the headroom is sized never to exceed (two poll periods of reaction at
@@ -24,6 +27,7 @@ import statistics
 
 CPU_IDLE_MIN = 0.05
 STEAL_MAX = 0.05
+OVS_THREAD_MAX = 0.9
 
 
 def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = False,
@@ -31,13 +35,19 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
     """timeline: the sampler's rows (cpu_idle, steal per sample); pfc: the agent's report."""
     idle = [r["cpu_idle"] for r in timeline]
     steal = [r.get("steal", 0.0) for r in timeline]
+    ovs = [r["ovs_thread"] for r in timeline if "ovs_thread" in r]
     out = {"cpu_idle_min": min(idle, default=None),
            "cpu_idle_mean": round(statistics.mean(idle), 4) if idle else None,
            "steal_mean": round(statistics.mean(steal), 4) if steal else None,
-           "pfc_poll_p99_ms": None, "lossless_drops": lossless_drops, "reasons": []}
+           "ovs_thread_max": max(ovs, default=None), "pfc_poll_p99_ms": None, "lossless_drops": lossless_drops,
+           "reasons": []}
     reasons = out["reasons"]
     if idle and min(idle) < CPU_IDLE_MIN:
         reasons.append(f"CPU-bound: idle fell to {min(idle):.0%} (needs >= {CPU_IDLE_MIN:.0%})")
+    if ovs and max(ovs) >= OVS_THREAD_MAX:
+        busy = sum(1 for x in ovs if x >= OVS_THREAD_MAX)
+        reasons.append(f"OVS's forwarding thread saturated: {max(ovs):.0%} of a core "
+                       f"({busy} of {len(ovs)} samples >= {OVS_THREAD_MAX:.0%})")
     if steal and statistics.mean(steal) > STEAL_MAX:
         reasons.append(f"the hypervisor took {statistics.mean(steal):.0%} of the CPU (steal; <= {STEAL_MAX:.0%})")
     if pfc:
@@ -62,6 +72,8 @@ def line(v: dict) -> str:
         figures = []
         if v["cpu_idle_min"] is not None:
             figures.append(f"CPU idle >= {v['cpu_idle_min']:.0%}")
+        if v["ovs_thread_max"] is not None:
+            figures.append(f"OVS thread <= {v['ovs_thread_max']:.0%}")
         if v["steal_mean"] is not None:
             figures.append(f"steal {v['steal_mean']:.0%}")
         if v["pfc_poll_p99_ms"] is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.qos.scale import ScaleChoice, choose_scale, offered_load
 from topos.model import Topology
 from traffic.collectives import Schedule, build_schedule
 from traffic.replay import op_schedule
@@ -54,3 +55,15 @@ def jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
 
 def items(exp: Experiment, base: Path, topo: Topology) -> list[Item]:
     return [it for j in jobs(exp, base, topo) for it in j.items]
+
+
+def resolve_scale(exp: Experiment, base: Path, topo: Topology) -> tuple[Experiment, ScaleChoice | None]:
+    """The experiment with a numeric scale: `auto` becomes the scale that fits the ranks its workload uses
+    (all their NIC ports sending at once) into this machine's budget (testbed/qos/scale.py)."""
+    if exp.qos.scale != "auto":
+        return exp, None
+    probe = exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})})  # ranks do not depend on it
+    ranks = {r for job in jobs(probe, base, topo) for _o, sched in job.items if sched is not None
+             for r in sched.ranks}
+    choice = choose_scale(offered_load(topo, sorted(ranks)))
+    return exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": choice.scale})}), choice

@@ -7,11 +7,13 @@ Shared by the runner, the emulation tests and the benchmarks, so all measure the
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from testbed.net.network import Network
 from testbed.qos.shaper import ROOT
@@ -152,8 +154,30 @@ def cpu_times() -> tuple[int, int, int]:
     return vals[3] + vals[4], vals[7], sum(vals[:8])  # guest time is already inside user
 
 
+OVS_PIDFILE = Path(os.environ.get("OVS_RUNDIR", "/var/run/openvswitch")) / "ovs-vswitchd.pid"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def ovs_thread_ticks() -> dict[int, int]:
+    """CPU ticks (user + system) of each ovs-vswitchd thread; {} when it cannot be read.
+
+    Userspace OVS polls the ports of the netdev datapath from its main thread:
+    that one thread, not the machine, is the first thing to saturate.
+    """
+    try:
+        pid = int(OVS_PIDFILE.read_text())
+        out = {}
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(task.name)] = int(fields[11]) + int(fields[12])
+        return out
+    except (OSError, ValueError):
+        return {}
+
+
 class Sampler:
-    """Every `period` s: CPU idle and steal shares, and the bytes all host NICs sent (the offered load)."""
+    """Every `period` s: CPU idle and steal shares, the busiest OVS thread's share of a core, and the bytes
+    all host NICs sent (the offered load)."""
 
     def __init__(self, net: Network, period: float = 0.5):
         self.net, self.period = net, period
@@ -170,15 +194,18 @@ class Sampler:
 
     def _run(self) -> None:
         idle0, steal0, tot0 = cpu_times()
+        ovs0 = ovs_thread_ticks()
         b0, t_prev = self._host_bytes(), time.time()
         while not self._stop.wait(self.period):
             idle, steal, tot = cpu_times()
+            ovs = ovs_thread_ticks()
             b, t = self._host_bytes(), time.time()
             span = max(1, tot - tot0)
+            busiest = max((ovs[k] - ovs0.get(k, ovs[k]) for k in ovs), default=0) / CLK_TCK / (t - t_prev)
             self.rows.append({"t": round(t - self.t0, 3), "cpu_idle": round((idle - idle0) / span, 4),
-                              "steal": round((steal - steal0) / span, 4),
+                              "steal": round((steal - steal0) / span, 4), "ovs_thread": round(busiest, 4),
                               "host_tx_bps": round((b - b0) * 8 / (t - t_prev))})
-            idle0, steal0, tot0, b0, t_prev = idle, steal, tot, b, t
+            idle0, steal0, tot0, ovs0, b0, t_prev = idle, steal, tot, ovs, b, t
 
     def stop(self) -> None:
         self._stop.set()

@@ -35,7 +35,7 @@ from traffic.transports import choose, make
 
 from .failures import Injector, expand
 from .fidelity import verdict
-from .jobs import items, jobs
+from .jobs import items, jobs, resolve_scale
 from .measure import Sampler
 from .provenance import versions
 from .results import RESULTS, write_reports
@@ -67,13 +67,16 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     """One variant, one repetition, on a network of its own; returns the run's record."""
     topo = exp.topology.build()
     check_against(exp, topo)
+    exp, choice = resolve_scale(exp, base, topo)
+    if choice is not None:
+        log.info("%s: %s", label, choice.why())
     kind = choose(exp.transport, probe().rxe_in_netns)
     job_list = jobs(exp, base, topo)
     events = expand(exp, topo)
     exit_cleanly_on_signals()
     channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
     rec: dict = {"variant": label, "repetition": rep, "transport": kind, "channels": channels, "ops": [],
-                 "halted": None}
+                 "halted": None, "scale": exp.qos.scale, "scale_auto": choice.why() if choice else None}
     with Network(topo, routing="controller", mode=exp.routing, qos=exp.qos,
                  log_dir=None if log_dir is None else str(log_dir)) as net:
         runners = []
@@ -165,7 +168,8 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     built = {label: v.topology.build() for label, v in variants}
     for label, v in variants:  # every variant's names checked before anything starts
         check_against(v, built[label])
-    total = sum(len(items(v, base, built[label])) * v.repetitions for label, v in variants)
+    total = sum(len(items(resolve_scale(v, base, built[label])[0], base, built[label])) * v.repetitions
+                for label, v in variants)
     probe().require_root("running an experiment")
     digest = hashlib.sha256(text.encode()).hexdigest()[:7]
     outdir = results / f"{time.strftime('%Y%m%d-%H%M%S')}-{exp.name}{'-quick' if reduced else ''}-{digest}"

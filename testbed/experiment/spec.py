@@ -113,7 +113,7 @@ class Experiment(_Strict):
     description: str = ""
     topology: TopologySpec = Field(default_factory=TopologySpec)
     routing: Literal["ecmp", "precise", "shortest"] = "ecmp"
-    qos: QosSpec = Field(default_factory=lambda: QosSpec(scale=20_000))
+    qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"))
     transport: Literal["auto", "tcp", "rdma"] = "auto"
     channels: int | None = Field(None, ge=1, le=8)
     workload: WorkloadSpec | None = None

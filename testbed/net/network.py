@@ -76,6 +76,7 @@ class Network:
         self.steering = Steering(self.node)
         self._controller: ControllerProcess | None = None
         self.qos = None  # testbed.qos.shaper.Shaper, while links are shaped
+        self.scale_choice = None  # testbed.qos.scale.ScaleChoice, when the spec said scale auto
         self.pfc = None  # testbed.qos.pfc.PfcAgent, while it runs
 
     # -- lifecycle ----------------------------------------------------------
@@ -128,6 +129,12 @@ class Network:
         from testbed.qos.show import write_ports
 
         t = time.monotonic()
+        if spec.scale == "auto":  # no workload known here: every host NIC may send at once
+            from testbed.qos.scale import choose_scale, offered_load
+
+            self.scale_choice = choose_scale(offered_load(self.topo))
+            spec = spec.model_copy(update={"scale": self.scale_choice.scale})
+            log.info("%s", self.scale_choice.why())
         self.qos_spec = spec
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
                              ifname_of=self.intf_name)

@@ -51,7 +51,8 @@ class PfcSpec(BaseModel):
 
 class QosSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    scale: float = Field(10_000.0, ge=1, description="emulated rate = topology rate / scale")
+    scale: float | Literal["auto"] = Field(10_000.0, description="emulated rate = topology rate / scale; auto: "
+                                                              "from the offered load and this machine's budget")
     buffer_ms: float = Field(20.0, gt=0, description="lossy queue limit, in ms at the port rate")
     min_buffer_bytes: int = Field(16 * MTU, gt=0)
     scheduling: Literal["strict", "weighted"] = "strict"
@@ -66,6 +67,9 @@ class QosSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> QosSpec:
+        if self.scale != "auto" and not 1 <= self.scale < float("inf"):
+            raise InputError("scale must be at least 1 (or auto)", "e.g. scale: 20000, or scale: auto",
+                             field="qos.scale", value=self.scale)
         if set(self.weights) != set(CLASS_IDS):
             raise InputError("weights must name exactly the classes high, lossless, default",
                              "e.g. weights: {high: 10, lossless: 60, default: 30}", field="qos.weights",
@@ -95,6 +99,8 @@ class PortPlan:
 
 def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None) -> PortPlan:
     """Numbers for an egress port of `rate_gbps` on a device whose other links sum to `ingress_gbps`."""
+    if spec.scale == "auto":
+        raise ValueError("scale auto is resolved (testbed.qos.scale.choose_scale) before ports are planned")
     rate_bps = max(int(rate_gbps * 1e9 / spec.scale), 8000)
     r = rate_bps / 8  # bytes per second
     r_in = (rate_gbps if ingress_gbps is None else ingress_gbps) * 1e9 / spec.scale / 8

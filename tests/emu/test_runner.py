@@ -79,7 +79,7 @@ def test_single_tor_failure_halts_the_job_and_the_run_says_so(tmp_path, no_lefto
     assert r.returncode == 0, r.stderr[-2000:]
     (out,) = list((tmp_path / "results").iterdir())
     run = json.loads((out / "results.json").read_text())["runs"][0]
-    assert run["halted"] is not None and "unfinished" in run["halted"]["why"]
+    assert run["halted"] is not None and "stalled for" in run["halted"]["why"]
     assert len(run["ops"]) < 3
     assert "1 of 1" in (out / "summary.md").read_text()
 

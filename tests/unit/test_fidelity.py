@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from testbed.experiment.fidelity import line, verdict
 
-QUIET = [{"cpu_idle": 0.4, "steal": 0.01}, {"cpu_idle": 0.3, "steal": 0.02}]
+QUIET = [{"cpu_idle": 0.4, "steal": 0.01, "ovs_thread": 0.5}, {"cpu_idle": 0.3, "steal": 0.02, "ovs_thread": 0.6}]
 PFC_OK = {"poll_period_ms": {"configured": 5.0, "median": 5.0, "p99": 11.0, "max": 19.0},
           "queues": {"agg-p0-pl0-0:3": {"max_backlog": 90_000, "xoff": 48_448, "headroom": 53_028, "drops": 0}}}
 
@@ -12,12 +12,14 @@ PFC_OK = {"poll_period_ms": {"configured": 5.0, "median": 5.0, "p99": 11.0, "max
 def test_a_quiet_run_is_faithful():
     v = verdict(QUIET, PFC_OK, pfc_enabled=True, lossless_drops=0)
     assert v["faithful"] and v["reasons"] == [] and v["cpu_idle_min"] == 0.3 and v["steal_mean"] == 0.015
-    assert line(v) == "fidelity: faithful (CPU idle >= 30%, steal 2%, PFC poll p99 11 ms)"
+    assert line(v) == "fidelity: faithful (CPU idle >= 30%, OVS thread <= 60%, steal 2%, PFC poll p99 11 ms)"
 
 
 def test_each_reason_makes_it_unfaithful():
     hog = [{"cpu_idle": 0.4, "steal": 0.0}, {"cpu_idle": 0.01, "steal": 0.0}]
     assert verdict(hog)["reasons"] == ["CPU-bound: idle fell to 1% (needs >= 5%)"]
+    ovs_bound = [{"cpu_idle": 0.45, "steal": 0.0, "ovs_thread": 0.97}, {"cpu_idle": 0.4, "ovs_thread": 0.5}]
+    assert verdict(ovs_bound)["reasons"] == ["OVS's forwarding thread saturated: 97% of a core (1 of 2 samples >= 90%)"]
     stolen = [{"cpu_idle": 0.3, "steal": 0.12}]
     assert verdict(stolen)["reasons"][0].startswith("the hypervisor took 12%")
     lag = {"poll_period_ms": {"configured": 5.0, "median": 9.0, "p99": 14.2, "max": 40.0},

@@ -1,0 +1,131 @@
+"""Scale benchmark: HPN at 8 to 128 hosts, hpnlab beside Mininet's own API with TCLink on the same graph.
+
+    sudo .venv/bin/python -m bench.scale_bench [--hosts 8 16 32 64 128] [--out results/bench/scale.json]
+
+Per size: start (built, routed, shaped) and teardown time, all-pairs ping time
+and loss, memory per host (MemAvailable before and after start), a ring
+all-reduce on rail 0 at scale auto (busbw as a fraction of ideal, exact bytes,
+fidelity verdict), and the peer baseline: the same hosts, switches and links
+at the same rates started and stopped with Mininet's API and TCLink.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from testbed.experiment.runner import run_one
+from testbed.experiment.spec import from_dict
+from testbed.net.network import Network
+from testbed.qos.scale import choose_scale, offered_load
+from testbed.qos.spec import QosSpec
+from testbed.system.ownership import exit_cleanly_on_signals
+from topos import build
+from topos.addressing import dpid_hex
+
+
+def params(hosts: int) -> dict:
+    """HPN with 8 hosts per segment (the mini preset below 16): 2 rails, 4 aggregation switches per plane."""
+    return {} if hosts <= 8 else {"segments_per_pod": hosts // 8, "hosts_per_segment": 8}
+
+
+def mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def hpnlab_lifecycle(hosts: int) -> dict:
+    topo = build("hpn", **params(hosts))
+    scale = choose_scale(offered_load(topo)).scale
+    m0, t0 = mem_available(), time.monotonic()
+    net = Network(topo, routing="static", qos=QosSpec(scale=scale))
+    net.start()
+    up = time.monotonic() - t0
+    mem = (m0 - mem_available()) / hosts
+    t1 = time.monotonic()
+    ping = net.pingall()
+    ping_s = time.monotonic() - t1
+    t2 = time.monotonic()
+    net.stop()
+    return {"switches": len(topo.switches), "links": len(topo.links), "up_s": round(up, 2),
+            "down_s": round(time.monotonic() - t2, 2), "pingall_s": round(ping_s, 2),
+            "ping_sent": ping.sent, "ping_received": ping.received, "mem_per_host_mb": round(mem / 2**20, 1),
+            "timings": {k: round(v, 2) for k, v in net.timings.items()}}
+
+
+def mininet_lifecycle(hosts: int) -> dict:
+    """The same graph with Mininet's API and TCLink (bw in Mbit/s at the same scale), userspace OVS."""
+    from mininet.link import TCLink
+    from mininet.log import setLogLevel
+    from mininet.net import Mininet
+    from mininet.node import OVSSwitch
+
+    from testbed.system.capabilities import probe
+
+    setLogLevel("warning")
+    topo = build("hpn", **params(hosts))
+    scale = choose_scale(offered_load(topo)).scale
+    t0 = time.monotonic()
+    net = Mininet(topo=None, build=False, controller=None, link=TCLink, autoSetMacs=True, waitConnected=False)
+    for h in topo.hosts:
+        net.addHost(f"m{h.short}")
+    for s in topo.switches:
+        net.addSwitch(f"m{s.short}", cls=OVSSwitch, dpid=dpid_hex(s), datapath=probe().datapath,
+                      failMode="secure", batch=True)  # no rules: nothing floods the looped fabric
+    for l in topo.links:
+        net.addLink(f"m{topo.nodes[l.a].short}", f"m{topo.nodes[l.b].short}", port1=l.a_port, port2=l.b_port,
+                    bw=l.rate_gbps * 1e3 / scale)
+    try:
+        net.build()
+        net.start()
+        up = time.monotonic() - t0
+    finally:
+        t1 = time.monotonic()
+        net.stop()
+    return {"up_s": round(up, 2), "down_s": round(time.monotonic() - t1, 2)}
+
+
+def allreduce(hosts: int, iters: int) -> dict:
+    exp = from_dict({"name": f"scale-{hosts}", "topology": {"name": "hpn", "params": params(hosts)},
+                     "routing": "precise", "qos": {"scale": "auto"}, "step_timeout_s": 300,
+                     "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0",
+                                                 "iters": iters}}})
+    rec = run_one(f"{hosts}", exp, Path.cwd(), None, 0)
+    return {"scale": rec["scale"], "scale_auto": rec["scale_auto"],
+            "fraction_of_ideal": [round(o["fraction_of_ideal"], 4) for o in rec["ops"]],
+            "bytes_ok": rec["fidelity"]["bytes_ok"], "faithful": rec["fidelity"]["faithful"],
+            "fidelity": rec["fidelity"], "halted": rec["halted"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, nargs="+", default=[8, 16, 32, 64, 128])
+    ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--no-mininet", action="store_true", help="Skip the Mininet + TCLink baseline.")
+    ap.add_argument("--out", default="results/bench/scale.json")
+    a = ap.parse_args()
+    exit_cleanly_on_signals()  # SIGTERM unwinds through each network's stop(), as Ctrl-C does
+    rows = []
+    for n in a.hosts:
+        row = {"hosts": n, "hpnlab": hpnlab_lifecycle(n)}
+        if not a.no_mininet:
+            row["mininet_tclink"] = mininet_lifecycle(n)
+        row["allreduce"] = allreduce(n, a.iters)
+        rows.append(row)
+        h, ar = row["hpnlab"], row["allreduce"]
+        mn = row.get("mininet_tclink", {})
+        print(f"{n:4} hosts {h['switches']:3} sw {h['links']:4} links | up {h['up_s']:6.1f} s down {h['down_s']:5.1f} s"
+              f" | Mininet+TCLink up {mn.get('up_s', '-')} down {mn.get('down_s', '-')} | pingall "
+              f"{h['ping_received']}/{h['ping_sent']} in {h['pingall_s']} s | {h['mem_per_host_mb']} MB/host | "
+              f"all-reduce 1/{ar['scale']:,.0f}: {ar['fraction_of_ideal']} bytes ok {ar['bytes_ok']} "
+              f"faithful {ar['faithful']}", flush=True)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
