@@ -20,7 +20,7 @@ def calibrate(seconds: float, no_save: bool) -> None:
 
     def show(p: dict) -> None:
         verdict = "faithful" if p["faithful"] else "NOT faithful: " + "; ".join(
-            p["fidelity"]["reasons"] or [f"rate fidelity {p['rate_fidelity']:.3f} < 0.95"])
+            p["reasons"] or [f"rate fidelity {p['rate_fidelity']:.3f} < 0.95"])
         console.print(f"scale 1/{p['scale']:,.0f}: {p['offered_bps'] / 1e6:.0f} Mbit/s offered, rate fidelity "
                       f"{p['rate_fidelity']:.3f}, {verdict}", soft_wrap=True)
 

@@ -6,9 +6,12 @@ software. A run is marked unfaithful, with the reason, when
 
 - the CPU ran out: idle fell under CPU_IDLE_MIN in a sample (emulated rates then
   lag the configured ones);
-- OVS's forwarding thread saturated: userspace OVS polls every port from its
-  main thread, so it tops out at one core while the machine still looks idle;
-  a sample with that thread busy OVS_THREAD_MAX of a core or more is unfaithful;
+- the offered load was above this machine's budget: every sending NIC port at
+  its emulated rate adds up to more than `hpnlab calibrate` found this machine
+  forwards faithfully (testbed/qos/scale.py). Measured here: a ring all-reduce
+  at twice the budget reached 61% of ideal with no drop anywhere, CPU idle
+  above 5% and OVS's forwarding thread at 72% of a core, so neither of those
+  alone shows it (both are shown as figures);
 - the hypervisor took the CPU: steal over the run above STEAL_MAX;
 - a PFC pause came too late: a lossless queue grew past XOFF + headroom, the
   depth the headroom is sized never to exceed (two poll periods of reaction at
@@ -27,12 +30,13 @@ import statistics
 
 CPU_IDLE_MIN = 0.05
 STEAL_MAX = 0.05
-OVS_THREAD_MAX = 0.9
 
 
 def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = False,
-            lossless_drops: int = 0) -> dict:
-    """timeline: the sampler's rows (cpu_idle, steal per sample); pfc: the agent's report."""
+            lossless_drops: int = 0, offered_bps: float | None = None, budget_bps: float | None = None,
+            calibrated: bool = False) -> dict:
+    """timeline: the sampler's rows (cpu_idle, steal, ovs_thread per sample); pfc: the agent's report;
+    offered_bps: every sending port at its emulated rate; budget_bps: what this machine forwards faithfully."""
     idle = [r["cpu_idle"] for r in timeline]
     steal = [r.get("steal", 0.0) for r in timeline]
     ovs = [r["ovs_thread"] for r in timeline if "ovs_thread" in r]
@@ -40,14 +44,14 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
            "cpu_idle_mean": round(statistics.mean(idle), 4) if idle else None,
            "steal_mean": round(statistics.mean(steal), 4) if steal else None,
            "ovs_thread_max": max(ovs, default=None), "pfc_poll_p99_ms": None, "lossless_drops": lossless_drops,
-           "reasons": []}
+           "offered_bps": offered_bps, "budget_bps": budget_bps, "reasons": []}
     reasons = out["reasons"]
     if idle and min(idle) < CPU_IDLE_MIN:
         reasons.append(f"CPU-bound: idle fell to {min(idle):.0%} (needs >= {CPU_IDLE_MIN:.0%})")
-    if ovs and max(ovs) >= OVS_THREAD_MAX:
-        busy = sum(1 for x in ovs if x >= OVS_THREAD_MAX)
-        reasons.append(f"OVS's forwarding thread saturated: {max(ovs):.0%} of a core "
-                       f"({busy} of {len(ovs)} samples >= {OVS_THREAD_MAX:.0%})")
+    if offered_bps is not None and budget_bps is not None and offered_bps > budget_bps:
+        src = "calibrated" if calibrated else "default; run 'hpnlab calibrate'"
+        reasons.append(f"offered load {offered_bps / 1e6:.0f} Mbit/s above this machine's faithful budget "
+                       f"{budget_bps / 1e6:.0f} Mbit/s ({src})")
     if steal and statistics.mean(steal) > STEAL_MAX:
         reasons.append(f"the hypervisor took {statistics.mean(steal):.0%} of the CPU (steal; <= {STEAL_MAX:.0%})")
     if pfc:

@@ -53,17 +53,35 @@ def jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
     return [Job("job", dscp["lossless"], workload_items(exp, base, topo))]
 
 
+def ranks(job_list: list[Job]) -> list:
+    """Every rank that sends or receives in any replayed op of these jobs."""
+    return sorted({r for job in job_list for _o, sched in job.items if sched is not None for r in sched.ranks})
+
+
+def offered(job_list: list[Job], topo: Topology) -> float:
+    """Real bits/s the fabric carries at most: per step, the smaller of what its senders' and its receivers'
+    NICs can move (an incast is held to its receiver), the busiest step of each job, the jobs added up."""
+    total = 0.0
+    for job in job_list:
+        busiest = 0.0
+        for _o, sched in job.items:
+            for step in sched.steps if sched is not None else ():
+                srcs = sorted({f.src for f in step})
+                dsts = sorted({f.dst for f in step})
+                busiest = max(busiest, min(offered_load(topo, srcs), offered_load(topo, dsts)))
+        total += busiest
+    return total
+
+
 def items(exp: Experiment, base: Path, topo: Topology) -> list[Item]:
     return [it for j in jobs(exp, base, topo) for it in j.items]
 
 
 def resolve_scale(exp: Experiment, base: Path, topo: Topology) -> tuple[Experiment, ScaleChoice | None]:
-    """The experiment with a numeric scale: `auto` becomes the scale that fits the ranks its workload uses
-    (all their NIC ports sending at once) into this machine's budget (testbed/qos/scale.py)."""
+    """The experiment with a numeric scale: `auto` becomes the scale that fits its workload's offered load
+    (`offered`) into this machine's budget (testbed/qos/scale.py)."""
     if exp.qos.scale != "auto":
         return exp, None
     probe = exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})})  # ranks do not depend on it
-    ranks = {r for job in jobs(probe, base, topo) for _o, sched in job.items if sched is not None
-             for r in sched.ranks}
-    choice = choose_scale(offered_load(topo, sorted(ranks)))
+    choice = choose_scale(offered(jobs(probe, base, topo), topo))
     return exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": choice.scale})}), choice

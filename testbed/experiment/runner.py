@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from testbed.net.network import Network
+from testbed.qos.scale import load_budget
 from testbed.qos.shaper import LEAF_HANDLE, ROOT
 from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
@@ -35,7 +36,7 @@ from traffic.transports import choose, make
 
 from .failures import Injector, expand
 from .fidelity import verdict
-from .jobs import items, jobs, resolve_scale
+from .jobs import items, jobs, offered, resolve_scale
 from .measure import Sampler
 from .provenance import versions
 from .results import RESULTS, write_reports
@@ -124,7 +125,10 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
             rec["timeline"] = sampler.rows
             rec.update(_queue_records(net))
             rec["pfc"] = net.stop_qos(since=t0_mono)
-    rec["fidelity"] = verdict(rec["timeline"], rec["pfc"], exp.qos.pfc.enabled, rec["drops"]["lossless"])
+    budget, calibrated = load_budget()
+    rec["fidelity"] = verdict(rec["timeline"], rec["pfc"], exp.qos.pfc.enabled, rec["drops"]["lossless"],
+                              offered_bps=offered(job_list, topo) / exp.qos.scale, budget_bps=budget,
+                              calibrated=calibrated)
     rec["fidelity"]["bytes_ok"] = all(o["bytes_delivered"] == o["bytes_expected"] for o in rec["ops"])
     return rec
 

@@ -6,8 +6,9 @@ rate fidelity >= 0.95 with the CPU never running out. It is cached per machine
 (RUN_CACHE); without a calibration the DEFAULT_BUDGET measured on the
 development machine (2 cores, userspace OVS) is used, and the choice says so.
 
-    offered (real)  = sending NIC ports x port rate      (every rank's ports busy at once,
-                                                          as in a ring all-reduce)
+    offered (real)  = per step, min(senders' NIC ports, receivers' NIC ports) x port rate,
+                      the busiest step, summed over jobs running side by side
+                      (a ring all-reduce: every rank's NIC; an incast: the receiver's)
     scale           = offered / (budget x SAFETY), rounded up to 1, 2, 2.5 or 5 x 10^k
 """
 
@@ -22,8 +23,8 @@ from pathlib import Path
 
 from topos.model import Topology
 
-DEFAULT_BUDGET_BPS = 320e6  # measured here: see README, "Scale"
-SAFETY = 0.8  # use 80% of what was faithful: runs add agents, a controller and PFC polling on top
+DEFAULT_BUDGET_BPS = 128e6  # the lower of two calibrations of the development machine (128, 160 Mbit/s)
+SAFETY = 1.0  # the calibration probe already runs agents, the controller and PFC polling, as runs do
 NICE = (1, 2, 2.5, 5)
 CACHE = Path(os.environ.get("HPNLAB_CACHE", "/var/cache/hpnlab")) / "calibration.json"
 
@@ -52,8 +53,9 @@ def machine_key() -> str:
     return f"{platform.node()}/{os.cpu_count()}cpu/{platform.release()}"
 
 
-def load_budget(path: Path = CACHE) -> tuple[float, bool]:
+def load_budget(path: Path | None = None) -> tuple[float, bool]:
     """(budget bits/s, calibrated?) for this machine."""
+    path = path or CACHE
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -64,7 +66,8 @@ def load_budget(path: Path = CACHE) -> tuple[float, bool]:
     return float(entry["budget_bps"]), True
 
 
-def save_budget(result: dict, path: Path = CACHE) -> Path:
+def save_budget(result: dict, path: Path | None = None) -> Path:
+    path = path or CACHE
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -18,8 +18,9 @@ def test_a_quiet_run_is_faithful():
 def test_each_reason_makes_it_unfaithful():
     hog = [{"cpu_idle": 0.4, "steal": 0.0}, {"cpu_idle": 0.01, "steal": 0.0}]
     assert verdict(hog)["reasons"] == ["CPU-bound: idle fell to 1% (needs >= 5%)"]
-    ovs_bound = [{"cpu_idle": 0.45, "steal": 0.0, "ovs_thread": 0.97}, {"cpu_idle": 0.4, "ovs_thread": 0.5}]
-    assert verdict(ovs_bound)["reasons"] == ["OVS's forwarding thread saturated: 97% of a core (1 of 2 samples >= 90%)"]
+    assert verdict(QUIET, offered_bps=640e6, budget_bps=320e6)["reasons"] == [
+        "offered load 640 Mbit/s above this machine's faithful budget 320 Mbit/s (default; run 'hpnlab calibrate')"]
+    assert verdict(QUIET, offered_bps=160e6, budget_bps=320e6, calibrated=True)["faithful"]
     stolen = [{"cpu_idle": 0.3, "steal": 0.12}]
     assert verdict(stolen)["reasons"][0].startswith("the hypervisor took 12%")
     lag = {"poll_period_ms": {"configured": 5.0, "median": 9.0, "p99": 14.2, "max": 40.0},

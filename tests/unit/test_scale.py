@@ -1,0 +1,88 @@
+"""scale auto: offered load, rounding, the budget cache, and the calibration probe's spec."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from testbed.experiment.calibration import probe_experiment
+from testbed.experiment.jobs import jobs, resolve_scale
+from testbed.experiment.spec import from_dict
+from testbed.qos import scale as sc
+from topos import build
+
+
+def test_offered_load_counts_every_port_of_the_given_ranks():
+    topo = build("hpn")  # 8 hosts x 2 NICs x 2 ports of 200G
+    assert sc.offered_load(topo) == 8 * 2 * 2 * 200e9
+    assert sc.offered_load(topo, [("h0", 0), ("h1", 0)]) == 2 * 2 * 200e9
+
+
+@pytest.mark.parametrize("x,want", [(0.3, 1), (1, 1), (1.5, 2), (2.2, 2.5), (3, 5), (9.9, 10), (12_500, 20_000),
+                                    (20_000, 20_000), (20_001, 25_000), (80_000, 100_000)])
+def test_scales_are_rounded_up_to_readable_values(x, want):
+    assert sc.nice_ceil(x) == want
+
+
+def test_choice_fits_the_load_into_the_budget_and_says_why():
+    c = sc.choose_scale(3.2e12, budget_bps=160e6)
+    assert c.scale == 20_000 and c.offered_emulated_bps <= 160e6 * sc.SAFETY
+    assert "1/20,000" in c.why() and "3.2 Tbit/s" in c.why()
+
+
+def test_budget_cache_is_per_machine(tmp_path):
+    path = tmp_path / "calibration.json"
+    assert sc.load_budget(path) == (sc.DEFAULT_BUDGET_BPS, False)
+    sc.save_budget({"budget_bps": 5e8}, path)
+    assert sc.load_budget(path) == (5e8, True)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({"another-machine/2cpu/6.1": data[sc.machine_key()]}))
+    assert sc.load_budget(path) == (sc.DEFAULT_BUDGET_BPS, False)
+    path.write_text("{not json")
+    assert sc.load_budget(path)[1] is False
+
+
+def test_resolve_scale_uses_the_ranks_of_the_workload(tmp_path, monkeypatch):
+    monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")
+    topo = build("hpn")
+    exp = from_dict({"name": "x", "qos": {"scale": "auto"},
+                     "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0"}}})
+    resolved, choice = resolve_scale(exp, tmp_path, topo)
+    assert choice.offered_real_bps == 8 * 2 * 200e9  # rail 0 only: every rank sends and receives at NIC rate
+    assert resolved.qos.scale == choice.scale == sc.nice_ceil(3.2e12 / (sc.DEFAULT_BUDGET_BPS * sc.SAFETY))
+    (o, sched), *_ = jobs(resolved, tmp_path, topo)[0].items
+    assert o.size == int(160e9 / resolved.qos.scale)
+    fixed, none = resolve_scale(from_dict({**exp.model_dump(by_alias=True), "qos": {"scale": 20_000}}), tmp_path,
+                                topo)
+    assert none is None and fixed.qos.scale == 20_000
+
+
+def test_calibration_probe_loads_every_host_both_ways_for_the_asked_seconds():
+    exp = from_dict(probe_experiment(20_000, seconds=6.0))
+    topo = build("hpn")
+    js = jobs(exp, Path("."), topo)
+    senders = [f.src for j in js for _o, s in j.items for step in s.steps for f in step]
+    assert sorted(h for h, _n in senders) == sorted(h.name for h in topo.hosts)  # each host sends once
+    flow = js[0].items[0][1].steps[0][0]
+    assert flow.bytes == int(2 * 200e9 / 20_000 * 6.0 / 8)  # both ports of NIC 0 for 6 s
+
+
+def test_wire_fidelity_is_the_busy_median_over_configured():
+    from testbed.experiment.calibration import wire_fidelity
+
+    # idle, ramp-up, 4 busy samples, ramp-down, idle: the median of the busy core
+    tx = [0, 20e6, 158e6, 160e6, 157e6, 159e6, 60e6, 0]
+    assert abs(wire_fidelity(tx, 160e6) - 158.5e6 / 160e6) < 1e-9
+    assert wire_fidelity([0, 0], 160e6) == 0.0
+
+
+def test_offered_load_of_an_incast_is_its_receiver():
+    from testbed.experiment.jobs import offered
+
+    topo = build("hpn")
+    exp = from_dict({"name": "x", "qos": {"scale": 1},
+                     "jobs": [{"name": "in", "collective": {"op": "incast", "size": "1GB", "ranks": "rail0"}},
+                              {"name": "pp", "collective": {"op": "sendrecv", "size": "1GB", "ranks": "h0:1,h4:1"}}]})
+    assert offered(jobs(exp, Path("."), topo), topo) == 2 * 200e9 + 2 * 200e9  # h0's NIC 0 in, h4's NIC 1 in
