@@ -124,17 +124,19 @@ class Network:
     def start_qos(self, spec: QosSpec) -> None:
         """Shape every link direction and start the PFC agent (when the spec enables PFC)."""
         from testbed.qos.pfc import PfcAgent
-        from testbed.qos.ports import egress_ports
+        from testbed.qos.ports import egress_ports, resolve
         from testbed.qos.shaper import Shaper
         from testbed.qos.show import write_ports
 
         t = time.monotonic()
+        scale = None
         if spec.scale == "auto":  # no workload known here: every host NIC may send at once
             from testbed.qos.scale import choose_scale, offered_load
 
             self.scale_choice = choose_scale(offered_load(self.topo))
-            spec = spec.model_copy(update={"scale": self.scale_choice.scale})
+            scale = self.scale_choice.scale
             log.info("%s", self.scale_choice.why())
+        spec = resolve(spec, self.topo, scale)
         self.qos_spec = spec
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
                              ifname_of=self.intf_name)
@@ -168,7 +170,7 @@ class Network:
             self._controller.stop()
         if self.net is not None:
             try:
-                self.net.stop()
+                emulation.stop(self.net, self.topo, self.owner.link_group)
             except Exception as exc:  # noqa: BLE001 - the owner record still removes what is left
                 log.warning("mininet stop failed: %s", exc)
             self.net = None

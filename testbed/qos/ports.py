@@ -14,6 +14,27 @@ from topos.model import Topology
 
 from .spec import PortPlan, QosSpec, port_plan
 
+# The PFC agent reads every switch queue each poll; its cost grows with the switch ports. 5 ms for the
+# 8-host HPN's 128 switch ports took 24-27% of a core (README, PFC bench); at 768 ports (64 hosts) a 5 ms
+# period could not be kept (p99 231 ms, the machine CPU-bound), so the period grows with the ports and
+# the headroom, sized from the period, with it.
+BASE_POLL_MS, BASE_SWITCH_PORTS = 5.0, 128
+
+
+def pfc_poll_ms(topo: Topology) -> float:
+    ports = sum(2 if l.kind != "host-tor" else 1 for l in topo.links)  # switch ends of every link
+    return BASE_POLL_MS * max(1.0, ports / BASE_SWITCH_PORTS)
+
+
+def resolve(spec: QosSpec, topo: Topology, scale: float | None = None) -> QosSpec:
+    """The spec with numbers where it said auto: the PFC poll period from the fabric's size, and `scale`."""
+    upd = {}
+    if spec.pfc.poll_ms == "auto":
+        upd["pfc"] = spec.pfc.model_copy(update={"poll_ms": pfc_poll_ms(topo)})
+    if scale is not None:
+        upd["scale"] = scale
+    return spec.model_copy(update=upd) if upd else spec
+
 
 @dataclass
 class Port:

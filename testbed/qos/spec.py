@@ -41,12 +41,20 @@ PARENT_MINOR = 0x1
 class PfcSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     enabled: bool = True
-    poll_ms: float = Field(5.0, gt=0, le=1000)
+    poll_ms: float | Literal["auto"] = Field("auto", description="agent poll period; auto: 5 ms for the 8-host "
+                                                              "HPN's 128 switch ports, longer in proportion")
     xoff_bytes: int | None = Field(None, gt=0, description="default from rate and poll period")
     xon_bytes: int | None = Field(None, ge=0)
     headroom_bytes: int | None = Field(None, ge=0)
     frames: bool = Field(False, description="also emit 802.1Qbb PAUSE frames (scapy) for captures")
     pause_rate_fraction: float = Field(1 / 16, gt=0, lt=1, description="what a paused class still sends")
+
+    @model_validator(mode="after")
+    def _check(self) -> PfcSpec:
+        if self.poll_ms != "auto" and not 0 < self.poll_ms <= 1000:
+            raise InputError("poll_ms must be in (0, 1000] (or auto)", "e.g. poll_ms: 5, or poll_ms: auto",
+                             field="qos.pfc.poll_ms", value=self.poll_ms)
+        return self
 
 
 class QosSpec(BaseModel):
@@ -99,8 +107,9 @@ class PortPlan:
 
 def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None) -> PortPlan:
     """Numbers for an egress port of `rate_gbps` on a device whose other links sum to `ingress_gbps`."""
-    if spec.scale == "auto":
-        raise ValueError("scale auto is resolved (testbed.qos.scale.choose_scale) before ports are planned")
+    if spec.scale == "auto" or spec.pfc.poll_ms == "auto":
+        raise ValueError("scale and pfc.poll_ms auto are resolved (testbed.qos.ports.resolve) before ports are "
+                         "planned")
     rate_bps = max(int(rate_gbps * 1e9 / spec.scale), 8000)
     r = rate_bps / 8  # bytes per second
     r_in = (rate_gbps if ingress_gbps is None else ingress_gbps) * 1e9 / spec.scale / 8

@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 import uuid
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,11 @@ class Ownership:
     @property
     def run_id(self) -> str:
         return self.data["run_id"]
+
+    @property
+    def link_group(self) -> int:
+        """A link group number of this run's own (for batched interface deletion), from its id."""
+        return 0x10000000 | zlib.crc32(self.run_id.encode()) & 0x0FFFFFFF
 
     def _save(self) -> None:
         RUN_DIR.mkdir(parents=True, exist_ok=True)

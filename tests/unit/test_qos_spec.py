@@ -8,7 +8,7 @@ from topos.errors import InputError
 
 
 def test_port_plan_defaults_from_rate_and_poll():
-    spec = QosSpec()  # scale 10,000, poll 5 ms
+    spec = QosSpec(pfc={"poll_ms": 5})  # scale 10,000
     p = port_plan(200, spec, ingress_gbps=4 * 400 + 3 * 200)  # a ToR port: 4 uplinks + 3 other hosts
     assert p.rate_bps == 20_000_000
     r = 20e6 / 8
@@ -23,7 +23,7 @@ def test_port_plan_defaults_from_rate_and_poll():
 
 
 def test_weighted_and_pfc_off():
-    spec = QosSpec(scheduling="weighted", pfc={"enabled": False})
+    spec = QosSpec(scheduling="weighted", pfc={"enabled": False, "poll_ms": 5})
     p = port_plan(400, spec)
     assert p.class_rates_bps == {"high": 4_000_000, "lossless": 24_000_000, "default": 12_000_000}
     assert len(set(p.prio.values())) == 1
@@ -43,7 +43,7 @@ def test_bad_qos_names_the_field(raw, field):
 
 def test_xon_must_be_below_xoff():
     with pytest.raises(InputError, match="XON"):
-        port_plan(200, QosSpec(pfc={"xoff_bytes": 10_000, "xon_bytes": 20_000}))
+        port_plan(200, QosSpec(pfc={"xoff_bytes": 10_000, "xon_bytes": 20_000, "poll_ms": 5}))
 
 
 def test_htb_class_message_decodes_as_pyroute2_reads_it():
@@ -60,3 +60,19 @@ def test_htb_class_message_decodes_as_pyroute2_reads_it():
     assert parms["rate"] == 2_500_000 // 8 and parms["ceil"] == 40_000_000 // 8
     assert parms["rate___reserved"] == 1  # the linklayer byte: Ethernet, so no rate table is needed
     assert parms["prio"] == 1 and parms["quantum"] == MTU
+
+
+def test_auto_poll_period_grows_with_the_switch_ports_and_must_be_resolved():
+    from testbed.qos.ports import pfc_poll_ms, resolve
+    from topos import build
+
+    small, big = build("hpn"), build("hpn", segments_per_pod=8, hosts_per_segment=8)
+    assert pfc_poll_ms(small) == 5.0  # 64 links: 32 host-ToR (1 switch end) + 32 ToR-agg (2) = 96 < 128 ports
+    assert pfc_poll_ms(big) == 5.0 * (256 + 2 * 128) / 128  # 64 hosts x 4 ports, 128 uplinks: 20 ms
+    spec = resolve(QosSpec(scale="auto"), big, scale=200_000)
+    assert (spec.scale, spec.pfc.poll_ms) == (200_000, 20.0)
+    assert port_plan(200, spec).headroom > port_plan(200, resolve(QosSpec(), small)).headroom / 20
+    with pytest.raises(ValueError, match="resolved"):
+        port_plan(200, QosSpec())
+    with pytest.raises(InputError):
+        QosSpec(pfc={"poll_ms": 0})
