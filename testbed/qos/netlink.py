@@ -26,7 +26,7 @@ from testbed.system.netns import in_netns
 
 RTM_NEWQDISC, RTM_GETQDISC, RTM_NEWTCLASS = 36, 38, 40
 NLMSG_DONE, NLMSG_ERROR = 3, 2
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
 TCA_KIND, TCA_STATS2 = 1, 7
 TCA_STATS_BASIC, TCA_STATS_QUEUE = 1, 3
 NLA_TYPE_MASK = 0x3FFF
@@ -133,9 +133,17 @@ def _nla(typ: int, payload: bytes) -> bytes:
     return head + payload + b"\0" * ((-len(payload)) % 4)
 
 
+NLM_F_EXCL, NLM_F_CREATE = 0x200, 0x400
+CLASS_CHANGE = NLM_F_REQUEST  # no ack: the PFC agent's pause and resume
+CLASS_ADD = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
+
+
 def htb_class_message(ifindex: int, handle: int, parent: int, rate_bps: int, ceil_bps: int, burst: int,
-                      cburst: int, quantum: int, prio: int) -> bytes:
-    """An RTM_NEWTCLASS 'change' for one HTB class (no ack requested)."""
+                      cburst: int, quantum: int, prio: int, flags: int = CLASS_CHANGE, seq: int = 0) -> bytes:
+    """An RTM_NEWTCLASS for one HTB class: a change without ack (default), or an add (CLASS_ADD).
+
+    With the link layer set the kernel needs no rate table, which is what makes pyroute2's encoding of
+    the same class slow (a 256-entry table computed in Python per rate)."""
     from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime  # the same tick math as tc and pyroute2
 
     rate, ceil = rate_bps // 8, ceil_bps // 8
@@ -144,7 +152,7 @@ def htb_class_message(ifindex: int, handle: int, parent: int, rate_bps: int, cei
            + _HTB_OPT_TAIL.pack(calc_xmittime(rate, burst), calc_xmittime(ceil, cburst), quantum, 0, prio))
     body = (_TCMSG.pack(0, ifindex, handle, parent, 0) + _nla(TCA_KIND, b"htb\0")
             + _nla(TCA_OPTIONS | NLA_F_NESTED, _nla(TCA_HTB_PARMS, opt)))
-    return _NLMSG.pack(_NLMSG.size + len(body), RTM_NEWTCLASS, NLM_F_REQUEST, 0, 0) + body
+    return _NLMSG.pack(_NLMSG.size + len(body), RTM_NEWTCLASS, flags, seq, 0) + body
 
 
 class ClassSwitch:
@@ -172,3 +180,60 @@ class ClassSwitch:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class BatchSender:
+    """Sends many pre-encoded rtnetlink requests (e.g. pyroute2's IPBatch) in few writes, checks every ack.
+
+    One request at a time through pyroute2 costs a round trip each (about 1 ms: 8.4 s for the 64-host
+    HPN's 6,000 tc changes); the kernel takes a buffer of many messages in one send and acks each.
+    """
+
+    CHUNK = 32 << 10
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.bind((0, 0))
+        self.sock.settimeout(10)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    @staticmethod
+    def messages(buf: bytes) -> list[tuple[int, int, int]]:
+        """(offset, length, seq) of each netlink message in a buffer."""
+        out, off = [], 0
+        while off + _NLMSG.size <= len(buf):
+            length, _typ, flags, seq, _pid = _NLMSG.unpack_from(buf, off)
+            if length < _NLMSG.size:
+                raise ValueError("malformed netlink batch")
+            if not flags & NLM_F_ACK:
+                raise ValueError("every request of a batch must ask for an ack")
+            out.append((off, length, seq))
+            off += (length + 3) & ~3
+        return out
+
+    def send(self, buf: bytes) -> int:
+        """Send every message; raise OSError at the first one the kernel refused. Returns how many."""
+        msgs = self.messages(buf)
+        i = 0
+        while i < len(msgs):
+            start, size, waiting = msgs[i][0], 0, set()
+            while i < len(msgs) and (not waiting or size + msgs[i][1] <= self.CHUNK):
+                waiting.add(msgs[i][2])
+                size = msgs[i][0] + msgs[i][1] - start
+                i += 1
+            self.sock.send(buf[start:start + size])
+            while waiting:
+                data = self.sock.recv(1 << 20)
+                off = 0
+                while off + _NLMSG.size <= len(data):
+                    length, typ, _flags, seq, _pid = _NLMSG.unpack_from(data, off)
+                    if typ == NLMSG_ERROR and seq in waiting:
+                        err = struct.unpack_from("=i", data, off + _NLMSG.size)[0]
+                        if err:
+                            raise OSError(-err, f"netlink request {seq} of the batch refused")
+                        waiting.discard(seq)
+                    off += (length + 3) & ~3
+        return len(msgs)

@@ -25,16 +25,17 @@ back to its default (noqueue).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 
-from pyroute2 import IPRoute
+from pyroute2 import IPBatch, IPRoute
 from pyroute2.netlink.rtnl.tcmsg import plugins as _tc_plugins
 from pyroute2.netlink.rtnl.tcmsg import sched_pfifo as _sched_pfifo
 
 from testbed.system.netns import in_netns
 
-from .netlink import ClassSwitch, QdiscStats, dumper_in, htb_class_message
+from .netlink import CLASS_ADD, BatchSender, ClassSwitch, QdiscStats, dumper_in, htb_class_message
 from .ports import Port
 from .spec import CLASS_IDS, MTU, PARENT_MINOR, QosSpec
 
@@ -78,39 +79,50 @@ class Shaper:
 
     # -- apply / remove -----------------------------------------------------------
     def apply(self) -> None:
+        by_ns: dict[str | None, list[Port]] = {}
         for p in self.planned:
             p.ifindex = self._ipr(p.netns).link_lookup(ifname=p.ifname)[0]
-            self._apply_port(p)
+            by_ns.setdefault(p.netns, []).append(p)
+        for netns, ports in by_ns.items():  # every tc change of a namespace compiled, then sent in a few writes
+            batch, seqs = IPBatch(), itertools.count(1 << 30)
+            buf = b"".join(self._port_messages(p, batch, seqs) for p in ports)
+            sender = in_netns(netns, BatchSender)
+            try:
+                sender.send(buf)
+            finally:
+                sender.close()
+        for p in self.planned:
             self.ports[p.key] = p
             lossless = (ROOT | CLASS_IDS["lossless"], ROOT | PARENT_MINOR)
             self._pause_msgs[p.key] = tuple(
-                htb_class_message(p.ifindex, *lossless, **self._class_args(p, "lossless", paused, raw=True))
+                htb_class_message(p.ifindex, *lossless, **self._class_args(p, "lossless", paused))
                 for paused in (False, True))
             if p.netns not in self._switches:
                 self._switches[p.netns] = in_netns(p.netns, ClassSwitch)
         log.info("qos: %d egress ports shaped (scale 1/%g)", len(self.ports), self.spec.scale)
 
-    def _class_args(self, p: Port, cls: str, paused: bool = False, raw: bool = False) -> dict:
+    def _class_args(self, p: Port, cls: str, paused: bool = False) -> dict:
+        """htb_class_message's arguments for one class of a port, running or paused."""
         if paused:
             rate = ceil = max(8000, int(p.plan.rate_bps * self.spec.pfc.pause_rate_fraction))
         else:
             rate, ceil = p.plan.class_rates_bps[cls], p.plan.rate_bps
-        if raw:
-            return dict(rate_bps=rate, ceil_bps=ceil, prio=p.plan.prio[cls], quantum=MTU, burst=MTU * 2,
-                        cburst=MTU * 2)
-        return dict(rate=f"{rate}bit", ceil=f"{ceil}bit", prio=p.plan.prio[cls], quantum=MTU,
-                    burst=MTU * 2, cburst=MTU * 2)
+        return dict(rate_bps=rate, ceil_bps=ceil, prio=p.plan.prio[cls], quantum=MTU, burst=MTU * 2, cburst=MTU * 2)
 
-    def _apply_port(self, p: Port) -> None:
-        ipr = self._ipr(p.netns)
+    def _port_messages(self, p: Port, ipr: IPBatch, seqs) -> bytes:
+        """The port's qdiscs, classes and filters as netlink requests, in the order the kernel needs them:
+        root qdisc, classes (raw encoder, `seqs` numbers them), leaf qdiscs, filters."""
         idx = p.ifindex
-        rate = f"{p.plan.rate_bps}bit"
         ipr.tc("add", "htb", idx, handle=ROOT, default=CLASS_IDS["default"])
-        ipr.tc("add-class", "htb", idx, handle=ROOT | PARENT_MINOR, parent=ROOT, rate=rate, ceil=rate,
-               burst=MTU * 2, cburst=MTU * 2, quantum=MTU)
+        out = bytes(ipr.batch)
+        ipr.reset()
+        rate = p.plan.rate_bps
+        out += htb_class_message(idx, ROOT | PARENT_MINOR, ROOT, rate, rate, MTU * 2, MTU * 2, MTU, 0,
+                                 flags=CLASS_ADD, seq=next(seqs))
         for cls, minor in CLASS_IDS.items():
-            ipr.tc("add-class", "htb", idx, handle=ROOT | minor, parent=ROOT | PARENT_MINOR,
-                   **self._class_args(p, cls))
+            out += htb_class_message(idx, ROOT | minor, ROOT | PARENT_MINOR, **self._class_args(p, cls),
+                                     flags=CLASS_ADD, seq=next(seqs))
+        for cls, minor in CLASS_IDS.items():
             limit = p.plan.buffer_bytes
             if cls == "lossless":
                 limit = HOST_LOSSLESS_LIMIT if p.is_host and self.spec.pfc.enabled else p.plan.lossless_limit
@@ -135,6 +147,9 @@ class Shaper:
                 args["loss"] = self.spec.loss_pct
             ipr.tc("replace", "netem", idx, handle=LEAF_HANDLE["default"], parent=ROOT | CLASS_IDS["default"],
                    **args)
+        out += bytes(ipr.batch)
+        ipr.reset()
+        return out
 
     def remove(self) -> int:
         """Delete every root qdisc this put on; returns how many."""

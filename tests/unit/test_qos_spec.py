@@ -76,3 +76,18 @@ def test_auto_poll_period_grows_with_the_switch_ports_and_must_be_resolved():
         port_plan(200, QosSpec())
     with pytest.raises(InputError):
         QosSpec(pfc={"poll_ms": 0})
+
+
+def test_batch_messages_are_split_at_their_boundaries_and_must_ask_for_acks():
+    from pyroute2 import IPBatch
+
+    from testbed.qos.netlink import CLASS_ADD, BatchSender, htb_class_message
+
+    b = IPBatch()
+    b.tc("add", "htb", 3, handle=0x10000, default=0x40)
+    buf = bytes(b.batch) + htb_class_message(3, 0x10001, 0x10000, 10_000_000, 10_000_000, 3028, 3028, 1514, 0,
+                                             flags=CLASS_ADD, seq=1 << 30)
+    msgs = BatchSender.messages(buf)
+    assert len(msgs) == 2 and msgs[1][2] == 1 << 30 and msgs[1][0] + msgs[1][1] == len(buf)
+    with pytest.raises(ValueError, match="ack"):
+        BatchSender.messages(htb_class_message(3, 0x10030, 0x10001, 8000, 8000, 3028, 3028, 1514, 1))
