@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pydantic import Field, model_validator
 
 from .errors import InputError
-from .model import Link, Node, Topology
+from .model import SHORT_PREFIX, Link, Node, Topology
 from .params import Params
 
 
@@ -146,7 +146,7 @@ def build_fabric(p: FabricParams, kind: str, public_params: dict) -> Topology:
     def node(name: str, role: str, **kw) -> Node:
         i = counters[role]
         counters[role] += 1
-        short = {"host": "h", "tor": "t", "agg": "a", "core": "c"}[role] + str(i)
+        short = SHORT_PREFIX[role] + str(i)
         return topo.add_node(Node(name=name, role=role, short=short, index=i, **kw))
 
     next_port: dict[str, int] = {}
