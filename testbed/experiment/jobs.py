@@ -53,11 +53,6 @@ def jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
     return [Job("job", dscp["lossless"], workload_items(exp, base, topo))]
 
 
-def ranks(job_list: list[Job]) -> list:
-    """Every rank that sends or receives in any replayed op of these jobs."""
-    return sorted({r for job in job_list for _o, sched in job.items if sched is not None for r in sched.ranks})
-
-
 def offered(job_list: list[Job], topo: Topology) -> float:
     """Real bits/s the fabric carries at most: per step, the smaller of what its senders' and its receivers'
     NICs can move (an incast is held to its receiver), the busiest step of each job, the jobs added up."""
@@ -82,6 +77,6 @@ def resolve_scale(exp: Experiment, base: Path, topo: Topology) -> tuple[Experime
     (`offered`) into this machine's budget (testbed/qos/scale.py)."""
     if exp.qos.scale != "auto":
         return exp, None
-    probe = exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})})  # ranks do not depend on it
-    choice = choose_scale(offered(jobs(probe, base, topo), topo))
+    unscaled = exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})})  # who sends when: scale-free
+    choice = choose_scale(offered(jobs(unscaled, base, topo), topo))
     return exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": choice.scale})}), choice

@@ -60,7 +60,10 @@ def stream_with_failure(net, victim_of, restore_after=None):
         actions.append((1.0 + restore_after, lambda: net.set_link(victim, up=True)))
     r = run_streams(net, [spec], actions)
     s = r["receivers"]["h4:7777"]["streams"]["0"]
-    lost = 3000 - s["received"]
+    # against what the sender sent: on a loaded machine it can fall a few packets short of 3000 in its 3 s
+    s["sent"] = r["senders"][0]["sent"]
+    assert s["sent"] >= 2400, f"the sender kept only {s['sent']} of its 3,000 packets' pace"
+    lost = s["sent"] - s["received"]
     return victim, lost, s
 
 
@@ -70,7 +73,7 @@ def test_tor_agg_failure_keeps_the_stream(no_leftovers):
             net, lambda n, b, a: sorted(uplinks_used(n, port_delta(b, a), 50_000))[0])
         assert "agg" in victim
         assert lost < 300, f"lost {lost} of 3000 packets"  # bench/controller_bench.py reports the gap
-        assert s["highest_seq"] >= 2990
+        assert s["highest_seq"] >= s["sent"] - 10
         assert net.controller.get("/events")[0]["link"] == victim
 
 
@@ -78,14 +81,14 @@ def test_dual_tor_host_port_failure_keeps_the_stream(no_leftovers):
     with Network(build("hpn"), routing="controller", mode="ecmp") as net:
         victim, lost, s = stream_with_failure(
             net, lambda n, b, a: sorted(host_links_used(n, port_delta(b, a, "rx_bytes"), "h0", 50_000))[0])
-        assert lost < 300 and s["highest_seq"] >= 2990
+        assert lost < 300 and s["highest_seq"] >= s["sent"] - 10
 
 
 def test_single_tor_host_port_failure_stops_the_stream_until_repair(no_leftovers):
     with Network(build("rail_optimized"), routing="controller", mode="ecmp") as net:
         victim, lost, s = stream_with_failure(net, lambda n, b, a: "h0:nic0:p0", restore_after=1.0)
         assert lost >= 800, f"only {lost} packets lost during a 1 s outage"  # ~1000 at 1000 pps
-        assert s["highest_seq"] >= 2990  # and it comes back after the repair
+        assert s["highest_seq"] >= s["sent"] - 10  # and it comes back after the repair
 
 
 def test_rest_errors_are_4xx_json_and_controller_survives(no_leftovers):
