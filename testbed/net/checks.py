@@ -38,33 +38,34 @@ def fping_received(stderr: str) -> dict[str, int]:
 
 
 def pingall(topo: Topology, node_of, workdir: Workdir, timeout_s: float = 2.0, wave: int = PING_WAVE) -> PingResult:
-    """One ping from every host to every other host's every NIC address.
+    """One ping from every host to every other host's every NIC address, and one more for the misses.
 
     Each host runs one fping over a target file (no command line grows with the
     fabric); `wave` hosts at a time, so the first packets' ARP (answered by the
-    controller) does not arrive as one burst of hosts x targets.
+    controller) does not arrive as one burst of hosts x targets. A target that
+    did not answer is pinged once more after the first pass (with three times
+    the timeout): a first ping can outlive its timeout waiting for an ARP answer
+    from a slow controller (seen under TCG), which the second finds in place.
     """
     addrs = all_addresses(topo)
-    sent = received = 0
-    failures: list[tuple[str, str]] = []
-    hosts = list(topo.hosts)
-    for i in range(0, len(hosts), wave):
-        running = []
-        for h in hosts[i:i + wave]:
-            targets = [a.ip for a in addrs if a.host != h.name]
-            f = workdir.write(f"{h.short}.targets", targets)
-            running.append((h, targets, node_of(h.name).popen(
-                ["fping", "-c1", "-q", f"-t{int(timeout_s * 1000)}", "-i1", "-f", f],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
-        for h, targets, p in running:
-            got = fping_received(p.communicate(timeout=timeout_s + 30 + 0.01 * len(targets))[1])
-            for ip in targets:
-                sent += 1
-                if got.get(ip, 0) > 0:
-                    received += 1
-                else:
-                    failures.append((h.name, ip))
-    return PingResult(sent, received, failures)
+    todo = {h.name: [a.ip for a in addrs if a.host != h.name] for h in topo.hosts}
+    sent = sum(len(t) for t in todo.values())
+    for attempt, timeout in enumerate((timeout_s, 3 * timeout_s)):
+        missed: dict[str, list[str]] = {}
+        names = [h for h in todo if todo[h]]
+        for i in range(0, len(names), wave):
+            running = []
+            for host in names[i:i + wave]:
+                f = workdir.write(f"{topo.nodes[host].short}.targets{attempt}", todo[host])
+                running.append((host, node_of(host).popen(
+                    ["fping", "-c1", "-q", f"-t{int(timeout * 1000)}", "-i1", "-f", f],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
+            for host, p in running:
+                got = fping_received(p.communicate(timeout=timeout + 30 + 0.01 * len(todo[host]))[1])
+                missed[host] = [ip for ip in todo[host] if got.get(ip, 0) == 0]
+        todo = missed
+    failures = [(h, ip) for h, ips in todo.items() for ip in ips]
+    return PingResult(sent, sent - len(failures), failures)
 
 
 def port_counters(topo: Topology) -> dict[str, dict[int, dict[str, int]]]:
