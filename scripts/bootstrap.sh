@@ -17,7 +17,7 @@ fi
 
 # Packages: the fabric (mininet, OVS), traffic (iperf3, perftest, rdma-core),
 # inspection (tcpdump, ethtool, iproute2) and the toolchain for the venv.
-pkgs=(mininet openvswitch-switch iperf3 iproute2 ethtool iputils-ping fping tcpdump
+pkgs=(mininet openvswitch-switch iperf3 iproute2 ethtool iputils-ping tcpdump
       rdma-core ibverbs-utils perftest python3-venv python3-pip git make procps kmod)
 missing=()
 for p in "${pkgs[@]}"; do

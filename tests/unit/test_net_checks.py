@@ -1,13 +1,12 @@
-"""Parsing what the network checks' tools print (fping's per-target summary)."""
+"""The ping script the all-pairs check runs in each host (through a file, not the pty)."""
 
 from __future__ import annotations
 
-from testbed.net.checks import fping_received
+from testbed.net.checks import ping_script
 
 
-def test_fping_summary_lines_give_replies_per_target():
-    err = ("10.0.0.3 : xmt/rcv/%loss = 1/1/0%, min/avg/max = 0.073/0.073/0.073\n"
-           "10.1.0.9 : xmt/rcv/%loss = 1/0/100%\n"
-           "ICMP Host Unreachable from 10.0.0.1 for ICMP Echo sent to 10.0.0.7\n"
-           "10.0.0.7 : xmt/rcv/%loss = 3/2/33%, min/avg/max = 0.1/0.2/0.3\n")
-    assert fping_received(err) == {"10.0.0.3": 1, "10.1.0.9": 0, "10.0.0.7": 2}
+def test_ping_script_pings_every_target_in_parallel_and_waits():
+    lines = ping_script(["10.0.0.3", "10.1.0.3"], 2.0)
+    assert lines == ["(ping -c1 -W2 -q 10.0.0.3 >/dev/null 2>&1 && echo ok 10.0.0.3 || echo fail 10.0.0.3) &",
+                     "(ping -c1 -W2 -q 10.1.0.3 >/dev/null 2>&1 && echo ok 10.1.0.3 || echo fail 10.1.0.3) &",
+                     "wait"]
