@@ -3,7 +3,6 @@
     python -m traffic.agent --port 9000
 
 Reads JSON commands, one per line:
-    {"cmd": "send", "id": "s3f7c0", "dst": "10.0.0.5", "port": 9000, "bytes": 1048576, "sport": 41000, "tos": 104}
     {"cmd": "plan", "flows": [{"id": ..., "dst": ..., "port": ..., "bytes": ..., "sport": ..., "tos": ...,
                                "after": ["1.0.3.0.0", ...]}, ...]}
     {"cmd": "quit"}
@@ -18,13 +17,13 @@ it for later flows, as NCCL keeps its connections for the life of a
 communicator (no handshake or slow start per step; the 5-tuple a precise path
 was pinned to stays the same). Each flow is a small header and the payload; the
 sender reports `sent` once the receiver acknowledged the last byte, the
-receiver reports `recv` when it has them all. Every flow runs in its own
-thread, so a step's flows run concurrently.
+receiver reports `recv` when it has them all.
 
 A `plan` is this rank's whole part of a collective (traffic/plan.py): its
-flows run per connection in the given order, each as soon as every flow in
-its `after` list has been received here, with no word from the coordinator
-in between (no barrier per step).
+flows run per connection (a thread each, so connections run concurrently), in
+the given order, each as soon as every flow in its `after` list has been
+received here, with no word from the coordinator in between (no barrier per
+step).
 """
 
 from __future__ import annotations
@@ -177,9 +176,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if cmd.get("cmd") == "quit":
             break
-        if cmd.get("cmd") == "send":
-            threading.Thread(target=_send, args=(cmd,), daemon=True).start()
-        elif cmd.get("cmd") == "plan":
+        if cmd.get("cmd") == "plan":
             plan(cmd)
 
 

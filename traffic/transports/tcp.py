@@ -106,19 +106,6 @@ class TcpTransport:
     def pin(self, view: dict) -> None:
         """Nothing to do: TCP follows the host's policy routing, which Network.steer set for the view."""
 
-    def send(self, fid: str, src: str, dst_ip: str, nbytes: int, sport: int = 0, nic: int = 0,
-             channel: int = 0) -> FlowRecord:
-        """One flow; the source NIC and channel are the host's routing's business (see pin)."""
-        rec = FlowRecord(fid, src, dst_ip, nbytes, sport)
-        with self._lock:
-            self.records[fid] = rec
-        cmd = {"cmd": "send", "id": fid, "dst": dst_ip, "port": self.port, "bytes": nbytes, "sport": sport,
-               "tos": self.tos}
-        p = self.agents[src]
-        p.stdin.write(json.dumps(cmd) + "\n")
-        p.stdin.flush()
-        return rec
-
     def submit(self, flows: list[dict]) -> list[FlowRecord]:
         """A whole plan at once ({id, src, dst_ip, bytes, sport, after} per flow): one `plan` per sending host.
 
