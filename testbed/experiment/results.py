@@ -14,6 +14,11 @@ def _mean_sd(xs: list[float]) -> tuple[float, float]:
     return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (0.0, 0.0)
 
 
+def _fired(rs: list[dict]) -> str:
+    fired = sum(len(r["failures"]) for r in rs)
+    return f"{fired} of {fired + sum(len(r.get('failures_not_fired', [])) for r in rs)}"
+
+
 def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     import matplotlib
 
@@ -91,7 +96,7 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
 
     lines = [f"# {exp.name}", "", exp.description or "", "",
              "| variant | ops | busbw (Mbit/s, mean ± sd) | of ideal (mean ± sd) | drops (lossless/default) "
-             "| failures fired | halted | faithful |",
+             "| failures fired (of planned) | halted | faithful |",
              "|---|---|---|---|---|---|---|---|"]
     for v in variants:
         rs = [r for r in runs if r["variant"] == v]
@@ -102,7 +107,7 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
         halted_text = f"{len(halted)} of {len(rs)} (first at {halted[0]['at']} s)" if halted else "no"
         drops = f"{sum(r['drops']['lossless'] for r in rs)}/{sum(r['drops']['default'] for r in rs)}"
         lines.append(f"| {v} | {len(bw[v])} | {m:.2f} ± {s:.2f} | {fm:.1%} ± {fs:.1%} | {drops} | "
-                     f"{sum(len(r['failures']) for r in rs)} | {halted_text} | "
+                     f"{_fired(rs)} | {halted_text} | "
                      f"{f'NO ({len(unfaithful)} of {len(rs)})' if unfaithful else 'yes'} |")
     balance = []
     for v in variants:

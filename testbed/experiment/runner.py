@@ -115,7 +115,12 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
             for t in threads:
                 t.join()
         finally:
-            injector.stop()
+            rec["failures_not_fired"] = injector.stop()
+            if rec["failures_not_fired"]:
+                log.warning("%s rep %d: %d scheduled failure(s) never fired, the traffic ended first at %.2f s "
+                            "(first planned at %.2f s): schedule them earlier or give the job more traffic",
+                            label, rep, len(rec["failures_not_fired"]), time.time() - t0,
+                            rec["failures_not_fired"][0]["planned_t"])
             sampler.stop()
             for _job, tr, rp in runners:
                 rp.close()

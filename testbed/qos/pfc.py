@@ -147,11 +147,11 @@ class PfcAgent:
         for netns, d in dumpers.items():
             if netns is not None and not include_hosts:
                 continue
-            for q in d.dump(LOSSLESS_LEAF):
-                key = self._by_ifindex.get((netns, q.ifindex))
+            for ifindex, b, drops in d.backlogs(LOSSLESS_LEAF):
+                key = self._by_ifindex.get((netns, ifindex))
                 if key is not None:
-                    backlog[key] = q.backlog
-                    self.queues[key].drops = q.drops
+                    backlog[key] = b
+                    self.queues[key].drops = drops
         for key, b in backlog.items():
             qs = self.queues[key]
             if b > qs.max_backlog:

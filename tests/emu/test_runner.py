@@ -18,7 +18,7 @@ topology: {name: hpn, params: {hosts_per_segment: 2}}
 routing: ecmp
 qos: {scale: 20000}
 workload:
-  collective: {op: allreduce, size: 8GB, ranks: rail0, iters: 2}
+  collective: {op: allreduce, size: 32GB, ranks: rail0, iters: 2}
 failures:
   - {at: 0.3, link: "tor-p0-s0-r0-a:3-agg-p0-pl0-0:1", action: down}
 variants:
@@ -39,8 +39,9 @@ def test_experiment_runs_and_leaves_a_results_folder(tmp_path, no_leftovers):
     assert [run["variant"] for run in data["runs"]] == ["precise", "ecmp"]
     for run in data["runs"]:
         assert len(run["ops"]) == 2
-        assert all(o["bytes_delivered"] == o["bytes_expected"] == 2 * 3 * 400_000 for o in run["ops"])
-        assert [f["links"] for f in run["failures"]] == [["tor-p0-s0-r0-a:3-agg-p0-pl0-0:1"]]
+        assert all(o["bytes_delivered"] == o["bytes_expected"] == 2 * 3 * 1_600_000 for o in run["ops"])
+        fired = [(f["links"], f.get("error")) for f in run["failures"]]
+        assert fired == [(["tor-p0-s0-r0-a:3-agg-p0-pl0-0:1"], None)], (fired, run["failures_not_fired"])
         assert run["controller_events"][0]["link"] == "tor-p0-s0-r0-a:3-agg-p0-pl0-0:1"
         assert run["timeline"] and 0 <= run["fidelity"]["cpu_idle_mean"] <= 1
     rows = list(csv.DictReader(open(out / "ops.csv")))
@@ -48,7 +49,7 @@ def test_experiment_runs_and_leaves_a_results_folder(tmp_path, no_leftovers):
     env = json.loads((out / "environment.json").read_text())
     assert env["versions"]["ovs"] and env["capabilities"]["qdiscs"]["htb"] is True
     summary = (out / "summary.md").read_text()
-    assert "| precise |" in summary and "| ecmp |" in summary
+    assert "| precise |" in summary and "| ecmp |" in summary and "| 1 of 1 |" in summary
     listed = subprocess.run([HPNLAB, "results", "list"], cwd=tmp_path, capture_output=True, text=True)
     assert out.name in listed.stdout
 

@@ -59,3 +59,41 @@ def test_split_and_step_seconds():
     start = {p.id: 10.0 + p.step for p in ps}
     end = {p.id: 10.5 + p.step for p in ps}
     assert step_seconds(ps, start, end) == [0.5, 0.5]
+
+
+def test_waiting_for_a_plan_looks_only_at_the_flows_that_reported():
+    import threading
+
+    from traffic.transports.tcp import FlowRecord, wait_for_flows
+
+    looked = []
+
+    class Counted(FlowRecord):
+        @property
+        def done(self) -> bool:
+            looked.append(self.id)
+            return self.sent is not None and self.recv is not None
+
+    ids = [f"f{i}" for i in range(2000)]
+    records = {i: Counted(i, "h0", "10.0.0.1", 1, 0) for i in ids}
+    reports = [[i] for i in ids]  # one report per flow, as the agents send them
+
+    def news(_s):
+        batch = reports.pop(0) if reports else []
+        for i in batch:
+            records[i].sent = records[i].recv = {"bytes": 1}
+        return batch
+
+    assert [r.id for r in wait_for_flows(ids, 5, threading.Lock(), records, news)] == ids
+    assert len(looked) == 2 * len(ids)  # once to find what is pending, once when its report came
+
+
+def test_waiting_raises_when_no_flow_finishes_for_the_timeout():
+    import threading
+
+    from traffic.transports.tcp import FlowRecord, wait_for_flows
+
+    records = {i: FlowRecord(i, "h0", "10.0.0.1", 1, 0) for i in ("a", "b")}
+    records["a"].sent = records["a"].recv = {"bytes": 1}
+    with pytest.raises(TimeoutError, match=r"1 flow\(s\) stalled for 0 s: \['b'\]"):
+        wait_for_flows(["a", "b"], 0.2, threading.Lock(), records, lambda s: [])

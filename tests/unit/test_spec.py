@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,23 @@ def test_a_link_can_be_named_by_the_pair_of_nodes_it_joins(tmp_path):
     with pytest.raises(InputError, match="no such link") as exc:
         topo.find_link("h3--tor-p0-s1-r0-a")  # not wired together
     assert "pair of nodes" in exc.value.fix
+
+
+def test_injector_reports_the_events_the_traffic_ended_before():
+    from testbed.experiment.failures import Event, Injector
+
+    class Links:
+        def __init__(self):
+            self.calls = []
+
+        def set_link(self, name, up):
+            self.calls.append((name, up))
+
+    net = Links()
+    inj = Injector(net, [Event(0.0, False, ("a",), "down a"), Event(30.0, True, ("a",), "up a")])
+    inj.start()
+    deadline = time.monotonic() + 5
+    while not inj.log and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert inj.stop() == [{"planned_t": 30.0, "up": True, "links": ["a"], "cause": "up a"}]
+    assert net.calls == [("a", False)] and len(inj.log) == 1

@@ -91,6 +91,7 @@ class RdmaTransport:
     def __post_init__(self):
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
+        self._news: list[str] = []  # ids finished since the waiter last looked
         self._ctrl_ports: dict[str, set[int]] = {}
         self._pins: dict[tuple[str, str, int], tuple[int, int]] = {}  # (src, dst ip, sport) -> (src port, dst port)
         self.devices: dict[tuple[str, int, int], str] = {}  # (host, nic, port) -> rxe device
@@ -237,11 +238,15 @@ class RdmaTransport:
                 recv: dict | None = None) -> None:
         with self._done:
             rec.error, rec.sent, rec.recv = error, sent, recv
+            self._news.append(rec.id)
             self._done.notify_all()
 
     def wait(self, ids: list[str], timeout: float) -> list[FlowRecord]:
-        def pause(s: float) -> None:
+        def news(s: float) -> list[str]:
             with self._done:
-                self._done.wait(s)
+                if not self._news:
+                    self._done.wait(s)
+                out, self._news = self._news, []
+                return out
 
-        return wait_for_flows(ids, timeout, self._lock, self.records, pause)
+        return wait_for_flows(ids, timeout, self._lock, self.records, news)

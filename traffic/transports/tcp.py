@@ -7,7 +7,7 @@ import queue
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 AGENT_PORT = 9000
@@ -30,26 +30,29 @@ class FlowRecord:
 
 
 def wait_for_flows(ids: list[str], timeout: float, lock, records: dict[str, FlowRecord],
-                   pause: Callable[[float], None]) -> list[FlowRecord]:
+                   news: Callable[[float], Iterable[str]]) -> list[FlowRecord]:
     """Until every flow of `ids` is done; TimeoutError once none finished for `timeout` s (a stalled job).
 
-    `pause(s)` waits up to s for news from the flows.
+    `news(s)` waits up to s and returns the ids of the flows that reported since the last call. Only
+    those are looked at, so a plan of tens of thousands of flows costs one check per report, not a
+    scan of the plan per report (which kept the coordinating process busy at 64 hosts). One waiter
+    at a time per transport: the reports are consumed.
     """
+    with lock:
+        pending = {i for i in ids if not records[i].done}
     deadline = time.monotonic() + timeout
-    finished = 0
-    while True:
-        with lock:
-            recs = [records[i] for i in ids]
-        done = sum(r.done for r in recs)
-        if done == len(recs):
-            return recs
-        if done > finished:
-            finished, deadline = done, time.monotonic() + timeout
+    while pending:
         left = deadline - time.monotonic()
         if left <= 0:
-            missing = [r.id for r in recs if not r.done]
-            raise TimeoutError(f"{len(missing)} flow(s) stalled for {timeout:.0f} s: {missing[:5]}")
-        pause(min(left, 0.5))
+            raise TimeoutError(f"{len(pending)} flow(s) stalled for {timeout:.0f} s: {sorted(pending)[:5]}")
+        changed = news(min(left, 0.5))
+        with lock:
+            finished = {i for i in changed if i in pending and records[i].done}
+        if finished:
+            pending -= finished
+            deadline = time.monotonic() + timeout
+    with lock:
+        return [records[i] for i in ids]
 
 
 @dataclass
@@ -99,7 +102,7 @@ class TcpTransport:
                         r.error = ev["error"]
                     else:
                         setattr(r, ev["event"], ev)
-                self._events.put((host, {"event": "progress"}))
+                self._events.put((host, {"event": "progress", "id": ev["id"]}))
             else:
                 self._events.put((host, ev))
 
@@ -126,13 +129,17 @@ class TcpTransport:
         return recs
 
     def wait(self, ids: list[str], timeout: float) -> list[FlowRecord]:
-        def pause(s: float) -> None:
+        def news(s: float) -> list[str]:
+            evs = []
             try:
-                self._events.get(timeout=s)
+                evs.append(self._events.get(timeout=s))
+                while True:
+                    evs.append(self._events.get_nowait())
             except queue.Empty:
                 pass
+            return [ev["id"] for _host, ev in evs if ev.get("event") == "progress"]
 
-        return wait_for_flows(ids, timeout, self._lock, self.records, pause)
+        return wait_for_flows(ids, timeout, self._lock, self.records, news)
 
     def stop(self) -> None:
         for p in self.agents.values():
