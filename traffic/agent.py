@@ -8,16 +8,18 @@ Reads JSON commands, one per line:
     {"cmd": "quit"}
 and writes JSON events, one per line:
     {"event": "ready", "port": 9000}
-    {"event": "sent", "id": ..., "bytes": ..., "start": t, "end": t, "five_tuple": [...]}
-    {"event": "recv", "id": ..., "bytes": ..., "start": t, "end": t}
+    {"event": "batch", "events": [{"event": "sent", "id": ..., "bytes": ..., "start": t, "end": t,
+                                   "five_tuple": [...]},
+                                  {"event": "recv", "id": ..., "bytes": ..., "start": t, "end": t}, ...]}
     {"event": "error", "id": ..., "error": "..."}
 
 A sender keeps one connection per (destination, port, source port) and reuses
 it for later flows, as NCCL keeps its connections for the life of a
 communicator (no handshake or slow start per step; the 5-tuple a precise path
 was pinned to stays the same). Each flow is a small header and the payload; the
-sender reports `sent` once the receiver acknowledged the last byte, the
-receiver reports `recv` when it has them all.
+sender reports `sent` once the receiver acknowledged the last byte (without
+waiting for that before the next flow), the receiver reports `recv` when it
+has them all.
 
 A `plan` is this rank's whole part of a collective (traffic/plan.py): its
 flows run per connection (a thread each, so connections run concurrently), in
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import socket
 import struct
 import sys
@@ -44,10 +47,37 @@ _arrived: set[str] = set()  # flow ids received here: what planned flows wait fo
 _arrived_cv = threading.Condition()
 
 
+_batch: list[dict] = []
+FLUSH_S = 0.1
+
+
 def emit(event: dict) -> None:
     with _out_lock:
         sys.stdout.write(json.dumps(event) + "\n")
         sys.stdout.flush()
+
+
+def report(event: dict) -> None:
+    """A flow's `sent` or `recv`: batched, at most FLUSH_S late, as one `batch` line.
+
+    A 64-rank ring all-reduce is 16,000 flows an op; a line each kept the coordinator's readers and
+    the agents' output busy. The timestamps inside say when things happened, not the line's arrival."""
+    with _out_lock:
+        _batch.append(event)
+
+
+def flush() -> None:
+    with _out_lock:
+        if _batch:
+            sys.stdout.write(json.dumps({"event": "batch", "events": _batch}) + "\n")
+            sys.stdout.flush()
+            _batch.clear()
+
+
+def _flush_forever() -> None:
+    while True:
+        time.sleep(FLUSH_S)
+        flush()
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
@@ -96,7 +126,7 @@ def _receive(conn: socket.socket) -> None:
                     got += n
                 end = time.time()
                 conn.sendall(b"\1")  # the sender's completion is the receiver's, not its own send buffer's
-                emit({"event": "recv", "id": fid, "bytes": got, "start": start, "end": end})
+                report({"event": "recv", "id": fid, "bytes": got, "start": start, "end": end})
                 with _arrived_cv:
                     _arrived.add(fid)
                     _arrived_cv.notify_all()
@@ -104,15 +134,43 @@ def _receive(conn: socket.socket) -> None:
         emit({"event": "error", "id": fid, "error": f"receive: {exc}"})
 
 
-_conns: dict[tuple, tuple[socket.socket, threading.Lock]] = {}
+class _Connection:
+    """One sender connection: flows go out back to back; a reader thread takes the receiver's
+    one-byte acknowledgements in order and reports each flow `sent` at its acknowledgement. The
+    next flow does not wait for the previous one's acknowledgement (that round trip, behind the
+    queue of the reverse direction, cost every flow of a pipelined plan a gap on the wire)."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.lock = threading.Lock()
+        self.acks: queue.SimpleQueue = queue.SimpleQueue()  # (id, bytes, start, new, five-tuple) per flow
+        threading.Thread(target=self._read_acks, daemon=True).start()
+
+    def _read_acks(self) -> None:
+        broken: Exception | None = None
+        while True:
+            fid, total, start, new, five = self.acks.get()
+            if broken is None:
+                try:
+                    _recv_exact(self.sock, 1)
+                except OSError as exc:
+                    broken = exc
+            if broken is not None:
+                emit({"event": "error", "id": fid, "error": f"send: {broken}"})
+                continue
+            report({"event": "sent", "id": fid, "bytes": total, "start": start, "end": time.time(),
+                  "new_connection": new, "five_tuple": five})
+
+
+_conns: dict[tuple, _Connection] = {}
 _conns_lock = threading.Lock()
 
 
-def _connection(dst: str, port: int, sport: int, tos: int) -> tuple[socket.socket, threading.Lock, bool]:
+def _connection(dst: str, port: int, sport: int, tos: int) -> tuple[_Connection, bool]:
     key = (dst, port, sport, tos)
     with _conns_lock:
         if key in _conns:
-            return (*_conns[key], False)
+            return _conns[key], False
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -121,26 +179,23 @@ def _connection(dst: str, port: int, sport: int, tos: int) -> tuple[socket.socke
         if sport:
             s.bind(("0.0.0.0", sport))
         s.connect((dst, port))
-        _conns[key] = (s, threading.Lock())
-        return (*_conns[key], True)
+        _conns[key] = _Connection(s)
+        return _conns[key], True
 
 
 def _send(cmd: dict) -> None:
     fid = cmd["id"]
     try:
         start = time.time()
-        s, lock, new = _connection(cmd["dst"], int(cmd["port"]), int(cmd.get("sport") or 0), int(cmd.get("tos") or 0))
-        with lock:  # one flow at a time per connection
-            local = s.getsockname()
+        c, new = _connection(cmd["dst"], int(cmd["port"]), int(cmd.get("sport") or 0), int(cmd.get("tos") or 0))
+        with c.lock:  # one flow at a time on the wire of a connection
+            local = c.sock.getsockname()
             total = int(cmd["bytes"])
-            s.sendall(HEADER.pack(fid.encode()[:16], total))
+            c.sock.sendall(HEADER.pack(fid.encode()[:16], total))
             left = total
             while left:
-                left -= s.send(_PAYLOAD[: min(CHUNK, left)])
-            _recv_exact(s, 1)
-        end = time.time()
-        emit({"event": "sent", "id": fid, "bytes": total, "start": start, "end": end, "new_connection": new,
-              "five_tuple": ["tcp", local[0], local[1], cmd["dst"], int(cmd["port"])]})
+                left -= c.sock.send(_PAYLOAD[: min(CHUNK, left)])
+            c.acks.put((fid, total, start, new, ["tcp", local[0], local[1], cmd["dst"], int(cmd["port"])]))
     except OSError as exc:
         emit({"event": "error", "id": fid, "error": f"send: {exc}"})
 
@@ -168,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tos", type=int, default=0, help="IP TOS of the receiver's side (its ACKs)")
     a = ap.parse_args(argv)
     threading.Thread(target=serve, args=(a.port, a.tos), daemon=True).start()
+    threading.Thread(target=_flush_forever, daemon=True).start()
     for line in sys.stdin:
         try:
             cmd = json.loads(line)
@@ -178,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
             break
         if cmd.get("cmd") == "plan":
             plan(cmd)
+    flush()
 
 
 if __name__ == "__main__":

@@ -95,15 +95,21 @@ class TcpTransport:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            if ev.get("event") in ("sent", "recv", "error") and ev.get("id") in self.records:
-                with self._lock:
-                    r = self.records[ev["id"]]
-                    if ev["event"] == "error":
-                        r.error = ev["error"]
+            evs = ev.get("events", []) if ev.get("event") == "batch" else [ev]
+            ids = []
+            with self._lock:
+                for e in evs:
+                    r = self.records.get(e.get("id")) if e.get("event") in ("sent", "recv", "error") else None
+                    if r is None:
+                        continue
+                    if e["event"] == "error":
+                        r.error = e["error"]
                     else:
-                        setattr(r, ev["event"], ev)
-                self._events.put((host, {"event": "progress", "id": ev["id"]}))
-            else:
+                        setattr(r, e["event"], e)
+                    ids.append(e["id"])
+            if ids:
+                self._events.put((host, {"event": "progress", "ids": ids}))
+            elif ev.get("event") != "batch":
                 self._events.put((host, ev))
 
     def pin(self, view: dict) -> None:
@@ -137,7 +143,7 @@ class TcpTransport:
                     evs.append(self._events.get_nowait())
             except queue.Empty:
                 pass
-            return [ev["id"] for _host, ev in evs if ev.get("event") == "progress"]
+            return [i for _host, ev in evs if ev.get("event") == "progress" for i in ev["ids"]]
 
         return wait_for_flows(ids, timeout, self._lock, self.records, news)
 
