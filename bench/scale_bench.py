@@ -16,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+from testbed.experiment.calibration import hpn_params
 from testbed.experiment.runner import run_one
 from testbed.experiment.spec import from_dict
 from testbed.net.network import Network
@@ -26,11 +27,6 @@ from topos import build
 from topos.addressing import dpid_hex
 
 
-def params(hosts: int) -> dict:
-    """HPN with 8 hosts per segment (the mini preset below 16): 2 rails, 4 aggregation switches per plane."""
-    return {} if hosts <= 8 else {"segments_per_pod": hosts // 8, "hosts_per_segment": 8}
-
-
 def mem_available() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
@@ -39,8 +35,8 @@ def mem_available() -> int:
 
 
 def hpnlab_lifecycle(hosts: int) -> dict:
-    topo = build("hpn", **params(hosts))
-    scale = choose_scale(offered_load(topo)).scale
+    topo = build("hpn", **hpn_params(hosts))
+    scale = choose_scale(offered_load(topo), hosts=hosts).scale
     m0, t0 = mem_available(), time.monotonic()
     net = Network(topo, routing="static", qos=QosSpec(scale=scale))
     net.start()
@@ -67,8 +63,8 @@ def mininet_lifecycle(hosts: int) -> dict:
     from testbed.system.capabilities import probe
 
     setLogLevel("warning")
-    topo = build("hpn", **params(hosts))
-    scale = choose_scale(offered_load(topo)).scale
+    topo = build("hpn", **hpn_params(hosts))
+    scale = choose_scale(offered_load(topo), hosts=hosts).scale
     t0 = time.monotonic()
     net = Mininet(topo=None, build=False, controller=None, link=TCLink, autoSetMacs=True, waitConnected=False)
     for h in topo.hosts:
@@ -90,7 +86,7 @@ def mininet_lifecycle(hosts: int) -> dict:
 
 
 def allreduce(hosts: int, iters: int) -> dict:
-    exp = from_dict({"name": f"scale-{hosts}", "topology": {"name": "hpn", "params": params(hosts)},
+    exp = from_dict({"name": f"scale-{hosts}", "topology": {"name": "hpn", "params": hpn_params(hosts)},
                      "routing": "precise", "qos": {"scale": "auto"}, "step_timeout_s": 300,
                      "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0",
                                                  "iters": iters}}})

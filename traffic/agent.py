@@ -191,8 +191,9 @@ def _send(cmd: dict) -> None:
         with c.lock:  # one flow at a time on the wire of a connection
             local = c.sock.getsockname()
             total = int(cmd["bytes"])
-            c.sock.sendall(HEADER.pack(fid.encode()[:16], total))
-            left = total
+            first = min(total, CHUNK)  # the header rides with the first bytes: one segment less per flow
+            c.sock.sendall(HEADER.pack(fid.encode()[:16], total) + _PAYLOAD[:first])
+            left = total - first
             while left:
                 left -= c.sock.send(_PAYLOAD[: min(CHUNK, left)])
             c.acks.put((fid, total, start, new, ["tcp", local[0], local[1], cmd["dst"], int(cmd["port"])]))

@@ -10,12 +10,16 @@ from .common import console
 
 @click.command()
 @click.option("--seconds", type=float, default=6.0, show_default=True, help="Traffic per point.")
+@click.option("--hosts", type=int, default=8, show_default=True,
+              help="Probe HPN size (8 or a multiple of 8); runs on fabrics of at least this size use its budget.")
 @click.option("--no-save", is_flag=True, help="Measure and print only; keep the cached budget.")
-def calibrate(seconds: float, no_save: bool) -> None:
-    """Sweep the scale on the default HPN (all hosts sending on disjoint paths) and cache the faithful budget."""
+def calibrate(seconds: float, hosts: int, no_save: bool) -> None:
+    """Sweep the scale on an HPN (all hosts sending on disjoint paths) and cache the faithful budget."""
     from testbed.experiment.calibration import calibrate as measure
+    from testbed.experiment.calibration import hpn_params
     from testbed.system.capabilities import probe
 
+    hpn_params(hosts)  # a bad size is refused before anything starts
     probe().require_root("calibrating (it runs networks)")
 
     def show(p: dict) -> None:
@@ -24,8 +28,8 @@ def calibrate(seconds: float, no_save: bool) -> None:
         console.print(f"scale 1/{p['scale']:,.0f}: {p['offered_bps'] / 1e6:.0f} Mbit/s offered, rate fidelity "
                       f"{p['rate_fidelity']:.3f}, {verdict}", soft_wrap=True)
 
-    result = measure(seconds=seconds, progress=show, save=not no_save)
-    t = Table(title=f"calibration — {result['machine']}")
+    result = measure(hosts=hosts, seconds=seconds, progress=show, save=not no_save)
+    t = Table(title=f"calibration — {result['machine']}, HPN of {hosts} hosts")
     for c in ("scale", "offered (Mbit/s)", "rate fidelity", "CPU idle min", "OVS thread max", "faithful"):
         t.add_column(c, justify="right")
     for p in result["points"]:

@@ -1,6 +1,7 @@
 """`hpnlab calibrate`: how much traffic this machine forwards faithfully, measured once and cached.
 
-The probe is the default HPN (8 hosts, 16 switches) with every host sending to
+The probe is the default HPN (8 hosts, 16 switches; `--hosts N`: segments of 8
+hosts, as the scale benchmark builds them) with every host sending to
 a host of the other segment and receiving from one, on both ports of NIC 0,
 precise routing (disjoint paths: nothing but the machine limits the rate),
 lossless class with PFC, for a few seconds at each scale of SCALES, lighter
@@ -18,8 +19,9 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.qos.scale import machine_key, save_budget
+from testbed.qos.scale import PROBE_HOSTS, machine_key, nice_ceil, save_budget
 from topos import build
+from topos.errors import InputError
 
 from .runner import run_one
 from .spec import from_dict
@@ -33,9 +35,19 @@ def host_port_gbps(topo) -> float:
     return next(l.rate_gbps for l in topo.links if l.kind == "host-tor")
 
 
-def probe_experiment(scale: float, seconds: float = SECONDS) -> dict:
+def hpn_params(hosts: int) -> dict:
+    """HPN of `hosts` hosts as the calibration and the scale benchmark size it: the default (8 hosts, two
+    segments of 4) or segments of 8 hosts, 2 rails, one pod."""
+    if hosts < PROBE_HOSTS or hosts % PROBE_HOSTS:
+        raise InputError("the probe's size must be 8 or a multiple of 8 hosts", "use --hosts 8, 16, 32, 64 or 128",
+                         field="hosts", value=hosts)
+    return {} if hosts == PROBE_HOSTS else {"segments_per_pod": hosts // 8, "hosts_per_segment": 8}
+
+
+def probe_experiment(scale: float, seconds: float = SECONDS, hosts: int = PROBE_HOSTS) -> dict:
     """Two jobs side by side: sendrecv pairs across the segments, one each way."""
-    topo = build("hpn")
+    params = hpn_params(hosts)
+    topo = build("hpn", **params)
     hosts = [h.name for h in topo.hosts]
     half = len(hosts) // 2
     there = [x for i in range(half) for x in (hosts[i], hosts[half + i])]
@@ -44,14 +56,14 @@ def probe_experiment(scale: float, seconds: float = SECONDS) -> dict:
     port_bps = host_port_gbps(topo) * 1e9 / scale
     size = int(ports * port_bps * seconds / 8) * scale  # real bytes: the emulated flow lasts `seconds`
     job = {"op": "sendrecv", "size": int(size), "iters": 1}
-    return {"name": "calibrate", "topology": {"name": "hpn"}, "routing": "precise",
+    return {"name": "calibrate", "topology": {"name": "hpn", "params": params}, "routing": "precise",
             "qos": {"scale": scale}, "channels": ports, "step_timeout_s": 120,
             "jobs": [{"name": "there", "collective": {**job, "ranks": ",".join(f"{h}:0" for h in there)}},
                      {"name": "back", "collective": {**job, "ranks": ",".join(f"{h}:0" for h in back)}}]}
 
 
-def measure_point(scale: float, seconds: float = SECONDS) -> dict:
-    exp = from_dict(probe_experiment(scale, seconds))
+def measure_point(scale: float, seconds: float = SECONDS, hosts: int = PROBE_HOSTS) -> dict:
+    exp = from_dict(probe_experiment(scale, seconds, hosts))
     rec = run_one(f"scale-{scale:g}", exp, Path.cwd(), None, 0)
     topo = exp.topology.build()
     offered = len(topo.hosts) * 2 * host_port_gbps(topo) * 1e9 / scale
@@ -71,20 +83,25 @@ def wire_fidelity(tx_bps: list[float], offered_bps: float) -> float:
     return statistics.median(core) / offered_bps if core else 0.0
 
 
-def calibrate(scales: tuple[float, ...] = SCALES, seconds: float = SECONDS,
-              progress: Callable[[dict], None] | None = None, save: bool = True) -> dict:
-    """Measure from light to heavy until a point is not faithful; cache the budget for this machine."""
+def scales_for(hosts: int) -> list[float]:
+    """SCALES for the 8-host probe, the same loads per host for a bigger one (its load grows with it)."""
+    return [nice_ceil(s * hosts / PROBE_HOSTS) for s in SCALES]
+
+
+def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Callable[[dict], None] | None = None,
+              save: bool = True, scales: list[float] | None = None) -> dict:
+    """Measure from light to heavy until a point is not faithful; cache the budget for this machine and size."""
     points = []
-    for scale in scales:
-        p = measure_point(scale, seconds)
+    for scale in scales or scales_for(hosts):
+        p = measure_point(scale, seconds, hosts)
         points.append(p)
         if progress:
             progress(p)
         if not p["faithful"]:
             break
     good = [p for p in points if p["faithful"]]
-    result = {"machine": machine_key(), "budget_bps": max((p["offered_bps"] for p in good), default=None),
-              "points": points}
+    result = {"machine": machine_key(), "hosts": hosts,
+              "budget_bps": max((p["offered_bps"] for p in good), default=None), "points": points}
     if save and result["budget_bps"] is not None:
-        result["cache"] = str(save_budget(result))
+        result["cache"] = str(save_budget(result, hosts=hosts))
     return result

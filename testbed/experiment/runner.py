@@ -130,10 +130,10 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
             rec["timeline"] = sampler.rows
             rec.update(_queue_records(net))
             rec["pfc"] = net.stop_qos(since=t0_mono)
-    budget, calibrated = load_budget()
+    budget = load_budget(hosts=len(topo.hosts))
     rec["fidelity"] = verdict(rec["timeline"], rec["pfc"], exp.qos.pfc.enabled, rec["drops"]["lossless"],
-                              offered_bps=offered(job_list, topo) / exp.qos.scale, budget_bps=budget,
-                              calibrated=calibrated)
+                              offered_bps=offered(job_list, topo) / exp.qos.scale, budget_bps=budget.bps,
+                              calibrated=budget.calibrated)
     rec["fidelity"]["bytes_ok"] = all(o["bytes_delivered"] == o["bytes_expected"] for o in rec["ops"])
     return rec
 

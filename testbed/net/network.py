@@ -133,7 +133,7 @@ class Network:
         if spec.scale == "auto":  # no workload known here: every host NIC may send at once
             from testbed.qos.scale import choose_scale, offered_load
 
-            self.scale_choice = choose_scale(offered_load(self.topo))
+            self.scale_choice = choose_scale(offered_load(self.topo), hosts=len(self.topo.hosts))
             scale = self.scale_choice.scale
             log.info("%s", self.scale_choice.why())
         spec = resolve(spec, self.topo, scale)

@@ -3,8 +3,12 @@
 The budget is the aggregate host-NIC rate (bits/s of emulated traffic, on
 cross-segment paths of three switches) at which `hpnlab calibrate` measured
 rate fidelity >= 0.95 with the CPU never running out. It is cached per machine
-(RUN_CACHE); without a calibration the DEFAULT_BUDGET measured on the
-development machine (2 cores, userspace OVS) is used, and the choice says so.
+and per probe size (CACHE): what a machine forwards faithfully shrinks as the
+fabric grows (more ports for Open vSwitch and the PFC agent to poll, more
+agent processes), so a fabric uses the calibration of the largest probe not
+bigger than itself, and the choice says which. Without a calibration the
+DEFAULT_BUDGET measured on the development machine (2 cores, userspace OVS)
+is used, and the choice says so.
 
     offered (real)  = per step, min(senders' NIC ports, receivers' NIC ports) x port rate,
                       the busiest step, summed over jobs running side by side
@@ -30,22 +34,44 @@ CACHE = Path(os.environ.get("HPNLAB_CACHE", "/var/cache/hpnlab")) / "calibration
 
 
 @dataclass(frozen=True)
+class Budget:
+    bps: float
+    calibrated: bool  # measured on this machine (else DEFAULT_BUDGET_BPS)
+    at_hosts: int | None = None  # the probe fabric's size it was measured on
+
+    def source(self, hosts: int | None = None) -> str:
+        if not self.calibrated:
+            return "the default budget (not calibrated here: run 'hpnlab calibrate')"
+        text = f"this machine's calibration on {self.at_hosts} hosts"
+        if hosts is not None and self.at_hosts is not None and hosts > self.at_hosts:
+            # Costs grow with the fabric (ports polled, agents), not only with the load.
+            text += f" (this fabric has {hosts}: 'hpnlab calibrate --hosts {hosts}' measures its own)"
+        return text
+
+
+@dataclass(frozen=True)
 class ScaleChoice:
     scale: float
     offered_real_bps: float
-    budget_bps: float
-    calibrated: bool  # the budget came from this machine's calibration
+    budget: Budget
+    hosts: int | None = None
+
+    @property
+    def budget_bps(self) -> float:
+        return self.budget.bps
+
+    @property
+    def calibrated(self) -> bool:
+        return self.budget.calibrated
 
     @property
     def offered_emulated_bps(self) -> float:
         return self.offered_real_bps / self.scale
 
     def why(self) -> str:
-        src = "this machine's calibration" if self.calibrated else \
-            "the default budget (not calibrated here: run 'hpnlab calibrate')"
         return (f"scale auto = 1/{self.scale:,.0f}: {self.offered_real_bps / 1e12:g} Tbit/s offered -> "
                 f"{self.offered_emulated_bps / 1e6:.0f} Mbit/s emulated, within {SAFETY:.0%} of "
-                f"{self.budget_bps / 1e6:.0f} Mbit/s from {src}")
+                f"{self.budget_bps / 1e6:.0f} Mbit/s from {self.budget.source(self.hosts)}")
 
 
 def machine_key() -> str:
@@ -53,26 +79,47 @@ def machine_key() -> str:
     return f"{platform.node()}/{os.cpu_count()}cpu/{platform.release()}"
 
 
-def load_budget(path: Path | None = None) -> tuple[float, bool]:
-    """(budget bits/s, calibrated?) for this machine."""
-    path = path or CACHE
+PROBE_HOSTS = 8  # the default calibration's fabric (and that of entries saved before sizes were recorded)
+
+
+def _read(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return DEFAULT_BUDGET_BPS, False
-    entry = data.get(machine_key()) if isinstance(data, dict) else None
-    if not isinstance(entry, dict) or not isinstance(entry.get("budget_bps"), (int, float)):
-        return DEFAULT_BUDGET_BPS, False
-    return float(entry["budget_bps"]), True
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-def save_budget(result: dict, path: Path | None = None) -> Path:
+def calibrations(path: Path | None = None) -> dict[int, float]:
+    """{probe hosts: budget bits/s} measured on this machine."""
+    entry = _read(path or CACHE).get(machine_key())
+    if not isinstance(entry, dict):
+        return {}
+    out = {}
+    for hosts, result in (entry.get("by_hosts") or {PROBE_HOSTS: entry}).items():
+        if isinstance(result, dict) and isinstance(result.get("budget_bps"), (int, float)) and str(hosts).isdigit():
+            out[int(hosts)] = float(result["budget_bps"])
+    return out
+
+
+def load_budget(path: Path | None = None, hosts: int | None = None) -> Budget:
+    """This machine's budget for a fabric of `hosts`: the calibration on the largest probe not bigger than
+    it (else the smallest: a bigger fabric's budget is the conservative one), or the default."""
+    known = calibrations(path)
+    if not known:
+        return Budget(DEFAULT_BUDGET_BPS, False)
+    fits = [h for h in known if hosts is None or h <= hosts]
+    at = max(fits) if fits else min(known)
+    return Budget(known[at], True, at)
+
+
+def save_budget(result: dict, path: Path | None = None, hosts: int = PROBE_HOSTS) -> Path:
     path = path or CACHE
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        data = {}
-    data[machine_key()] = result
+    data = _read(path)
+    entry = data.get(machine_key())
+    by_hosts = {str(h): {"budget_bps": b} for h, b in calibrations(path).items()} if isinstance(entry, dict) else {}
+    by_hosts[str(hosts)] = result
+    data[machine_key()] = {"by_hosts": by_hosts}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
@@ -98,8 +145,6 @@ def nice_ceil(x: float) -> float:
     return float(10 ** (exp + 1))
 
 
-def choose_scale(offered_real_bps: float, budget_bps: float | None = None) -> ScaleChoice:
-    calibrated = budget_bps is not None
-    if budget_bps is None:
-        budget_bps, calibrated = load_budget()
-    return ScaleChoice(nice_ceil(offered_real_bps / (budget_bps * SAFETY)), offered_real_bps, budget_bps, calibrated)
+def choose_scale(offered_real_bps: float, budget_bps: float | None = None, hosts: int | None = None) -> ScaleChoice:
+    budget = Budget(budget_bps, True, hosts) if budget_bps is not None else load_budget(hosts=hosts)
+    return ScaleChoice(nice_ceil(offered_real_bps / (budget.bps * SAFETY)), offered_real_bps, budget, hosts)

@@ -40,3 +40,10 @@ def test_bad_input_one_line_exit_2(hpnlab, args, field):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"hpnlab: error: {field}") and "fix:" in lines[0]
+
+
+def test_calibrate_refuses_a_probe_size_it_cannot_build(hpnlab):
+    r = hpnlab("calibrate", "--hosts", "12")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("hpnlab: error: hosts=12") \
+        and "--hosts 8, 16" in lines[0]

@@ -34,14 +34,31 @@ def test_choice_fits_the_load_into_the_budget_and_says_why():
 
 def test_budget_cache_is_per_machine(tmp_path):
     path = tmp_path / "calibration.json"
-    assert sc.load_budget(path) == (sc.DEFAULT_BUDGET_BPS, False)
+    assert sc.load_budget(path) == sc.Budget(sc.DEFAULT_BUDGET_BPS, False)
     sc.save_budget({"budget_bps": 5e8}, path)
-    assert sc.load_budget(path) == (5e8, True)
+    assert sc.load_budget(path) == sc.Budget(5e8, True, 8)
     data = json.loads(path.read_text())
     path.write_text(json.dumps({"another-machine/2cpu/6.1": data[sc.machine_key()]}))
-    assert sc.load_budget(path) == (sc.DEFAULT_BUDGET_BPS, False)
+    assert sc.load_budget(path).calibrated is False
     path.write_text("{not json")
-    assert sc.load_budget(path)[1] is False
+    assert sc.load_budget(path).calibrated is False
+    path.write_text(json.dumps({sc.machine_key(): {"budget_bps": 1.6e8}}))  # saved before sizes were recorded
+    assert sc.load_budget(path, hosts=64) == sc.Budget(1.6e8, True, 8)
+
+
+def test_a_fabric_uses_the_calibration_of_the_largest_probe_not_bigger_than_itself(tmp_path):
+    path = tmp_path / "calibration.json"
+    sc.save_budget({"budget_bps": 160e6}, path, hosts=8)
+    sc.save_budget({"budget_bps": 60e6}, path, hosts=32)
+    assert sc.calibrations(path) == {8: 160e6, 32: 60e6}
+    assert [sc.load_budget(path, hosts=h).bps for h in (8, 16, 32, 64)] == [160e6, 160e6, 60e6, 60e6]
+    sc.save_budget({"budget_bps": 180e6}, path, hosts=8)  # a new calibration replaces only its size
+    assert sc.calibrations(path) == {8: 180e6, 32: 60e6}
+    only_big = tmp_path / "big.json"
+    sc.save_budget({"budget_bps": 60e6}, only_big, hosts=32)
+    assert sc.load_budget(only_big, hosts=8) == sc.Budget(60e6, True, 32)  # the conservative one
+    assert "calibrate --hosts 64" in sc.Budget(160e6, True, 8).source(64)
+    assert "--hosts" not in sc.Budget(60e6, True, 32).source(32)
 
 
 def test_resolve_scale_uses_the_ranks_of_the_workload(tmp_path, monkeypatch):
@@ -86,3 +103,15 @@ def test_offered_load_of_an_incast_is_its_receiver():
                      "jobs": [{"name": "in", "collective": {"op": "incast", "size": "1GB", "ranks": "rail0"}},
                               {"name": "pp", "collective": {"op": "sendrecv", "size": "1GB", "ranks": "h0:1,h4:1"}}]})
     assert offered(jobs(exp, Path("."), topo), topo) == 2 * 200e9 + 2 * 200e9  # h0's NIC 0 in, h4's NIC 1 in
+
+
+def test_calibration_probe_grows_with_the_asked_size_and_refuses_others():
+    from topos.errors import InputError
+
+    exp = from_dict(probe_experiment(160_000, seconds=6.0, hosts=64))
+    topo = exp.topology.build()
+    assert len(topo.hosts) == 64
+    senders = [f.src[0] for j in jobs(exp, Path("."), topo) for _o, s in j.items for step in s.steps for f in step]
+    assert sorted(senders) == sorted(h.name for h in topo.hosts)
+    with pytest.raises(InputError, match="hosts"):
+        probe_experiment(20_000, hosts=12)
