@@ -26,7 +26,8 @@ def calibrate(seconds: float, hosts: int, no_save: bool) -> None:
         verdict = "faithful" if p["faithful"] else "NOT faithful: " + "; ".join(
             p["reasons"] or [f"rate fidelity {p['rate_fidelity']:.3f} < 0.95"])
         console.print(f"scale 1/{p['scale']:,.0f}: {p['offered_bps'] / 1e6:.0f} Mbit/s offered, rate fidelity "
-                      f"{p['rate_fidelity']:.3f}, {verdict}", soft_wrap=True)
+                      f"{p['rate_fidelity']:.3f}, {verdict}" + (" (measuring again)" if p.get("retry") else ""),
+                      soft_wrap=True)
 
     result = measure(hosts=hosts, seconds=seconds, progress=show, save=not no_save)
     t = Table(title=f"calibration — {result['machine']}, HPN of {hosts} hosts")

@@ -115,3 +115,23 @@ def test_calibration_probe_grows_with_the_asked_size_and_refuses_others():
     assert sorted(senders) == sorted(h.name for h in topo.hosts)
     with pytest.raises(InputError, match="hosts"):
         probe_experiment(20_000, hosts=12)
+
+
+def test_calibration_measures_again_a_point_spoilt_only_by_steal(monkeypatch, tmp_path):
+    from testbed.experiment import calibration as cal
+
+    def point(scale, faithful, reasons, steal=0.0, rate=1.0):
+        return {"scale": scale, "offered_bps": 1e9 / scale, "rate_fidelity": rate, "faithful": faithful,
+                "reasons": reasons, "fidelity": {"steal_mean": steal}}
+
+    answers = {10: [point(10, False, ["steal"], steal=0.2), point(10, True, [])],
+               5: [point(5, False, ["CPU-bound"])]}
+    calls = []
+
+    def measure(scale, seconds, hosts):
+        calls.append(scale)
+        return answers[scale].pop(0)
+
+    monkeypatch.setattr(cal, "measure_point", measure)
+    r = cal.calibrate(hosts=8, scales=[10, 5], save=False)
+    assert calls == [10, 10, 5] and r["budget_bps"] == 1e9 / 10
