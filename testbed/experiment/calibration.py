@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.qos.scale import PROBE_HOSTS, machine_key, nice_ceil, save_budget
+from testbed.qos.scale import PROBE_HOSTS, machine_key, save_budget
 from topos import build
 from topos.errors import InputError
 
@@ -93,7 +93,7 @@ def wire_fidelity(tx_bps: list[float], offered_bps: float) -> float:
 
 def scales_for(hosts: int) -> list[float]:
     """SCALES for the 8-host probe, the same loads per host for a bigger one (its load grows with it)."""
-    return [nice_ceil(s * hosts / PROBE_HOSTS) for s in SCALES]
+    return [s * hosts // PROBE_HOSTS for s in SCALES]
 
 
 def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Callable[[dict], None] | None = None,
@@ -101,9 +101,9 @@ def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Call
     """Measure from light to heavy until a point is not faithful; cache the budget for this machine and size."""
     points = []
     for scale in scales or scales_for(hosts):
-        for _attempt in range(STEAL_RETRIES + 1):
+        for attempt in range(STEAL_RETRIES + 1):
             p = measure_point(scale, seconds, hosts)
-            if p["faithful"] or not stolen_only(p):
+            if p["faithful"] or not stolen_only(p) or attempt == STEAL_RETRIES:
                 break
             if progress:
                 progress(p | {"retry": True})

@@ -135,3 +135,10 @@ def test_calibration_measures_again_a_point_spoilt_only_by_steal(monkeypatch, tm
     monkeypatch.setattr(cal, "measure_point", measure)
     r = cal.calibrate(hosts=8, scales=[10, 5], save=False)
     assert calls == [10, 10, 5] and r["budget_bps"] == 1e9 / 10
+
+
+def test_bigger_probes_sweep_the_same_loads_per_host_from_light_to_heavy():
+    from testbed.experiment.calibration import SCALES, scales_for
+
+    assert scales_for(8) == list(SCALES)
+    assert scales_for(64) == [640_000, 320_000, 240_000, 200_000, 160_000, 120_000, 80_000, 40_000]
