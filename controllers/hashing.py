@@ -25,6 +25,10 @@ import zlib
 from dataclasses import dataclass
 
 MODELS = ("ovs", "asic", "asic-seeded")
+NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP = 3  # OVS's enum nx_hash_fields (os-ken names only the first two)
+FIELDS = "symmetric_l3l4+udp"  # the same, as ovs-ofctl spells it
+ECMP_TABLE = 1  # where (set, hash mod n) picks the port
+SET_REG, HASH_REG = "reg1", "reg0"
 ASIC_SEED = 0  # the basis every switch uses under `asic`
 TCP, UDP = 6, 17
 _M32 = 0xFFFFFFFF
@@ -79,13 +83,15 @@ def symmetric_l3l4(t: FiveTuple, basis: int) -> int:
     return _mhash_finish(h ^ basis)
 
 
-def seed(model: str, switch: str) -> int:
-    """The switch's hash basis (16 bits, as the multipath action takes it)."""
+def seed(model: str, switch: str) -> int | None:
+    """The switch's hash basis (16 bits, as the multipath action takes it); None for `ovs` (select groups)."""
+    if model == "ovs":
+        return None
     if model == "asic":
         return ASIC_SEED
     if model == "asic-seeded":
         return zlib.crc32(switch.encode()) & 0xFFFF
-    raise ValueError(f"hash model {model!r} is not predictable here (one of {MODELS[1:]})")
+    raise ValueError(f"unknown hash model {model!r} (one of {', '.join(MODELS)})")
 
 
 def bucket(t: FiveTuple, n: int, basis: int) -> int:

@@ -10,19 +10,20 @@ address points at a port or a select group whose buckets watch their ports
 
 from __future__ import annotations
 
+from .hashing import ECMP_TABLE, HASH_REG, NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP, SET_REG
 from .ruleset import Change
-from .ryu_api import ether_types
+from .ryu_api import ether_types, nicira_ext
 from .state import PRECISE_PRIORITY, PreciseRule, Update
 
 ROUTE_PRIORITY = 100
 PUNT_PRIORITY = 1000  # LLDP and ARP to the controller
 
 
-def flow_add(dp, priority: int, match, actions, cookie: int = 0):
+def flow_add(dp, priority: int, match, actions, cookie: int = 0, table_id: int = 0):
     ofp, parser = dp.ofproto, dp.ofproto_parser
     inst = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
     return parser.OFPFlowMod(dp, cookie=cookie, priority=priority, match=match, instructions=inst,
-                             command=ofp.OFPFC_ADD)
+                             command=ofp.OFPFC_ADD, table_id=table_id)
 
 
 def flow_delete_strict(dp, priority: int, match):
@@ -46,20 +47,46 @@ def dst_match(parser, ip: str):
     return parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ipv4_dst=ip)
 
 
-def route_change(dp, change: Change) -> list:
-    """Groups first, then the rules that use them, then deletions, then groups no rule uses any more."""
+def ecmp_set(dp, gid: int, ports: tuple[int, ...], basis: int | None) -> list:
+    """A select group (`ovs` hashing), or table-1 rules from (set, hash mod n) to the port (`asic`)."""
     ofp, parser = dp.ofproto, dp.ofproto_parser
-    out = []
-    for gid, ports in sorted(change.new_groups.items()):
+    if basis is None:
         buckets = [parser.OFPBucket(weight=1, watch_port=p, watch_group=ofp.OFPG_ANY,
                                     actions=[parser.OFPActionOutput(p)]) for p in ports]
-        out.append(parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT, group_id=gid,
-                                      buckets=buckets))
+        return [parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT, group_id=gid,
+                                   buckets=buckets)]
+    return [flow_add(dp, ROUTE_PRIORITY, parser.OFPMatch(**{SET_REG: gid, HASH_REG: k}),
+                     [parser.OFPActionOutput(p)], table_id=ECMP_TABLE) for k, p in enumerate(ports)]
+
+
+def ecmp_actions(dp, gid: int, change: Change) -> list:
+    parser = dp.ofproto_parser
+    if change.basis is None:
+        return [parser.OFPActionGroup(gid)]
+    return [parser.OFPActionSetField(**{SET_REG: gid}),
+            parser.NXActionMultipath(fields=NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP, basis=change.basis,
+                                     algorithm=nicira_ext.NX_MP_ALG_MODULO_N, max_link=change.sizes[gid] - 1,
+                                     arg=0, ofs_nbits=nicira_ext.ofs_nbits(0, 15), dst=HASH_REG),
+            parser.NXActionResubmitTable(table_id=ECMP_TABLE)]
+
+
+def ecmp_set_delete(dp, gid: int, basis: int | None):
+    ofp, parser = dp.ofproto, dp.ofproto_parser
+    if basis is None:
+        return parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gid)
+    return parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ECMP_TABLE, match=parser.OFPMatch(
+        **{SET_REG: gid}), out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY)
+
+
+def route_change(dp, change: Change) -> list:
+    """ECMP sets first, then the rules that use them, then deletions, then sets no rule uses any more."""
+    parser = dp.ofproto_parser
+    out = [m for gid, ports in sorted(change.new_groups.items()) for m in ecmp_set(dp, gid, ports, change.basis)]
     for ip, (kind, arg) in sorted(change.rules.items()):
-        action = parser.OFPActionOutput(arg) if kind == "output" else parser.OFPActionGroup(arg)
-        out.append(flow_add(dp, ROUTE_PRIORITY, dst_match(parser, ip), [action]))
+        actions = [parser.OFPActionOutput(arg)] if kind == "output" else ecmp_actions(dp, arg, change)
+        out.append(flow_add(dp, ROUTE_PRIORITY, dst_match(parser, ip), actions))
     out += [flow_delete_strict(dp, ROUTE_PRIORITY, dst_match(parser, ip)) for ip in change.removed]
-    out += [parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=gid) for gid in change.stale_groups]
+    out += [ecmp_set_delete(dp, gid, change.basis) for gid in change.stale_groups]
     return out
 
 

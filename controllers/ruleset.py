@@ -1,11 +1,15 @@
 """Per-switch rule bookkeeping shared by every installer (static ovs-ofctl, the OpenFlow app).
 
 A switch's routing table (destination IP -> egress ports) becomes one rule per
-destination: output to a port, or to a select group (OVS hashes each flow's
-5-tuple over the buckets; a bucket whose watched port is down is skipped, which
-is the data-plane local repair). Groups are allocated per distinct port set
-and reused; `update` returns only what changed, so an installer touches only
-the rules a failure actually affected.
+destination: output to a port, or to an ECMP set of ports. How a set picks its
+port is the hash model's (controllers/hashing.py): with no basis (`ovs`), a
+select group (OVS hashes each flow over the buckets; a bucket whose watched
+port is down is skipped, the data-plane local repair); with a basis (`asic`,
+`asic-seeded`), the `multipath` action writes hash mod n into a register and
+table 1 maps it to the set's port, as a commodity switch's ECMP table does (a
+dead port leaves the set when the routing table is recomputed without it).
+Sets are allocated per distinct port set and reused; `update` returns only
+what changed, so an installer touches only the rules a failure affected.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ class Change:
     rules: dict[str, tuple[str, int]]  # dst ip -> ("output", port) | ("group", gid), to add or modify
     removed: list[str]  # dst ips whose rule goes away
     stale_groups: list[int]  # to delete after the rules
+    basis: int | None = None  # the switch's multipath hash basis; None: select groups
+    sizes: dict[int, int] = field(default_factory=dict)  # group id -> ports, for every group `rules` use
 
     @property
     def empty(self) -> bool:
@@ -27,6 +33,7 @@ class Change:
 
 @dataclass
 class RuleSet:
+    basis: int | None = None  # see Change.basis
     groups: dict[tuple[int, ...], int] = field(default_factory=dict)  # port set -> group id
     installed: dict[str, tuple[int, ...]] = field(default_factory=dict)  # dst ip -> ports
 
@@ -50,4 +57,5 @@ class RuleSet:
         used = {ports for ports in table.values() if len(ports) > 1}
         stale = [gid for ports, gid in self.groups.items() if ports not in used]
         self.groups = {ports: gid for ports, gid in self.groups.items() if ports in used}
-        return Change(new, rules, removed, stale)
+        sizes = {arg: len(table[ip]) for ip, (kind, arg) in rules.items() if kind == "group"}
+        return Change(new, rules, removed, stale, self.basis, sizes)

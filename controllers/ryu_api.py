@@ -11,7 +11,7 @@ try:
     from os_ken.controller import ofp_event
     from os_ken.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
     from os_ken.lib.packet import arp, ether_types, ethernet, lldp, packet
-    from os_ken.ofproto import ofproto_v1_3
+    from os_ken.ofproto import nicira_ext, ofproto_v1_3
 
     BaseApp = app_manager.OSKenApp
     FRAMEWORK = "os-ken"
@@ -20,10 +20,11 @@ except ImportError:  # pragma: no cover - exercised only where Ryu is installed 
     from ryu.controller import ofp_event  # type: ignore[no-redef]
     from ryu.controller.handler import CONFIG_DISPATCHER, DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls  # type: ignore[no-redef]
     from ryu.lib.packet import arp, ether_types, ethernet, lldp, packet  # type: ignore[no-redef]
-    from ryu.ofproto import ofproto_v1_3  # type: ignore[no-redef]
+    from ryu.ofproto import nicira_ext, ofproto_v1_3  # type: ignore[no-redef]
 
     BaseApp = app_manager.RyuApp
     FRAMEWORK = "ryu"
 
 __all__ = ["BaseApp", "CONFIG_DISPATCHER", "DEAD_DISPATCHER", "FRAMEWORK", "MAIN_DISPATCHER", "app_manager", "arp",
-           "ether_types", "ethernet", "lldp", "ofp_event", "ofproto_v1_3", "packet", "set_ev_cls"]
+           "ether_types", "ethernet", "lldp", "nicira_ext", "ofp_event", "ofproto_v1_3", "packet",
+           "set_ev_cls"]

@@ -10,6 +10,7 @@ destination that only some ports still reach gets a /32 route over those ports
 
 from __future__ import annotations
 
+from controllers.hashing import ECMP_TABLE, FIELDS, HASH_REG, SET_REG
 from controllers.routing import Tables
 from controllers.ruleset import Change
 from topos.addressing import rail_subnet
@@ -17,25 +18,38 @@ from topos.addressing import rail_subnet
 RULE_PRIORITY = 100
 
 
-def group_line(gid: int, ports: tuple[int, ...]) -> str:
-    return f"group_id={gid},type=select," + ",".join(f"bucket=watch_port:{p},output:{p}" for p in ports)
+def group_lines(gid: int, ports: tuple[int, ...], basis: int | None) -> list[str]:
+    if basis is None:
+        return [f"group add group_id={gid},type=select,"
+                + ",".join(f"bucket=watch_port:{p},output:{p}" for p in ports)]
+    return [f"flow add table={ECMP_TABLE},priority={RULE_PRIORITY},{SET_REG}={gid},{HASH_REG}={k},actions=output:{p}"
+            for k, p in enumerate(ports)]
 
 
-def flow_line(ip: str, action: tuple[str, int]) -> str:
+def flow_line(ip: str, action: tuple[str, int], change: Change) -> str:
     kind, arg = action
-    return f"priority={RULE_PRIORITY},ip,nw_dst={ip},actions={'output' if kind == 'output' else 'group'}:{arg}"
+    if kind == "output":
+        acts = f"output:{arg}"
+    elif change.basis is None:
+        acts = f"group:{arg}"
+    else:
+        acts = (f"load:{arg}->NXM_NX_{SET_REG.upper()}[],multipath({FIELDS},{change.basis},modulo_n,"
+                f"{change.sizes[arg]},0,NXM_NX_{HASH_REG.upper()}[0..15]),resubmit(,{ECMP_TABLE})")
+    return f"priority={RULE_PRIORITY},ip,nw_dst={ip},actions={acts}"
 
 
 def bundle_lines(change: Change) -> list[str]:
     """One `ovs-ofctl bundle` file for a switch's change, applied as one atomic transaction.
 
-    Order matters: groups before the rules that use them, group deletions after
+    Order matters: ECMP sets before the rules that use them, set deletions after
     the rules that used them are gone.
     """
-    return ([f"group add {group_line(g, p)}" for g, p in sorted(change.new_groups.items())]
-            + [f"flow add {flow_line(ip, a)}" for ip, a in sorted(change.rules.items())]
+    stale = ([f"group delete group_id={gid}" for gid in change.stale_groups] if change.basis is None else
+             [f"flow delete table={ECMP_TABLE},{SET_REG}={gid}" for gid in change.stale_groups])
+    return ([line for g, p in sorted(change.new_groups.items()) for line in group_lines(g, p, change.basis)]
+            + [f"flow add {flow_line(ip, a, change)}" for ip, a in sorted(change.rules.items())]
             + [f"flow delete_strict priority={RULE_PRIORITY},ip,nw_dst={ip}" for ip in change.removed]
-            + [f"group delete group_id={gid}" for gid in change.stale_groups])
+            + stale)
 
 
 def host_route_script(host: str, short: str, nic_ports: dict[int, list[int]], tables: Tables,

@@ -1,7 +1,7 @@
 """controllers/hashing.py predicts what Open vSwitch's `multipath` action chooses, bit for bit.
 
-A bridge of this test's own (userspace datapath, no ports) gets one rule per next-hop count;
-`ofproto/trace` reports the register the action wrote for each random 5-tuple, with no packet sent.
+A bridge of this test's own (userspace datapath, no ports) gets the rules; `ofproto/trace` reports
+what they do with each random 5-tuple, with no packet sent.
 """
 
 from __future__ import annotations
@@ -11,35 +11,68 @@ import random
 import re
 import subprocess
 
-from controllers.hashing import FiveTuple, bucket
+import pytest
 
-N_TUPLES = 1000
+from controllers.hashing import FiveTuple, bucket, seed
+from controllers.ruleset import RuleSet
+from testbed.net.static_routes import bundle_lines
+
+SETS = ((2, 0), (3, 777), (8, 0), (60, 4242))  # (next hops, basis)
 
 
-def test_the_pure_hash_predicts_ovs_multipath_for_random_5_tuples(no_leftovers):
+@pytest.fixture
+def bridge(no_leftovers, tmp_path):
     br = f"hpnhash{os.getpid() % 100000}"
     subprocess.run(["ovs-vsctl", "add-br", br, "--", "set", "bridge", br, "datapath_type=netdev"], check=True)
     try:
-        rules = [f"priority=10,reg1={n},ip,actions=multipath(symmetric_l3l4+udp,{basis},modulo_n,{n},0,"
-                 f"NXM_NX_REG0[0..15])" for n, basis in ((2, 0), (3, 777), (8, 0), (60, 4242))]
-        subprocess.run(["ovs-ofctl", "add-flows", br, "-"], input="\n".join(rules), text=True, check=True)
-        rng = random.Random(13)
-        wrong = []
-        for _ in range(N_TUPLES):
-            n, basis = rng.choice(((2, 0), (3, 777), (8, 0), (60, 4242)))
-            proto = rng.choice((6, 17))
-            t = FiveTuple(f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}",
-                          f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}", proto,
-                          rng.randrange(1, 65536), rng.randrange(1, 65536))
-            kind = "tcp" if proto == 6 else "udp"
-            flow = (f"in_port=LOCAL,reg1={n},{kind},nw_src={t.src},nw_dst={t.dst},{kind}_src={t.sport},"
-                    f"{kind}_dst={t.dport}")
-            out = subprocess.run(["ovs-appctl", "ofproto/trace", br, flow], capture_output=True, text=True,
-                                 check=True).stdout
-            m = re.search(r"Final flow:.*?reg0=0x([0-9a-f]+)", out)
-            got = int(m.group(1), 16) if m else 0  # a register that stays 0 is not printed
-            if got != bucket(t, n, basis):
-                wrong.append((t, n, basis, got))
-        assert wrong == [], f"{len(wrong)} of {N_TUPLES} differ, e.g. {wrong[:3]}"
+        yield br
     finally:
         subprocess.run(["ovs-vsctl", "del-br", br], check=True)
+
+
+def random_tuple(rng: random.Random, dst: str | None = None) -> FiveTuple:
+    def ip() -> str:
+        return f"10.{rng.randrange(256)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+
+    return FiveTuple(ip(), dst or ip(), rng.choice((6, 17)), rng.randrange(1, 65536), rng.randrange(1, 65536))
+
+
+def trace(br: str, t: FiveTuple, extra: str = "") -> str:
+    kind = "tcp" if t.proto == 6 else "udp"
+    flow = f"in_port=LOCAL,{extra}{kind},nw_src={t.src},nw_dst={t.dst},{kind}_src={t.sport},{kind}_dst={t.dport}"
+    return subprocess.run(["ovs-appctl", "ofproto/trace", br, flow], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_the_pure_hash_predicts_ovs_multipath_for_1000_random_5_tuples(bridge):
+    rules = [f"priority=10,reg1={n},ip,actions=multipath(symmetric_l3l4+udp,{basis},modulo_n,{n},0,"
+             f"NXM_NX_REG0[0..15])" for n, basis in SETS]
+    subprocess.run(["ovs-ofctl", "add-flows", bridge, "-"], input="\n".join(rules), text=True, check=True)
+    rng = random.Random(13)
+    wrong = []
+    for _ in range(1000):
+        n, basis = rng.choice(SETS)
+        t = random_tuple(rng)
+        m = re.search(r"Final flow:.*?reg0=0x([0-9a-f]+)", trace(bridge, t, f"reg1={n},"))
+        got = int(m.group(1), 16) if m else 0  # a register left at 0 is not printed
+        if got != bucket(t, n, basis):
+            wrong.append((t, n, basis, got))
+    assert wrong == [], f"{len(wrong)} of 1000 differ, e.g. {wrong[:3]}"
+
+
+def test_the_asic_rules_send_each_flow_to_the_port_the_hash_predicts(bridge, tmp_path):
+    basis = seed("asic-seeded", "agg-p0-pl0-3")
+    table = {"10.1.0.3": (5, 6, 7), "10.2.0.3": (8, 9), "10.3.0.3": (4,)}
+    (tmp_path / "b").write_text("\n".join(bundle_lines(RuleSet(basis=basis).update(table))) + "\n")
+    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "bundle", bridge, str(tmp_path / "b")], check=True)
+    rng = random.Random(5)
+    seen: dict[str, set[int]] = {ip: set() for ip in table}
+    for _ in range(300):
+        dst = rng.choice(list(table))
+        t = random_tuple(rng, dst)
+        ports = table[dst]
+        want = ports[bucket(t, len(ports), basis)]
+        outs = re.findall(r"^\s+output:(\d+)", trace(bridge, t), re.M)
+        assert outs == [str(want)], (t, outs, want)
+        seen[dst].add(want)
+    assert {ip: len(s) for ip, s in seen.items()} == {ip: len(p) for ip, p in table.items()}  # every port used

@@ -41,9 +41,10 @@ def test_same_seed_everywhere_polarizes_and_per_switch_seeds_do_not():
 def test_seeds_are_16_bit_and_differ_between_switches():
     seeds = {seed("asic-seeded", f"agg-p0-pl0-{i}") for i in range(60)}
     assert len(seeds) == 60 and all(0 <= s < 1 << 16 for s in seeds)
-    assert seed("asic", "x") == seed("asic", "y")
-    with pytest.raises(ValueError, match="ovs"):
-        seed("ovs", "x")
+    assert seed("asic", "x") == seed("asic", "y") == 0
+    assert seed("ovs", "x") is None  # select groups: OVS's own hash, not predicted
+    with pytest.raises(ValueError, match="asic-seeded"):
+        seed("crc", "x")
 
 
 @pytest.mark.parametrize("sport,want", [(1000, 0xF), (1001, 0x29), (1002, 0x15), (1003, 0x28)])

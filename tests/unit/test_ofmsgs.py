@@ -85,3 +85,16 @@ def test_arp_reply_answers_only_plan_addresses():
 
 def test_lldp_frame_round_trip():
     assert lldp_source(packet.Packet(lldp_frame(0x1A2B, 17))) == (0x1A2B, 17)
+
+
+def test_asic_ecmp_is_multipath_then_a_table_of_set_and_bucket():
+    change = Change({2: (3, 4, 5)}, {"10.0.0.1": ("group", 2)}, [], [1], basis=4242, sizes={2: 3})
+    msgs = [wire(m) for m in ofmsgs.route_change(DP, change)]
+    *buckets, rule, stale = msgs
+    assert [(b.table_id, dict(b.match.items()), b.instructions[0].actions[0].port) for b in buckets] == [
+        (1, {"reg1": 2, "reg0": k}, p) for k, p in enumerate((3, 4, 5))]
+    load, mp, resubmit = rule.instructions[0].actions
+    assert (load.key, load.value) == ("reg1", 2)
+    assert (mp.fields, mp.basis, mp.algorithm, mp.max_link, mp.dst) == (3, 4242, 0, 2, "reg0")
+    assert resubmit.table_id == 1 and rule.table_id == 0
+    assert stale.command == OFP.OFPFC_DELETE and stale.table_id == 1 and dict(stale.match.items()) == {"reg1": 1}

@@ -52,3 +52,17 @@ def test_shortest_mode_pins_every_destination_to_one_port():
     lines, exc = host_route_script("h0", "h0", {0: [0, 1], 1: [2, 3]}, compute_tables(graph, mode="shortest"), set())
     assert len(exc) == 14  # 7 other hosts x 2 rails
     assert "route replace 10.1.0.5/32 nexthop dev h0-eth2" in lines
+
+
+def test_asic_bundle_hashes_with_the_switch_basis_into_table_1():
+    r = RuleSet(basis=99)
+    c = r.update({"10.0.0.3": (1,), "10.1.0.3": (5, 6)})
+    assert bundle_lines(c) == [
+        "flow add table=1,priority=100,reg1=1,reg0=0,actions=output:5",
+        "flow add table=1,priority=100,reg1=1,reg0=1,actions=output:6",
+        "flow add priority=100,ip,nw_dst=10.0.0.3,actions=output:1",
+        "flow add priority=100,ip,nw_dst=10.1.0.3,actions=load:1->NXM_NX_REG1[],"
+        "multipath(symmetric_l3l4+udp,99,modulo_n,2,0,NXM_NX_REG0[0..15]),resubmit(,1)"]
+    c = r.update({"10.0.0.3": (1,), "10.1.0.3": (6,)})  # port 5 died: the set goes
+    assert bundle_lines(c) == ["flow add priority=100,ip,nw_dst=10.1.0.3,actions=output:6",
+                               "flow delete table=1,reg1=1"]
