@@ -6,6 +6,7 @@ under `ryu-manager controllers.app`:
 
     HPNLAB_TOPOLOGY   path of the topology JSON (from `hpnlab topo export`)
     HPNLAB_MODE       ecmp | precise | shortest
+    HPNLAB_HASHING    ovs | asic | asic-seeded (how switches pick among ECMP next hops)
     HPNLAB_REST_PORT  loopback port of the REST API (0: none)
 
 The event handlers are thin: ControllerState (state.py) decides, ofmsgs.py
@@ -55,7 +56,8 @@ class HpnController(BaseApp):
         super().__init__(*args, **kwargs)
         with open(os.environ["HPNLAB_TOPOLOGY"]) as f:
             self.topo = Topology.from_json(f.read())
-        self.state = ControllerState(self.topo, os.environ.get("HPNLAB_MODE", "ecmp"))
+        self.state = ControllerState(self.topo, os.environ.get("HPNLAB_MODE", "ecmp"),
+                                     os.environ.get("HPNLAB_HASHING", "ovs"))
         self.dps: dict[str, object] = {}  # switch name -> datapath
         self.installed: set[str] = set()  # switches whose initial rules a barrier confirmed
         self.started = time.time()
@@ -198,7 +200,8 @@ class HpnController(BaseApp):
         return out
 
     def health(self) -> dict:
-        return {"framework": FRAMEWORK, "mode": self.state.mode, "switches": len(self.topo.switches),
+        return {"framework": FRAMEWORK, "mode": self.state.mode, "hashing": self.state.hashing,
+                "switches": len(self.topo.switches),
                 "connected": len(self.dps), "installed": len(self.installed),
                 "ready": len(self.installed) == len(self.topo.switches),
                 "ready_after_s": None if self.all_installed_at is None else

@@ -13,11 +13,13 @@ import os
 import signal
 import threading
 
+from .hashing import MODELS as HASH_MODELS
 from .state import MODES
 
 
-def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = False) -> None:
-    os.environ.update(HPNLAB_TOPOLOGY=os.path.abspath(topology), HPNLAB_MODE=mode, HPNLAB_REST_PORT=str(rest_port))
+def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = False, hashing: str = "ovs") -> None:
+    os.environ.update(HPNLAB_TOPOLOGY=os.path.abspath(topology), HPNLAB_MODE=mode, HPNLAB_REST_PORT=str(rest_port),
+                      HPNLAB_HASHING=hashing)
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("os_ken", "ryu"):
@@ -52,11 +54,12 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m controllers.launcher")
     ap.add_argument("--topology", required=True)
     ap.add_argument("--mode", choices=MODES, default="ecmp")
+    ap.add_argument("--hashing", choices=HASH_MODELS, default="ovs")
     ap.add_argument("--of-port", type=int, default=6653)
     ap.add_argument("--rest-port", type=int, default=8080)
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args(argv)
-    run(a.topology, a.mode, a.of_port, a.rest_port, a.verbose)
+    run(a.topology, a.mode, a.of_port, a.rest_port, a.verbose, a.hashing)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from rich.console import Console
 
+from controllers.hashing import MODELS as HASH_MODELS
 from topos import build
 from topos.errors import InputError
 
@@ -48,3 +49,10 @@ class ScaleType(click.ParamType):
 
 
 SCALE = ScaleType()
+
+
+def hashing_opt(f):
+    """--hashing, shared by the commands that start a network."""
+    return click.option("--hashing", type=click.Choice(HASH_MODELS), default="ovs", show_default=True,
+                        help="How switches pick among ECMP next hops: ovs (select groups), asic (one hash and "
+                             "seed on every switch, as commodity ASICs), asic-seeded (a seed per switch).")(f)

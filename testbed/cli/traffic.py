@@ -11,7 +11,7 @@ from rich.table import Table
 
 from topos.errors import InputError
 
-from .common import SCALE, console, parse_kv
+from .common import SCALE, console, hashing_opt, parse_kv
 
 STEP_TIMEOUT_S = 300.0  # one command, no failures scheduled: a slow step is waited for, not called halted
 
@@ -35,6 +35,7 @@ def _fmt(bps: float) -> str:
 @click.option("--ranks", "ranks_spec", default="rail0", show_default=True, help="rail0, all, or h0:0,h1:0,...")
 @click.option("--iters", type=int, default=3, show_default=True)
 @click.option("--routing", type=click.Choice(["precise", "ecmp", "shortest"]), default="precise", show_default=True)
+@hashing_opt
 @click.option("--transport", default="auto", show_default=True)
 @click.option("--channels", type=int, default=None, help="Connections per peer (default: ports per NIC).")
 @click.option("--scale", type=SCALE, default="auto", show_default=True,
@@ -42,8 +43,8 @@ def _fmt(bps: float) -> str:
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
 @click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")
-def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iters, routing, transport, channels,
-                scale, pfc, workload_file, simai_file) -> None:
+def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iters, routing, hashing, transport,
+                channels, scale, pfc, workload_file, simai_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.fidelity import line as fidelity_line
     from testbed.experiment.jobs import jobs, resolve_scale
@@ -63,7 +64,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
                                    "ranks": ranks_spec, "iters": iters}}
     exp = from_dict({"name": f"traffic-{op}", "topology": {"name": topo_name, "preset": preset,
                                                             "params": parse_kv(params)},
-                     "routing": routing, "transport": transport, "channels": channels,
+                     "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
                      "qos": {"scale": scale, "pfc": {"enabled": pfc}}, "workload": workload,
                      "step_timeout_s": STEP_TIMEOUT_S})
     topo = exp.topology.build()

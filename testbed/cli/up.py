@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from .common import SCALE, console, preset_opt, topology_from_args
+from .common import SCALE, console, hashing_opt, preset_opt, topology_from_args
 from .tables import figures_table
 
 
-def serve(tp, *, routing: str = "static", mode: str = "ecmp", pingall: bool = False, fail_links=(),
-          no_cli: bool = False, delay_ms: float | None = None, qos: bool = False, pfc: bool = True,
+def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs", pingall: bool = False,
+          fail_links=(), no_cli: bool = False, delay_ms: float | None = None, qos: bool = False, pfc: bool = True,
           scale: float | str = "auto") -> None:
     """Start `tp`, fail the given links, ping all pairs if asked, then hand the network to the CLI."""
     from testbed.net import Network
@@ -20,11 +20,12 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", pingall: bool = Fa
         tp.find_link(link)  # a bad name is refused before anything starts
     exit_cleanly_on_signals()
     qos_spec = QosSpec(scale=scale, pfc={"enabled": pfc}) if qos else None
-    with Network(tp, routing=routing, mode=mode, delay_ms=delay_ms, log_dir="results/logs", qos=qos_spec) as net:
+    with Network(tp, routing=routing, mode=mode, hashing=hashing, delay_ms=delay_ms, log_dir="results/logs",
+                 qos=qos_spec) as net:
         console.print(figures_table(tp))
         console.print(f"network up in {net.timings['start_s']:.1f} s "
                       f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, {routing} routing, "
-                      f"mode {mode}, run {net.owner.run_id})")
+                      f"mode {mode}, hashing {hashing}, run {net.owner.run_id})")
         if net.scale_choice is not None:
             console.print(net.scale_choice.why(), soft_wrap=True)
         if net.controller is not None:
@@ -54,6 +55,7 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", pingall: bool = Fa
               help="static: rules computed and installed by hpnlab; controller: the OpenFlow controller app.")
 @click.option("--mode", type=click.Choice(["ecmp", "precise", "shortest"]), default="ecmp",
               help="Routing mode (precise needs --routing controller).")
+@hashing_opt
 @click.option("--pingall", is_flag=True, help="Ping every host NIC from every host and report.")
 @click.option("--fail", "fail_links", multiple=True, help="Take this link down after start (repeatable).")
 @click.option("--no-cli", is_flag=True, help="Do not open the Mininet CLI (exit after the checks).")
@@ -63,9 +65,9 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", pingall: bool = Fa
 @click.option("--scale", type=SCALE, default="auto", show_default=True,
               help="With --qos: emulated rate = topology rate / scale (auto: fits every host NIC's load into "
                    "this machine's budget).")
-def up(name, params, preset, routing, mode, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale) -> None:
+def up(name, params, preset, routing, mode, hashing, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale) -> None:
     """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""
-    serve(topology_from_args(name, preset, params), routing=routing, mode=mode, pingall=pingall,
+    serve(topology_from_args(name, preset, params), routing=routing, mode=mode, hashing=hashing, pingall=pingall,
           fail_links=fail_links, no_cli=no_cli, delay_ms=delay_ms, qos=qos, pfc=pfc, scale=scale)
 
 

@@ -113,6 +113,8 @@ class Experiment(_Strict):
     description: str = ""
     topology: TopologySpec = Field(default_factory=TopologySpec)
     routing: Literal["ecmp", "precise", "shortest"] = "ecmp"
+    hashing: Literal["ovs", "asic", "asic-seeded"] = Field(
+        "ovs", description="how switches pick among ECMP next hops (controllers/hashing.py)")
     qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"))
     transport: Literal["auto", "tcp", "rdma"] = "auto"
     channels: int | None = Field(None, ge=1, le=8)

@@ -20,8 +20,8 @@ def free_port() -> int:
 
 
 class ControllerProcess:
-    def __init__(self, topo: Topology, mode: str, log_dir: Path):
-        self.topo, self.mode = topo, mode
+    def __init__(self, topo: Topology, mode: str, log_dir: Path, hashing: str = "ovs"):
+        self.topo, self.mode, self.hashing = topo, mode, hashing
         self.log_path = log_dir / "controller.log"
         self.proc: subprocess.Popen | None = None
         self.client: ControllerClient | None = None
@@ -34,7 +34,7 @@ class ControllerProcess:
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "controllers.launcher", "--topology", topo_file, "--mode", self.mode,
-             "--of-port", str(self.of_port), "--rest-port", str(rest_port)],
+             "--hashing", self.hashing, "--of-port", str(self.of_port), "--rest-port", str(rest_port)],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         owner.process(self.proc.pid, "hpnlab controller")
         self.client = ControllerClient(rest_port)

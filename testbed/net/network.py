@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from controllers.hashing import MODELS as HASH_MODELS
 from controllers.routing import RoutingGraph, Tables
 from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import Capabilities, probe
@@ -48,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]  # agents run as `python -m traffic.â
 
 
 class Network:
-    def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp",
+    def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs",
                  caps: Capabilities | None = None, delay_ms: float | None = None, log_dir: str | None = None,
                  qos: QosSpec | None = None):
         if routing not in ("static", "controller"):
@@ -57,9 +58,13 @@ class Network:
         if mode not in modes:
             raise InputError(f"routing mode not available with {routing} routing", f"use one of: {', '.join(modes)}",
                              field="mode", value=mode)
+        if hashing not in HASH_MODELS:
+            raise InputError("unknown hash model", f"use one of: {', '.join(HASH_MODELS)}", field="hashing",
+                             value=hashing)
         self.topo = topo
         self.routing = routing
         self.mode = mode
+        self.hashing = hashing
         self.caps = caps or probe()
         self.delay_ms = delay_ms
         self.log_dir = log_dir
@@ -98,7 +103,8 @@ class Network:
         self.workdir = Workdir()
         of_port = None
         if self.routing == "controller":
-            self._controller = ControllerProcess(self.topo, self.mode, Path(self.log_dir or self.workdir.path))
+            self._controller = ControllerProcess(self.topo, self.mode, Path(self.log_dir or self.workdir.path),
+                                                 self.hashing)
             of_port = self._controller.start(self.owner, self.workdir.write("topology.json", [self.topo.to_json()]))
         self.net = emulation.build(self.topo, self.caps, self.owner, of_port)
         self.timings["build_s"] = time.monotonic() - t0
@@ -113,7 +119,7 @@ class Network:
             self.timings["controller_ready_s"] = time.monotonic() - t1
             log.info("controller: %d switches connected and routed", health["installed"])
         self.routes = RouteInstaller(self.topo, self.graph, self.node, self.workdir,
-                                     switches=self.routing == "static", mode=self.mode)
+                                     switches=self.routing == "static", mode=self.mode, hashing=self.hashing)
         self.reconcile()
         if self.qos_spec is not None:
             self.start_qos(self.qos_spec)

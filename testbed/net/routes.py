@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
+from controllers.hashing import seed
 from controllers.routing import RoutingGraph, Tables, compute_tables
 from controllers.ruleset import RuleSet
 from topos.model import Topology
@@ -23,8 +24,9 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 class RouteInstaller:
     def __init__(self, topo: Topology, graph: RoutingGraph, node_of, workdir: Workdir, *, switches: bool,
-                 mode: str):
+                 mode: str, hashing: str = "ovs"):
         self.topo, self.graph, self.node_of, self.workdir = topo, graph, node_of, workdir
+        self.hashing = hashing
         self.switches = switches  # static routing: this installs the switch rules too
         self.table_mode = "shortest" if mode == "shortest" else "ecmp"
         self.rules: dict[str, RuleSet] = {}
@@ -39,7 +41,9 @@ class RouteInstaller:
         return tables
 
     def _switch(self, sw, tables: Tables) -> None:
-        change = self.rules.setdefault(sw.name, RuleSet()).update(tables.switch[sw.name])
+        if sw.name not in self.rules:
+            self.rules[sw.name] = RuleSet(basis=seed(self.hashing, sw.name))
+        change = self.rules[sw.name].update(tables.switch[sw.name])
         if change.empty:
             return
         run([*OFCTL, "bundle", sw.short, self.workdir.write(f"{sw.short}.bundle", bundle_lines(change))])

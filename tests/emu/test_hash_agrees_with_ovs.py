@@ -76,3 +76,34 @@ def test_the_asic_rules_send_each_flow_to_the_port_the_hash_predicts(bridge, tmp
         assert outs == [str(want)], (t, outs, want)
         seen[dst].add(want)
     assert {ip: len(s) for ip, s in seen.items()} == {ip: len(p) for ip, p in table.items()}  # every port used
+
+
+@pytest.mark.parametrize("routing,hashing,per_switch", [("static", "asic-seeded", 128), ("controller", "asic", 8)])
+def test_every_switch_of_a_fabric_hashes_as_predicted(routing, hashing, per_switch, no_leftovers):
+    """The installed rules (ovs-ofctl bundles when static, the controller's OpenFlow messages otherwise)
+    send each traced 5-tuple out of ports[hash mod n] of the routing table's ECMP set."""
+    from controllers.routing import compute_tables
+    from testbed.net import Network
+    from topos import build
+    from topos.addressing import nic_address
+
+    topo = build("hpn")
+    tables = compute_tables(topo)
+    dst_ips = [nic_address(h, n).ip for h in topo.hosts for n in range(h.nics)]
+    rng = random.Random(7)
+    checked = 0
+    with Network(topo, routing=routing, mode="ecmp", hashing=hashing) as net:
+        assert net.hashing == hashing
+        for sw in topo.switches:
+            sets = {ip: ports for ip, ports in tables.switch[sw.name].items() if len(ports) > 1 and ip in dst_ips}
+            if not sets:
+                continue
+            for _ in range(per_switch):
+                dst = rng.choice(sorted(sets))
+                t = random_tuple(rng, dst)
+                ports = sets[dst]
+                want = ports[bucket(t, len(ports), seed(hashing, sw.name))]
+                outs = re.findall(r"^\s+output:(\d+)", trace(sw.short, t), re.M)
+                assert outs == [str(want)], (sw.name, t, outs, want)
+                checked += 1
+    assert checked >= 8 * per_switch
