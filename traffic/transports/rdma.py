@@ -212,9 +212,12 @@ class RdmaTransport:
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             cout, cerr = client.communicate()
             end = time.time()
-            sout, _ = server.communicate(timeout=60)  # its own table, and its errors if it failed
-        except subprocess.TimeoutExpired:
-            return self._finish(rec, error="ib_write_bw server did not finish")
+            try:  # its own table, and its errors if it failed; the client's report says what moved
+                sout, _ = server.communicate(timeout=60 if client.returncode == 0 else 5)
+            except subprocess.TimeoutExpired:
+                # Under TCG a server that saw every write sometimes never exits: the flow is the
+                # client's to judge, and a failed client is reported as such, not as a server timeout.
+                sout = "(the server did not exit)"
         finally:
             for p in (client, server):
                 if p is not None and p.poll() is None:
