@@ -159,7 +159,7 @@ class _Connection:
                 emit({"event": "error", "id": fid, "error": f"send: {broken}"})
                 continue
             report({"event": "sent", "id": fid, "bytes": total, "start": start, "end": time.time(),
-                  "new_connection": new, "five_tuple": five})
+                    "new_connection": new, "five_tuple": five})
 
 
 _conns: dict[tuple, _Connection] = {}

@@ -113,27 +113,16 @@ class QdiscDumper:
         """(ifindex, backlog bytes, drops) of the qdiscs with this handle: the PFC agent's poll.
 
         Reads only the queue statistics, with no objects per qdisc: at 64 hosts (2,050 qdiscs in the
-        root namespace, 512 of them lossless) this halves the CPU of a poll against `dump` (21 -> 10 ms)."""
+        root namespace, 512 of them lossless) this about halves the CPU of a poll against `dump`."""
         out = []
         for buf, start, end in self._replies(handle):
-            a = start + _TCMSG.size
-            while a + 4 <= end:
-                length, typ = _RTA.unpack_from(buf, a)
-                if length < 4:
-                    break
-                if typ & NLA_TYPE_MASK == TCA_STATS2:
-                    c, stats_end = a + 4, a + length
-                    while c + 4 <= stats_end:
-                        l2, t2 = _RTA.unpack_from(buf, c)
-                        if l2 < 4:
-                            break
-                        if t2 & NLA_TYPE_MASK == TCA_STATS_QUEUE:
-                            _qlen, backlog, drops, _r, _o = _QUEUE.unpack_from(buf, c + 4)
+            for typ, a, b in _attrs(buf, start + _TCMSG.size, end):
+                if typ == TCA_STATS2:
+                    for t2, c, _end in _attrs(buf, a, b):
+                        if t2 == TCA_STATS_QUEUE:
+                            _qlen, backlog, drops, _r, _o = _QUEUE.unpack_from(buf, c)
                             out.append((_IFINDEX.unpack_from(buf, start + 4)[0], backlog, drops))
-                            break
-                        c += (l2 + 3) & ~3
                     break
-                a += (length + 3) & ~3
         return out
 
     @staticmethod

@@ -117,7 +117,10 @@ def test_raw_dump_agrees_with_pyroute2(no_leftovers):
                                                .get_attr("TCA_STATS_BASIC")["bytes"])
                    for m in ipr.get_qdiscs()}
         after = {(q.ifindex, q.handle): (q.kind, q.bytes) for q in d.dump()}
+        lossless = LEAF_HANDLE["lossless"]  # the PFC agent's lean read of the same queues
+        backlogs = {i for i, _b, _d in d.backlogs(lossless)}
         d.close()
+        assert backlogs == {i for (i, h) in ref if h == lossless}
         assert before.keys() == ref.keys() == after.keys()
         for k, (kind, nbytes) in ref.items():  # counters only grow between the three reads
             assert before[k][0] == kind and before[k][1] <= nbytes <= after[k][1], k
