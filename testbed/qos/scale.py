@@ -57,21 +57,13 @@ class ScaleChoice:
     hosts: int | None = None
 
     @property
-    def budget_bps(self) -> float:
-        return self.budget.bps
-
-    @property
-    def calibrated(self) -> bool:
-        return self.budget.calibrated
-
-    @property
     def offered_emulated_bps(self) -> float:
         return self.offered_real_bps / self.scale
 
     def why(self) -> str:
         return (f"scale auto = 1/{self.scale:,.0f}: {self.offered_real_bps / 1e12:g} Tbit/s offered -> "
                 f"{self.offered_emulated_bps / 1e6:.0f} Mbit/s emulated, within {SAFETY:.0%} of "
-                f"{self.budget_bps / 1e6:.0f} Mbit/s from {self.budget.source(self.hosts)}")
+                f"{self.budget.bps / 1e6:.0f} Mbit/s from {self.budget.source(self.hosts)}")
 
 
 def machine_key() -> str:
@@ -90,16 +82,20 @@ def _read(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def calibrations(path: Path | None = None) -> dict[int, float]:
-    """{probe hosts: budget bits/s} measured on this machine."""
-    entry = _read(path or CACHE).get(machine_key())
+def _by_hosts(data: dict) -> dict[str, dict]:
+    """This machine's calibration records by probe size, as saved (an entry from before sizes were
+    recorded is the PROBE_HOSTS one)."""
+    entry = data.get(machine_key())
     if not isinstance(entry, dict):
         return {}
-    out = {}
-    for hosts, result in (entry.get("by_hosts") or {PROBE_HOSTS: entry}).items():
-        if isinstance(result, dict) and isinstance(result.get("budget_bps"), (int, float)) and str(hosts).isdigit():
-            out[int(hosts)] = float(result["budget_bps"])
-    return out
+    return dict(entry.get("by_hosts") or {str(PROBE_HOSTS): entry})
+
+
+def calibrations(path: Path | None = None) -> dict[int, float]:
+    """{probe hosts: budget bits/s} measured on this machine."""
+    return {int(hosts): float(result["budget_bps"]) for hosts, result in _by_hosts(_read(path or CACHE)).items()
+            if isinstance(result, dict) and isinstance(result.get("budget_bps"), (int, float))
+            and str(hosts).isdigit()}
 
 
 def load_budget(path: Path | None = None, hosts: int | None = None) -> Budget:
@@ -116,8 +112,7 @@ def load_budget(path: Path | None = None, hosts: int | None = None) -> Budget:
 def save_budget(result: dict, path: Path | None = None, hosts: int = PROBE_HOSTS) -> Path:
     path = path or CACHE
     data = _read(path)
-    entry = data.get(machine_key())
-    by_hosts = {str(h): {"budget_bps": b} for h, b in calibrations(path).items()} if isinstance(entry, dict) else {}
+    by_hosts = _by_hosts(data)  # the other sizes' records stay whole
     by_hosts[str(hosts)] = result
     data[machine_key()] = {"by_hosts": by_hosts}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,8 +42,10 @@ def test_budget_cache_is_per_machine(tmp_path):
     assert sc.load_budget(path).calibrated is False
     path.write_text("{not json")
     assert sc.load_budget(path).calibrated is False
-    path.write_text(json.dumps({sc.machine_key(): {"budget_bps": 1.6e8}}))  # saved before sizes were recorded
+    path.write_text(json.dumps({sc.machine_key(): {"budget_bps": 1.6e8, "points": []}}))  # saved before sizes
     assert sc.load_budget(path, hosts=64) == sc.Budget(1.6e8, True, 8)
+    sc.save_budget({"budget_bps": 6e7}, path, hosts=32)  # the older record is kept whole, as the 8-host one
+    assert json.loads(path.read_text())[sc.machine_key()]["by_hosts"]["8"] == {"budget_bps": 1.6e8, "points": []}
 
 
 def test_a_fabric_uses_the_calibration_of_the_largest_probe_not_bigger_than_itself(tmp_path):
@@ -54,6 +56,9 @@ def test_a_fabric_uses_the_calibration_of_the_largest_probe_not_bigger_than_itse
     assert [sc.load_budget(path, hosts=h).bps for h in (8, 16, 32, 64)] == [160e6, 160e6, 60e6, 60e6]
     sc.save_budget({"budget_bps": 180e6}, path, hosts=8)  # a new calibration replaces only its size
     assert sc.calibrations(path) == {8: 180e6, 32: 60e6}
+    sc.save_budget({"budget_bps": 70e6, "points": [{"scale": 1}]}, path, hosts=64)
+    sc.save_budget({"budget_bps": 190e6}, path, hosts=8)
+    assert json.loads(path.read_text())[sc.machine_key()]["by_hosts"]["64"]["points"] == [{"scale": 1}]
     only_big = tmp_path / "big.json"
     sc.save_budget({"budget_bps": 60e6}, only_big, hosts=32)
     assert sc.load_budget(only_big, hosts=8) == sc.Budget(60e6, True, 32)  # the conservative one
