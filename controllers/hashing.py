@@ -23,8 +23,10 @@ from __future__ import annotations
 import ipaddress
 import zlib
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-MODELS = ("ovs", "asic", "asic-seeded")
+HashModel = Literal["ovs", "asic", "asic-seeded"]
+MODELS: tuple[str, ...] = get_args(HashModel)
 NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP = 3  # OVS's enum nx_hash_fields (os-ken names only the first two)
 FIELDS = "symmetric_l3l4+udp"  # the same, as ovs-ofctl spells it
 ECMP_TABLE = 1  # where (set, hash mod n) picks the port

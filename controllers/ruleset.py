@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .hashing import seed
+
 
 @dataclass
 class Change:
@@ -36,6 +38,11 @@ class RuleSet:
     basis: int | None = None  # see Change.basis
     groups: dict[tuple[int, ...], int] = field(default_factory=dict)  # port set -> group id
     installed: dict[str, tuple[int, ...]] = field(default_factory=dict)  # dst ip -> ports
+
+    @classmethod
+    def for_switch(cls, hashing: str, switch: str) -> RuleSet:
+        """Empty, with the switch's hash basis under the `hashing` model (ValueError if unknown)."""
+        return cls(basis=seed(hashing, switch))
 
     def _gid(self, ports: tuple[int, ...], new: dict[int, tuple[int, ...]]) -> int:
         gid = self.groups.get(ports)

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from topos.addressing import nic_address
 from topos.model import Link, Topology
 
-from .hashing import MODELS as HASH_MODELS
-from .hashing import seed
 from .precise import Assignment, FlowSpec, Path, assign, loads
 from .routing import RoutingGraph, compute_tables
 from .ruleset import Change, RuleSet
@@ -48,8 +46,6 @@ class ControllerState:
     def __init__(self, topo: Topology, mode: str = "ecmp", hashing: str = "ovs"):
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: use one of {', '.join(MODES)}")
-        if hashing not in HASH_MODELS:
-            raise ValueError(f"hashing {hashing!r}: use one of {', '.join(HASH_MODELS)}")
         self.topo = topo
         self.mode = mode
         self.hashing = hashing
@@ -58,7 +54,7 @@ class ControllerState:
         self.down: set[str] = set()
         self.ports_down: set[tuple[str, int]] = set()
         self.tables = compute_tables(self.graph, (), self._table_mode)
-        self.rules: dict[str, RuleSet] = {s.name: self._ruleset(s.name) for s in topo.switches}
+        self.rules: dict[str, RuleSet] = {s.name: RuleSet.for_switch(hashing, s.name) for s in topo.switches}
         self.flows: dict[str, FlowSpec] = {}
         self.assignment = Assignment()
         self.cookies: dict[str, int] = {}
@@ -71,9 +67,6 @@ class ControllerState:
         self.by_dpid = {s.dpid: s for s in topo.switches}
         self.ip_owner = {a.ip: a for a in self.graph.addresses}
 
-    def _ruleset(self, switch: str) -> RuleSet:
-        return RuleSet(basis=seed(self.hashing, switch))
-
     @property
     def _table_mode(self) -> str:
         return "shortest" if self.mode == "shortest" else "ecmp"
@@ -82,7 +75,7 @@ class ControllerState:
     def switch_connected(self, switch: str) -> Update:
         """A (re)connected switch gets its whole state from scratch."""
         with self.lock:
-            self.rules[switch] = self._ruleset(switch)
+            self.rules[switch] = RuleSet.for_switch(self.hashing, switch)
             up = Update(routes={switch: self.rules[switch].update(self.tables.switch[switch])})
             up.precise_add = [r for r in self._precise_rules(self.assignment.paths) if r.switch == switch]
             return up

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from controllers.hashing import HashModel
 from testbed.qos.spec import QosSpec
 from topos.errors import InputError
 
@@ -113,7 +114,7 @@ class Experiment(_Strict):
     description: str = ""
     topology: TopologySpec = Field(default_factory=TopologySpec)
     routing: Literal["ecmp", "precise", "shortest"] = "ecmp"
-    hashing: Literal["ovs", "asic", "asic-seeded"] = Field(
+    hashing: HashModel = Field(
         "ovs", description="how switches pick among ECMP next hops (controllers/hashing.py)")
     qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"))
     transport: Literal["auto", "tcp", "rdma"] = "auto"

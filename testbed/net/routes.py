@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 
-from controllers.hashing import seed
 from controllers.routing import RoutingGraph, Tables, compute_tables
 from controllers.ruleset import RuleSet
 from topos.model import Topology
@@ -42,7 +41,7 @@ class RouteInstaller:
 
     def _switch(self, sw, tables: Tables) -> None:
         if sw.name not in self.rules:
-            self.rules[sw.name] = RuleSet(basis=seed(self.hashing, sw.name))
+            self.rules[sw.name] = RuleSet.for_switch(self.hashing, sw.name)
         change = self.rules[sw.name].update(tables.switch[sw.name])
         if change.empty:
             return
