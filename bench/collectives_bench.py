@@ -29,7 +29,7 @@ def run(topo: str, mode: str, op: str, algorithm: str, size: int, iters: int) ->
     with Network(t, routing="controller", mode=mode, qos=QosSpec(scale=SCALE)) as net:
         tr = TcpTransport(net, tos=26 << 2)
         tr.start()
-        rp = Replayer(net, tr, channels=2, precise=mode == "precise")
+        rp = Replayer(net, tr, channels=2, routing=mode)
         sched = build_schedule(op, [(h.name, 0) for h in t.hosts], size, algorithm)
         rp.run(sched)  # warm-up
         results = [rp.run(sched) for _ in range(iters)]

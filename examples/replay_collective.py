@@ -17,7 +17,7 @@ schedule = build_schedule("allreduce", ranks, 8_000_000, "ring")
 with Network(topo, routing="controller", mode="precise", qos=QosSpec(scale=20_000)) as net:
     transport = make("tcp", net, tos=net.qos_spec.lossless_dscp << 2)
     transport.start()
-    replayer = Replayer(net, transport, channels=2, precise=True)
+    replayer = Replayer(net, transport, channels=2, routing="precise")
     try:
         r = replayer.run(schedule)
     finally:

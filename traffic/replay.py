@@ -9,9 +9,15 @@ together and the step ends when the slowest has been received. Each flow is carr
 connections (like NCCL channels; by default one per port of the NIC, so both
 planes of a dual-ToR NIC are used). Connections are per (source rank,
 destination rank, channel), opened once per replayer and reused by every step
-and op, as NCCL does. In precise routing mode each new connection is declared
-to the controller with the source port it will use, before its first byte, and
-pinned to the host port the controller chose.
+and op, as NCCL does. Where a connection goes depends on `routing`:
+- `ecmp` / `shortest`: the fabric's hashes decide (source ports in sequence);
+- `precise` (controller-placed, the Hedera-style baseline): each new connection
+  is declared to the controller with the source port it will use, before its
+  first byte; the controller installs exact-match rules for it on every switch
+  of its path, and the host pins it to the NIC port the controller chose;
+- `precise-host` (HPN): this side places the job's connections on disjoint
+  paths and picks for each the source port whose hashes in the switches take
+  that path (controllers/hostpath.py); no per-flow state in any switch.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ class Replayer:
     net: object  # testbed.net.network.Network
     transport: TcpTransport  # or RdmaTransport: same interface
     channels: int = 2
-    precise: bool = False
+    routing: str = "ecmp"  # ecmp | shortest | precise | precise-host (see above)
     step_timeout: float = 300.0
 
     sport_offset: int = 0  # jobs side by side take disjoint source ports
@@ -42,27 +48,41 @@ class Replayer:
         self._sports: dict[tuple, int] = {}  # (src rank, dst rank, channel) -> source port
         self._declared: list[dict] = []
         self.records: list[FlowRecord] = []
+        self.placed: dict[tuple, object] = {}  # precise-host: connection -> the path its source port takes
+        self.candidates = 0  # precise-host: paths searched so far (HPN Table 1)
+        self._load: dict | None = None  # precise-host: flows per directed link, of the connections placed so far
 
     def _connections(self, schedule: Schedule) -> None:
         """Give every new (src, dst, channel) of the schedule a source port; declare and pin them if precise."""
-        new = []
-        for step in schedule.steps:
-            for f in step:
-                for c in range(self.channels):
-                    key = (f.src, f.dst, c)
-                    if key not in self._sports:
-                        tr = self.transport
-                        self._sports[key] = tr.sport_base + (self.sport_offset + len(self._sports)) % tr.sport_span
-                        new.append(key)
-        if self.precise and new:
-            topo = self.net.topo
+        new = [(f.src, f.dst, c) for step in schedule.steps for f in step for c in range(self.channels)]
+        new = list(dict.fromkeys(k for k in new if k not in self._sports))
+        if not new:
+            return
+        topo, tr = self.net.topo, self.transport
+        if self.routing == "precise-host":
+            self._place_by_source_port(new)
+            return
+        for key in new:
+            self._sports[key] = tr.sport_base + (self.sport_offset + len(self._sports)) % tr.sport_span
+        if self.routing == "precise":
             views = self.net.controller.declare([
-                {"src": src[0], "dst": nic_address(topo.nodes[dst[0]], dst[1]).ip, "proto": self.transport.proto,
-                 "sport": self._sports[src, dst, c], "dport": self.transport.port} for src, dst, c in new])
+                {"src": src[0], "dst": nic_address(topo.nodes[dst[0]], dst[1]).ip, "proto": tr.proto,
+                 "sport": self._sports[src, dst, c], "dport": tr.port} for src, dst, c in new])
             for v in views:
                 self.net.steer(v)
                 self.transport.pin(v)
             self._declared += views
+
+    def _place_by_source_port(self, new: list[tuple]) -> None:
+        topo, tr = self.net.topo, self.transport
+        conns = [(src[0], nic_address(topo.nodes[dst[0]], dst[1]).ip, tr.proto, tr.port) for src, dst, _c in new]
+        pl = self.net.place_by_source_port(conns, taken=set(self._sports.values()), start=self.sport_offset,
+                                           load=self._load)
+        self._load = pl.assignment.load
+        self.candidates += pl.candidates
+        for key, sport, path in zip(new, pl.sports, pl.paths, strict=True):
+            self._sports[key] = sport
+            self.placed[key] = path
 
     def close(self) -> None:
         """Unpin and withdraw what this replayer declared."""

@@ -34,7 +34,9 @@ def _fmt(bps: float) -> str:
 @click.option("--size", default="8GB", show_default=True, help="Real size; the emulation moves size/scale.")
 @click.option("--ranks", "ranks_spec", default="rail0", show_default=True, help="rail0, all, or h0:0,h1:0,...")
 @click.option("--iters", type=int, default=3, show_default=True)
-@click.option("--routing", type=click.Choice(["precise", "ecmp", "shortest"]), default="precise", show_default=True)
+@click.option("--routing", type=click.Choice(["precise", "precise-host", "ecmp", "shortest"]), default="precise",
+              show_default=True, help="precise: controller-placed exact-match rules; precise-host: hosts pick "
+              "source ports the asic hash takes onto disjoint paths (needs --hashing asic).")
 @hashing_opt
 @click.option("--transport", default="auto", show_default=True)
 @click.option("--channels", type=int, default=None, help="Connections per peer (default: ports per NIC).")

@@ -78,13 +78,13 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
     rec: dict = {"variant": label, "repetition": rep, "transport": kind, "channels": channels, "ops": [],
                  "halted": None, "scale": exp.qos.scale, "scale_auto": choice.why() if choice else None}
-    with Network(topo, routing="controller", mode=exp.routing, hashing=exp.hashing, qos=exp.qos,
+    with Network(topo, routing="controller", mode=exp.switch_mode, hashing=exp.hashing, qos=exp.qos,
                  log_dir=None if log_dir is None else str(log_dir)) as net:
         runners = []
         for i, job in enumerate(job_list):  # each job: own agents, port, source ports, traffic class
             tr = make(kind, net, tos=job.dscp << 2, index=i)
             tr.start()
-            rp = Replayer(net, tr, channels=channels, precise=exp.routing == "precise",
+            rp = Replayer(net, tr, channels=channels, routing=exp.routing,
                           step_timeout=exp.step_timeout_s, sport_offset=SPORT_STRIDE * i)
             runners.append((job, tr, rp))
         sampler, injector = Sampler(net), Injector(net, events)

@@ -2,7 +2,8 @@
 
     name: precise-vs-ecmp
     topology: {name: hpn, preset: mini, params: {segments_per_pod: 2}}
-    routing: precise                 # ecmp | precise | shortest
+    routing: precise                 # ecmp | precise | precise-host | shortest
+    hashing: asic                    # ovs | asic | asic-seeded (how switches hash ECMP)
     qos: {scale: 20000, pfc: {enabled: true}}
     transport: auto                  # auto | tcp | rdma
     channels: 2
@@ -113,7 +114,10 @@ class Experiment(_Strict):
     name: str
     description: str = ""
     topology: TopologySpec = Field(default_factory=TopologySpec)
-    routing: Literal["ecmp", "precise", "shortest"] = "ecmp"
+    routing: Literal["ecmp", "precise", "precise-host", "shortest"] = Field(
+        "ecmp", description="ecmp: switches hash; precise: the controller places each connection with exact-match "
+                            "rules (Hedera-style); precise-host: hosts pick source ports that the switches' asic "
+                            "hashes take onto disjoint paths (HPN), no per-flow switch rules; shortest: one path")
     hashing: HashModel = Field(
         "ovs", description="how switches pick among ECMP next hops (controllers/hashing.py)")
     qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"))
@@ -136,7 +140,18 @@ class Experiment(_Strict):
         if (self.workload is None) == (not self.jobs):
             raise InputError("give either workload or jobs", "e.g. workload: {collective: {op: allreduce}}",
                              field="workload", value=None)
+        if self.routing == "precise-host" and self.hashing == "ovs":
+            raise InputError("precise-host routing needs switches whose hash a host can compute",
+                             "set hashing: asic (or asic-seeded)", field="hashing", value=self.hashing)
+        if self.routing == "precise-host" and self.transport == "rdma":
+            raise InputError("precise-host routing picks TCP source ports; the rdma transport pins ports itself",
+                             "use transport: tcp, or routing: precise", field="transport", value=self.transport)
         return self
+
+    @property
+    def switch_mode(self) -> str:
+        """What the switches do: precise-host is plain ECMP there (the hosts choose the paths)."""
+        return "ecmp" if self.routing == "precise-host" else self.routing
 
     def expand(self) -> list[tuple[str, Experiment]]:
         """(label, experiment) per variant; the experiment itself when there are none."""

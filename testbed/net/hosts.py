@@ -11,6 +11,7 @@ from topos.model import Topology
 
 from .links import OFFLOADS
 from .naming import host_intfs
+from .static_routes import pin_rules
 from .workdir import Workdir
 
 HOST_SYSCTLS = [
@@ -59,6 +60,7 @@ class Hosts:
                     batch += neighbour_lines(h.name, nic, ifname, self.addrs)
                 node.intf(ifname).ip = a.ip
                 node.intf(ifname).prefixLen = 32
+            batch += pin_rules(max(l.nic_port for l in self.topo.links_of(h.name)) + 1)
             self._run(h, "configuring", f"sh {self.workdir.write(h.short + '.sh', sh)}; "
                                         f"ip -batch {self.workdir.write(h.short + '.ip', batch)} 2>&1")
 

@@ -265,6 +265,14 @@ class Network:
                              field="qos", value=None)
         return link.rate_gbps * 1e9 / self.qos_spec.scale
 
+    def place_by_source_port(self, conns: list[tuple[str, str, str, int]], taken: set[int], start: int = 0,
+                             load: dict | None = None):
+        """Host-side precise routing: disjoint paths for (src host, dst ip, proto, dport) connections and
+        the source port that takes each there under this network's hash model (controllers/hostpath.py)."""
+        from controllers.hostpath import Connection, place
+
+        return place(self.graph, self.tables, self.hashing, [Connection(*c) for c in conns], taken, start, load)
+
     def port_counters(self) -> dict[str, dict[int, dict[str, int]]]:
         return checks.port_counters(self.topo)
 

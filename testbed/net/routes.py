@@ -29,7 +29,7 @@ class RouteInstaller:
         self.switches = switches  # static routing: this installs the switch rules too
         self.table_mode = "shortest" if mode == "shortest" else "ecmp"
         self.rules: dict[str, RuleSet] = {}
-        self.host_exceptions: dict[str, set[str]] = {}
+        self.host_exceptions: dict[str, set[tuple[str, int | None]]] = {}
 
     def reconcile(self, down: set[str]) -> Tables:
         tables = compute_tables(self.graph, down, mode=self.table_mode)
@@ -49,7 +49,7 @@ class RouteInstaller:
 
     def _host(self, h, tables: Tables) -> None:
         nic_ports: dict[int, list[int]] = {}
-        for l in self.topo.links_of(h.name):
+        for l in sorted(self.topo.links_of(h.name), key=lambda l: (l.nic, l.nic_port)):
             nic_ports.setdefault(l.nic, []).append(l.a_port)
         lines, exc = host_route_script(h.name, h.short, nic_ports, tables, self.host_exceptions.get(h.name, set()))
         self.host_exceptions[h.name] = exc

@@ -39,7 +39,7 @@ def test_ring_allreduce_precise_on_hpn(fabric, cpu_window):
     net, tr = fabric("precise")
     ranks = [(h.name, 0) for h in net.topo.hosts]
     sched = build_schedule("allreduce", ranks, 4_000_000)
-    rp = Replayer(net, tr, channels=2, precise=True)
+    rp = Replayer(net, tr, channels=2, routing="precise")
     rp.run(sched)  # warm-up: connections and windows, as nccl-tests does
     r = rp.run(sched)
     rp.close()

@@ -35,22 +35,29 @@ def test_host_routes_add_and_remove_exceptions():
     t = compute_tables(graph)
     lines, exc = host_route_script("h0", "h0", ports, t, set())
     assert lines == ["route replace 10.0.0.0/16 nexthop dev h0-eth0 nexthop dev h0-eth1",
-                     "route replace 10.1.0.0/16 nexthop dev h0-eth2 nexthop dev h0-eth3"]
+                     "route replace 10.0.0.0/16 dev h0-eth0 table 200",
+                     "route replace 10.0.0.0/16 dev h0-eth1 table 201",
+                     "route replace 10.1.0.0/16 nexthop dev h0-eth2 nexthop dev h0-eth3",
+                     "route replace 10.1.0.0/16 dev h0-eth2 table 200",
+                     "route replace 10.1.0.0/16 dev h0-eth3 table 201"]
     assert exc == set()
     t = compute_tables(graph, down={"h5:nic0:p0", "h5:nic1:p1"})
     lines, exc = host_route_script("h0", "h0", ports, t, exc)
     assert "route replace 10.0.0.6/32 nexthop dev h0-eth1" in lines
     assert "route replace 10.1.0.6/32 nexthop dev h0-eth2" in lines  # rail 1 keeps only its port 0
-    assert exc == {"10.0.0.6", "10.1.0.6"}
+    # a source port pinned to the plane that lost h5 falls back to the main table
+    assert "route replace throw 10.0.0.6/32 table 200" in lines and "route replace throw 10.1.0.6/32 table 201" in lines
+    assert exc == {("10.0.0.6", None), ("10.1.0.6", None), ("10.0.0.6", 200), ("10.1.0.6", 201)}
     t = compute_tables(graph)
     lines, exc = host_route_script("h0", "h0", ports, t, exc)
-    assert lines[-2:] == ["route del 10.0.0.6/32", "route del 10.1.0.6/32"] and exc == set()
+    assert lines[-4:] == ["route del 10.0.0.6/32", "route del 10.1.0.6/32", "route del 10.0.0.6/32 table 200",
+                          "route del 10.1.0.6/32 table 201"] and exc == set()
 
 
 def test_shortest_mode_pins_every_destination_to_one_port():
     graph = RoutingGraph(build("hpn"))
     lines, exc = host_route_script("h0", "h0", {0: [0, 1], 1: [2, 3]}, compute_tables(graph, mode="shortest"), set())
-    assert len(exc) == 14  # 7 other hosts x 2 rails
+    assert len({ip for ip, table in exc if table is None}) == 14  # 7 other hosts x 2 rails
     assert "route replace 10.1.0.5/32 nexthop dev h0-eth2" in lines
 
 

@@ -86,7 +86,7 @@ def test_rdma_transport_runs_a_ring_allreduce(fabric):
     net, tr = fabric
     ranks = [(h.name, 0) for h in net.topo.hosts]
     size = 1 << 20
-    rp = Replayer(net, tr, channels=2, precise=True, step_timeout=600)
+    rp = Replayer(net, tr, channels=2, routing="precise", step_timeout=600)
     try:
         r = rp.run(build_schedule("allreduce", ranks, size))
     finally:

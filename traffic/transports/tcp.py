@@ -62,7 +62,7 @@ class TcpTransport:
     port: int = AGENT_PORT  # each job its own agents and port, so jobs run side by side
     proto: str = "tcp"
     sport_base: int = 20000
-    sport_span: int = 30000
+    sport_span: int = 20000  # up to 39999: 40000-59999 are pinned to NIC ports (controllers/hostpath.py)
     agents: dict = field(default_factory=dict)
     records: dict[str, FlowRecord] = field(default_factory=dict)
 

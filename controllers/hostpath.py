@@ -1,0 +1,159 @@
+"""HPN's host-side precise routing: the host picks a connection's source port, the switches only hash.
+
+With the `asic` (or `asic-seeded`) hash model every switch's next hop is a known
+function of the 5-tuple (controllers/hashing.py), so a host that knows the
+fabric's routing tables can predict a connection's whole path from its source
+port, and choose the source port that gives the path it wants. This is how HPN
+places a job's connections on disjoint paths without any per-flow state in the
+switches (the controller-placed `precise` mode, by contrast, installs an
+exact-match rule per flow on every switch of its path, as Hedera-style schemes
+do). On a dual-plane fabric only the source ToR hashes (the aggregation switch
+has one way down to the destination's ToR in its plane), so a host searches
+about `tor_uplinks` source ports per connection; in a 3-tier single-plane Clos
+every tier hashes and the search covers the product of their fan-outs.
+
+The NIC port (the plane) is chosen the same way: a source port in
+PINNED_SPORTS[i] leaves on port i of its NIC (a host policy rule, as an RDMA
+application sets a queue pair's LAG port); source ports outside those ranges
+follow the host's own multipath hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .hashing import TCP, UDP, FiveTuple, bucket, seed
+from .precise import Assignment, FlowSpec, Hop, Path, assign, candidate_paths
+from .routing import RoutingGraph, Tables
+
+PINNED_SPORTS: dict[int, range] = {0: range(40000, 50000), 1: range(50000, 60000)}  # NIC port -> source ports
+PROTO = {"tcp": TCP, "udp": UDP}
+
+
+def nic_port_of(sport: int) -> int | None:
+    """The NIC port a source port is pinned to; None: the host's multipath hash decides."""
+    for port, sports in PINNED_SPORTS.items():
+        if sport in sports:
+            return port
+    return None
+
+
+def predict(graph: RoutingGraph, tables: Tables, model: str, src: str, t: FiveTuple) -> Path | None:
+    """The path the fabric gives this 5-tuple from host `src`; None when it is not determined by the hash
+    (an unpinned source port, a pinned port that cannot reach the destination, or `ovs` select groups)."""
+    dst = graph.by_ip[t.dst]
+    nic_port = nic_port_of(t.sport)
+    reach = tables.host.get((src, dst.nic), {}).get(t.dst, ())
+    first = [l for l in graph.attach[src, dst.nic] if l.nic_port == nic_port and l.a_port in reach]
+    if not first:
+        return None
+    sw, hops = first[0].b, []
+    while True:
+        ports = tables.switch[sw].get(t.dst)
+        if not ports:
+            return None
+        if len(ports) == 1:
+            port = ports[0]
+        else:
+            basis = seed(model, sw)
+            if basis is None:
+                return None
+            port = ports[bucket(t, len(ports), basis)]
+        hops.append((sw, port))
+        nxt = graph.peer[sw, port]
+        if nxt not in graph.adj:
+            return Path(first[0].a_port, tuple(hops))
+        sw = nxt
+
+
+@dataclass(frozen=True)
+class Connection:
+    src: str  # host
+    dst: str  # destination NIC address
+    proto: str = "tcp"
+    dport: int = 0
+
+
+def sports_by_path(graph: RoutingGraph, tables: Tables, model: str, c: Connection, start: int = 0,
+                   per_path: int = 4) -> dict[Path, list[int]]:
+    """Source ports (from `start` on in each NIC port's range, round it) grouped by the path the fabric
+    gives them. The scan stops once every shortest path has `per_path` ports, or after 64 ports per path
+    without that: under `asic`, a fabric where two tiers hash (a 3-tier Clos) has paths no 5-tuple takes
+    (both switches compute hash mod n from the same hash: polarization), and they stay out."""
+    nic = graph.by_ip[c.dst].nic
+    src_ip = next(a.ip for a in graph.addresses if a.host == c.src and a.nic == nic)
+    want = len(candidate_paths(graph, tables, c.src, c.dst))
+    out: dict[Path, list[int]] = {}
+    ranges = [r for port, r in sorted(PINNED_SPORTS.items())
+              if any(l.nic_port == port for l in graph.attach[c.src, nic])]
+    for i in range(64 * want):
+        for r in ranges:
+            sport = r[(start + i) % len(r)]
+            p = predict(graph, tables, model, c.src, FiveTuple(src_ip, c.dst, PROTO[c.proto], sport, c.dport))
+            if p is not None:
+                out.setdefault(p, []).append(sport)
+        if len(out) == want and min(map(len, out.values())) >= per_path:
+            break
+    return out
+
+
+def choose_sport(graph: RoutingGraph, tables: Tables, model: str, c: Connection, want: Path,
+                 taken: set[int], start: int = 0) -> int:
+    """A free source port whose hashes at every switch give `want` (LookupError if no port reaches it)."""
+    for sport in sports_by_path(graph, tables, model, c, start, per_path=len(taken) + 1).get(want, ()):
+        if sport not in taken:
+            return sport
+    raise LookupError(f"no free source port of {c.src} takes {want} toward {c.dst} under {model} hashing")
+
+
+@dataclass
+class Placement:
+    sports: list[int]  # per connection, in the order given
+    paths: list[Path]
+    assignment: Assignment  # the planned load per directed link
+    candidates: int  # paths searched over all connections
+
+
+def place(graph: RoutingGraph, tables: Tables, model: str, conns: Iterable[Connection],
+          taken: Iterable[int] = (), start: int = 0, load: dict[Hop, int] | None = None) -> Placement:
+    """Disjoint paths for a job's connections (the least-loaded greedy of controllers/precise.py over
+    the paths some source port reaches, on top of `load`, the job's connections placed before), then
+    for each a free source port that takes it there (searching from `start`: jobs side by side start
+    apart)."""
+    conns = list(conns)
+    specs = [FlowSpec(c.src, c.dst, c.proto, i + 1, c.dport) for i, c in enumerate(conns)]  # keys unique per conn
+    index: dict[Connection, dict[Path, list[int]]] = {}
+    for c in conns:
+        if c not in index:
+            index[c] = sports_by_path(graph, tables, model, c, start)
+    a = assign(graph, tables, specs, load, candidates=lambda f: sorted(index[conns[f.sport - 1]],
+                                                                        key=lambda p: (p.host_port, p.hops)))
+    used = set(taken)
+    sports, paths = [], []
+    for c, f in zip(conns, specs, strict=True):
+        want = a.paths[f.key]
+        free = [s for s in index[c][want] if s not in used]
+        sport = free[0] if free else choose_sport(graph, tables, model, c, want, used, start)
+        used.add(sport)
+        sports.append(sport)
+        paths.append(want)
+    candidates = sum(len(index[c]) for c in conns)
+    return Placement(sports, paths, a, candidates)
+
+
+def count_paths(graph: RoutingGraph, tables: Tables, src: str, dst_ip: str) -> int:
+    """How many shortest paths (NIC port and every switch's next hop) lead from `src` to `dst_ip`:
+    the search space of a path choice (HPN Table 1)."""
+    memo: dict[str, int] = {}
+
+    def below(sw: str) -> int:
+        if sw not in memo:
+            memo[sw] = sum(1 if graph.peer[sw, p] not in graph.adj else below(graph.peer[sw, p])
+                           for p in tables.switch[sw].get(dst_ip, ()))
+        return memo[sw]
+
+    dst = graph.by_ip[dst_ip]
+    reach = tables.host.get((src, dst.nic), {}).get(dst_ip, ())
+    return sum(below(l.b) for l in graph.attach[src, dst.nic] if l.a_port in reach)
+
