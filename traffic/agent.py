@@ -22,10 +22,13 @@ waiting for that before the next flow), the receiver reports `recv` when it
 has them all.
 
 A `plan` is this rank's whole part of a collective (traffic/plan.py): its
-flows run per connection (a thread each, so connections run concurrently), in
-the given order, each as soon as every flow in its `after` list has been
-received here, with no word from the coordinator in between (no barrier per
-step).
+flows run per lane (a thread each, so lanes run concurrently), in the given
+order, each as soon as every flow in its `after` list has been received here,
+with no word from the coordinator in between (no barrier per step). A lane is
+one connection (`sport`), or, when a flow lists `sports` (several connections
+to the same peer) and its `lane`, the flow goes on whichever of those
+connections has the fewest bytes outstanding (sent or queued, not yet
+acknowledged) when it is ready: HPN's connection choice at the host.
 """
 
 from __future__ import annotations
@@ -143,6 +146,7 @@ class _Connection:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.lock = threading.Lock()
+        self.outstanding = 0  # bytes handed to this connection and not yet acknowledged (under _conns_lock)
         self.acks: queue.SimpleQueue = queue.SimpleQueue()  # (id, bytes, start, new, five-tuple) per flow
         threading.Thread(target=self._read_acks, daemon=True).start()
 
@@ -158,6 +162,8 @@ class _Connection:
             if broken is not None:
                 emit({"event": "error", "id": fid, "error": f"send: {broken}"})
                 continue
+            with _conns_lock:
+                self.outstanding -= total
             report({"event": "sent", "id": fid, "bytes": total, "start": start, "end": time.time(),
                     "new_connection": new, "five_tuple": five})
 
@@ -183,11 +189,27 @@ def _connection(dst: str, port: int, sport: int, tos: int) -> tuple[_Connection,
         return _conns[key], True
 
 
+def _least_outstanding(cmd: dict) -> tuple[_Connection, bool]:
+    """The connection to this peer, among the flow's `sports`, with the fewest bytes outstanding; the
+    flow's bytes count against it from now on."""
+    dst, port, tos = cmd["dst"], int(cmd["port"]), int(cmd.get("tos") or 0)
+    opened = [_connection(dst, port, int(s), tos) for s in cmd["sports"]]
+    with _conns_lock:
+        c, new = min(opened, key=lambda cn: cn[0].outstanding)
+        c.outstanding += int(cmd["bytes"])
+    return c, new
+
+
 def _send(cmd: dict) -> None:
     fid = cmd["id"]
     try:
         start = time.time()
-        c, new = _connection(cmd["dst"], int(cmd["port"]), int(cmd.get("sport") or 0), int(cmd.get("tos") or 0))
+        if cmd.get("sports"):
+            c, new = _least_outstanding(cmd)
+        else:
+            c, new = _connection(cmd["dst"], int(cmd["port"]), int(cmd.get("sport") or 0), int(cmd.get("tos") or 0))
+            with _conns_lock:
+                c.outstanding += int(cmd["bytes"])
         with c.lock:  # one flow at a time on the wire of a connection
             local = c.sock.getsockname()
             total = int(cmd["bytes"])
@@ -213,7 +235,8 @@ def _run_connection(flows: list[dict]) -> None:
 def plan(cmd: dict) -> None:
     queues: dict[tuple, list[dict]] = {}
     for f in cmd["flows"]:
-        queues.setdefault((f["dst"], int(f["port"]), int(f.get("sport") or 0), int(f.get("tos") or 0)), []).append(f)
+        lane = ("lane", f["lane"]) if f.get("sports") else int(f.get("sport") or 0)
+        queues.setdefault((f["dst"], int(f["port"]), lane, int(f.get("tos") or 0)), []).append(f)
     for flows in queues.values():
         threading.Thread(target=_run_connection, args=(flows,), daemon=True).start()
 

@@ -39,6 +39,9 @@ class Replayer:
     transport: TcpTransport  # or RdmaTransport: same interface
     channels: int = 2
     routing: str = "ecmp"  # ecmp | shortest | precise | precise-host (see above)
+    # channel: a channel's chunks stay on its connection; least-outstanding: each chunk goes on whichever
+    # of the peer's connections has the fewest bytes outstanding when it is ready (HPN's host-side choice)
+    connection_choice: str = "channel"
     step_timeout: float = 300.0
 
     sport_offset: int = 0  # jobs side by side take disjoint source ports
@@ -125,6 +128,9 @@ class Replayer:
         ps = pieces(schedule, self.channels, str(self._op), self.pipeline)
         flows = [{"id": p.id, "src": p.src[0], "dst_ip": nic_address(topo.nodes[p.dst[0]], p.dst[1]).ip,
                   "bytes": p.bytes, "sport": self._sports[p.src, p.dst, p.channel], "after": p.after} for p in ps]
+        if self.connection_choice == "least-outstanding":
+            for f, p in zip(flows, ps, strict=True):
+                f.update(sports=[self._sports[p.src, p.dst, c] for c in range(self.channels)], lane=p.channel)
         t_op = time.time()  # the agents stamp their flows with the same clock
         self.transport.submit(flows)
         recs = self.transport.wait([f["id"] for f in flows], self.step_timeout)

@@ -40,13 +40,16 @@ def _fmt(bps: float) -> str:
 @hashing_opt
 @click.option("--transport", default="auto", show_default=True)
 @click.option("--channels", type=int, default=None, help="Connections per peer (default: ports per NIC).")
+@click.option("--connection-choice", type=click.Choice(["channel", "least-outstanding"]), default="channel",
+              show_default=True, help="least-outstanding: each chunk on the peer's connection with the fewest "
+              "unacknowledged bytes.")
 @click.option("--scale", type=SCALE, default="auto", show_default=True,
               help="Emulated rate = real / scale; auto fits the ranks' load into this machine's budget.")
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
 @click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")
 def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iters, routing, hashing, transport,
-                channels, scale, pfc, workload_file, simai_file) -> None:
+                channels, connection_choice, scale, pfc, workload_file, simai_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.fidelity import line as fidelity_line
     from testbed.experiment.jobs import jobs, resolve_scale
@@ -67,6 +70,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
     exp = from_dict({"name": f"traffic-{op}", "topology": {"name": topo_name, "preset": preset,
                                                             "params": parse_kv(params)},
                      "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
+                     "connection_choice": connection_choice,
                      "qos": {"scale": scale, "pfc": {"enabled": pfc}}, "workload": workload,
                      "step_timeout_s": STEP_TIMEOUT_S})
     topo = exp.topology.build()

@@ -84,7 +84,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
         for i, job in enumerate(job_list):  # each job: own agents, port, source ports, traffic class
             tr = make(kind, net, tos=job.dscp << 2, index=i)
             tr.start()
-            rp = Replayer(net, tr, channels=channels, routing=exp.routing,
+            rp = Replayer(net, tr, channels=channels, routing=exp.routing, connection_choice=exp.connection_choice,
                           step_timeout=exp.step_timeout_s, sport_offset=SPORT_STRIDE * i)
             runners.append((job, tr, rp))
         sampler, injector = Sampler(net), Injector(net, events)

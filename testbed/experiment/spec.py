@@ -6,7 +6,8 @@
     hashing: asic                    # ovs | asic | asic-seeded (how switches hash ECMP)
     qos: {scale: 20000, pfc: {enabled: true}}
     transport: auto                  # auto | tcp | rdma
-    channels: 2
+    channels: 2                      # connections per peer
+    connection_choice: channel       # channel | least-outstanding
     workload:                        # one of: a collective, a YAML workload, a SimAI file
       collective: {op: allreduce, size: 160GB, algorithm: ring, ranks: rail0, iters: 3}
     failures:
@@ -122,7 +123,10 @@ class Experiment(_Strict):
         "ovs", description="how switches pick among ECMP next hops (controllers/hashing.py)")
     qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"))
     transport: Literal["auto", "tcp", "rdma"] = "auto"
-    channels: int | None = Field(None, ge=1, le=8)
+    channels: int | None = Field(None, ge=1, le=8, description="connections per peer (default: ports per NIC)")
+    connection_choice: Literal["channel", "least-outstanding"] = Field(
+        "channel", description="channel: a channel's chunks stay on its connection; least-outstanding: each chunk "
+                               "goes on the peer's connection with the fewest unacknowledged bytes (HPN)")
     workload: WorkloadSpec | None = None
     jobs: list[JobSpec] = Field(default_factory=list, description="several jobs at once, instead of workload")
     failures: list[FailureSpec] = Field(default_factory=list)
@@ -143,6 +147,10 @@ class Experiment(_Strict):
         if self.routing == "precise-host" and self.hashing == "ovs":
             raise InputError("precise-host routing needs switches whose hash a host can compute",
                              "set hashing: asic (or asic-seeded)", field="hashing", value=self.hashing)
+        if self.connection_choice == "least-outstanding" and self.transport == "rdma":
+            raise InputError("least-outstanding choice is the TCP agents' (perftest runs one flow per pair)",
+                             "use transport: tcp, or connection_choice: channel", field="transport",
+                             value=self.transport)
         if self.routing == "precise-host" and self.transport == "rdma":
             raise InputError("precise-host routing picks TCP source ports; the rdma transport pins ports itself",
                              "use transport: tcp, or routing: precise", field="transport", value=self.transport)

@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -62,3 +63,73 @@ def test_a_flow_to_nowhere_is_an_error(agent):
     p.stdin.flush()
     (ev,), _ = events_until(p, 1)
     assert ev["event"] == "error" and ev["id"] == "x" and "refused" in ev["error"].lower()
+
+
+class Receiver:
+    """A receiver speaking the agent's flow protocol that reads the connection from `slow_sport` at about
+    1 MB/s and every other one at full speed."""
+
+    def __init__(self, slow_sport: int):
+        from traffic.agent import HEADER
+
+        self.header, self.slow = HEADER, slow_sport
+        self.srv = socket.socket()
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(8)
+        self.port = self.srv.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            conn, (_ip, sport) = self.srv.accept()
+            threading.Thread(target=self._serve, args=(conn, sport == self.slow), daemon=True).start()
+
+    def _serve(self, conn, slow):
+        buf = bytearray(64 * 1024)
+        with conn:
+            while True:
+                head = conn.recv(self.header.size, socket.MSG_WAITALL)
+                if len(head) < self.header.size:
+                    return
+                _fid, total = self.header.unpack(head)
+                while total:
+                    total -= conn.recv_into(buf, min(len(buf), total))
+                    if slow:
+                        time.sleep(0.06)
+                conn.sendall(b"\1")
+
+
+@pytest.mark.parametrize("choice", ["channel", "least-outstanding"])
+def test_least_outstanding_choice_moves_chunks_off_a_slow_connection(agent, choice):
+    """Two lanes of 10 chunks each, chunk i of both ready when trigger i reaches the agent (one per 50 ms,
+    as a collective's steps become ready). With the channel choice each lane keeps its connection; with
+    least-outstanding a chunk goes where fewer bytes wait for their acknowledgement: the fast one, mostly."""
+    from traffic.agent import HEADER
+
+    p, port = agent
+    fast, slow = free_port(), free_port()
+    rx = Receiver(slow_sport=slow)
+    flows = []
+    for lane, sport in enumerate((fast, slow)):
+        for i in range(10):
+            f = {"id": f"{lane}.{i}", "dst": "127.0.0.1", "port": rx.port, "bytes": 200_000, "sport": sport,
+                 "tos": 0, "after": [f"t{i}"]}
+            if choice == "least-outstanding":
+                f.update(sports=[fast, slow], lane=lane)
+            flows.append(f)
+    p.stdin.write(json.dumps({"cmd": "plan", "flows": flows}) + "\n")
+    p.stdin.flush()
+    with socket.create_connection(("127.0.0.1", port)) as trig:
+        for i in range(10):
+            trig.sendall(HEADER.pack(f"t{i}".encode(), 1) + b"x")
+            time.sleep(0.05)
+        evs, _ = events_until(p, 30, timeout=60)
+    by_sport = {fast: 0, slow: 0}
+    for e in evs:
+        if e["event"] == "sent":
+            by_sport[e["five_tuple"][2]] += e["bytes"]
+    assert sum(by_sport.values()) == 20 * 200_000
+    if choice == "channel":
+        assert by_sport[fast] == by_sport[slow]  # each lane keeps its own connection
+    else:
+        assert by_sport[fast] >= 3 * by_sport[slow] > 0, by_sport  # the slow one holds its bytes longer

@@ -116,16 +116,19 @@ class TcpTransport:
         """Nothing to do: TCP follows the host's policy routing, which Network.steer set for the view."""
 
     def submit(self, flows: list[dict]) -> list[FlowRecord]:
-        """A whole plan at once ({id, src, dst_ip, bytes, sport, after} per flow): one `plan` per sending host.
+        """A whole plan at once ({id, src, dst_ip, bytes, sport, after} per flow, optionally `sports` and
+        `lane`: see traffic/agent.py): one `plan` per sending host.
 
         The agents run it by its dependencies (traffic/plan.py); nothing more is sent until it is done.
         """
         recs, by_host = [], {}
         for f in flows:
             recs.append(FlowRecord(f["id"], f["src"], f["dst_ip"], f["bytes"], f["sport"]))
-            by_host.setdefault(f["src"], []).append(
-                {"id": f["id"], "dst": f["dst_ip"], "port": self.port, "bytes": f["bytes"], "sport": f["sport"],
-                 "tos": self.tos, "after": list(f["after"])})
+            cmd = {"id": f["id"], "dst": f["dst_ip"], "port": self.port, "bytes": f["bytes"], "sport": f["sport"],
+                   "tos": self.tos, "after": list(f["after"])}
+            if f.get("sports"):  # the agent picks among these connections (least outstanding bytes)
+                cmd.update(sports=list(f["sports"]), lane=f["lane"])
+            by_host.setdefault(f["src"], []).append(cmd)
         with self._lock:
             self.records.update({r.id: r for r in recs})
         for host, cmds in by_host.items():
