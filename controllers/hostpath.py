@@ -12,10 +12,8 @@ has one way down to the destination's ToR in its plane), so a host searches
 about `tor_uplinks` source ports per connection; in a 3-tier single-plane Clos
 every tier hashes and the search covers the product of their fan-outs.
 
-The NIC port (the plane) is chosen the same way: a source port in
-PINNED_SPORTS[i] leaves on port i of its NIC (a host policy rule, as an RDMA
-application sets a queue pair's LAG port); source ports outside those ranges
-follow the host's own multipath hash.
+The NIC port (the plane) is chosen the same way: the address plan pins source
+port ranges to NIC ports (topos/addressing.py, PINNED_SPORTS).
 """
 
 from __future__ import annotations
@@ -23,20 +21,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from topos.addressing import PINNED_SPORTS, nic_port_of
+
 from .hashing import TCP, UDP, FiveTuple, bucket, seed
 from .precise import Assignment, FlowSpec, Hop, Path, assign, candidate_paths
 from .routing import RoutingGraph, Tables
 
-PINNED_SPORTS: dict[int, range] = {0: range(40000, 50000), 1: range(50000, 60000)}  # NIC port -> source ports
 PROTO = {"tcp": TCP, "udp": UDP}
-
-
-def nic_port_of(sport: int) -> int | None:
-    """The NIC port a source port is pinned to; None: the host's multipath hash decides."""
-    for port, sports in PINNED_SPORTS.items():
-        if sport in sports:
-            return port
-    return None
 
 
 def predict(graph: RoutingGraph, tables: Tables, model: str, src: str, t: FiveTuple) -> Path | None:

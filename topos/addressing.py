@@ -8,6 +8,11 @@ traffic stays on its rail as NCCL's rail-local rings do. Both ports of a
 dual-homed NIC carry the same IP and MAC (HPN's non-stacked dual-ToR).
 200 hosts per third octet keeps the last octet in 1..200 (never .0 or .255);
 65,536/200*200 = 51,200 hosts per rail is far beyond what a laptop emulates.
+
+Source ports are planned too: a connection whose source port is in
+PINNED_SPORTS[i] leaves on port i of its NIC (a host policy rule, as an RDMA
+application sets a queue pair's LAG port); other source ports follow the
+host's own multipath hash.
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ from .model import Node, Topology
 
 HOSTS_PER_OCTET = 200
 PREFIX_LEN = 16
+PINNED_SPORTS: dict[int, range] = {0: range(40000, 50000), 1: range(50000, 60000)}  # NIC port -> source ports
+
+
+def nic_port_of(sport: int) -> int | None:
+    """The NIC port a source port is pinned to; None: the host's multipath hash decides."""
+    for port, sports in PINNED_SPORTS.items():
+        if sport in sports:
+            return port
+    return None
 
 
 @dataclass(frozen=True)

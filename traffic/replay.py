@@ -11,6 +11,9 @@ planes of a dual-ToR NIC are used). Connections are per (source rank,
 destination rank, channel), opened once per replayer and reused by every step
 and op, as NCCL does. Where a connection goes depends on `routing`:
 - `ecmp` / `shortest`: the fabric's hashes decide (source ports in sequence);
+  which port of its NIC a connection leaves on is the host's multipath hash
+  (`nic_port_choice` hash), or a peer's connections alternate over the NIC's
+  ports (round-robin, as RoCE LAG's queue affinity assigns queue pairs);
 - `precise` (controller-placed, the Hedera-style baseline): each new connection
   is declared to the controller with the source port it will use, before its
   first byte; the controller installs exact-match rules for it on every switch
@@ -25,7 +28,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from topos.addressing import nic_address
+from topos.addressing import PINNED_SPORTS, nic_address
 
 from .collectives import Schedule
 from .metrics import OpResult
@@ -42,6 +45,7 @@ class Replayer:
     # channel: a channel's chunks stay on its connection; least-outstanding: each chunk goes on whichever
     # of the peer's connections has the fewest bytes outstanding when it is ready (HPN's host-side choice)
     connection_choice: str = "channel"
+    nic_port_choice: str = "hash"  # hash | round-robin (ecmp and shortest only, see above)
     step_timeout: float = 300.0
 
     sport_offset: int = 0  # jobs side by side take disjoint source ports
@@ -54,6 +58,7 @@ class Replayer:
         self.placed: dict[tuple, object] = {}  # precise-host: connection -> the path its source port takes
         self.candidates = 0  # precise-host: paths searched so far (HPN Table 1)
         self._load: dict | None = None  # precise-host: flows per directed link, of the connections placed so far
+        self._pinned: dict[int, int] = {}  # round-robin: source ports taken per pinned range
 
     def _connections(self, schedule: Schedule) -> None:
         """Give every new (src, dst, channel) of the schedule a source port; declare and pin them if precise."""
@@ -66,7 +71,15 @@ class Replayer:
             self._place_by_source_port(new)
             return
         for key in new:
-            self._sports[key] = tr.sport_base + (self.sport_offset + len(self._sports)) % tr.sport_span
+            if self.nic_port_choice == "round-robin":
+                src, _dst, c = key
+                ports = sum(1 for l in topo.links_of(src[0]) if l.kind == "host-tor" and l.nic == src[1])
+                r = PINNED_SPORTS[c % ports]
+                taken = self._pinned.get(r.start, 0)
+                self._pinned[r.start] = taken + 1
+                self._sports[key] = r[(self.sport_offset + taken) % len(r)]
+            else:
+                self._sports[key] = tr.sport_base + (self.sport_offset + len(self._sports)) % tr.sport_span
         if self.routing == "precise":
             views = self.net.controller.declare([
                 {"src": src[0], "dst": nic_address(topo.nodes[dst[0]], dst[1]).ip, "proto": tr.proto,

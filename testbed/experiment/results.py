@@ -7,6 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
+from .balance import links_used, nic_balance
+
 RESULTS = Path("results")
 
 
@@ -17,6 +19,25 @@ def _mean_sd(xs: list[float]) -> tuple[float, float]:
 def _fired(rs: list[dict]) -> str:
     fired = sum(len(r["failures"]) for r in rs)
     return f"{fired} of {fired + sum(len(r.get('failures_not_fired', [])) for r in rs)}"
+
+
+def _ratio(x: float) -> str:
+    return "inf" if x == float("inf") else f"{x:.2f}"
+
+
+def _balance_row(variant: str, rs: list[dict]) -> str | None:
+    per_run = [(nic_balance(r, min_bytes=1 << 20), links_used(r)) for r in rs]
+    per_run = [(nics, used) for nics, used in per_run if nics]
+    if not per_run:
+        return None
+    cells = [
+        ", ".join(f"{nics[0].nic} {_ratio(nics[0].imbalance)}" for nics, _ in per_run),
+        ", ".join(_ratio(statistics.median(n.imbalance for n in nics)) for nics, _ in per_run),
+        ", ".join(f"{sum(n.imbalance >= 2 for n in nics)} of {len(nics)}" for nics, _ in per_run),
+        ", ".join(f"{max(n.deepest_queue for n in nics) / 1e3:.0f}" for nics, _ in per_run),
+        ", ".join(f"{u} of {t}" for _, (u, t) in per_run),
+    ]
+    return f"| {variant} | " + " | ".join(cells) + " |"
 
 
 def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
@@ -109,21 +130,7 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
         lines.append(f"| {v} | {len(bw[v])} | {m:.2f} ± {s:.2f} | {fm:.1%} ± {fs:.1%} | {drops} | "
                      f"{_fired(rs)} | {halted_text} | "
                      f"{f'NO ({len(unfaithful)} of {len(rs)})' if unfaithful else 'yes'} |")
-    balance = []
-    for v in variants:
-        ratios = []
-        for r in runs:
-            if r["variant"] != v or not r.get("host_port_rx"):
-                continue
-            per_nic: dict[str, list[int]] = {}
-            for port, b in r["host_port_rx"].items():
-                host, p = port.split(":")
-                per_nic.setdefault(f"{host}:nic{int(p) // 2}", []).append(b)
-            busiest = max(per_nic.items(), key=lambda kv: sum(kv[1]))
-            if len(busiest[1]) == 2 and min(busiest[1]) > 0:
-                ratios.append((busiest[0], max(busiest[1]) / min(busiest[1])))
-        if ratios:
-            balance.append(f"| {v} | {ratios[0][0]} | " + ", ".join(f"{x:.2f}" for _, x in ratios) + " |")
+    balance = [row for v in variants if (row := _balance_row(v, [r for r in runs if r["variant"] == v]))]
     jobs = sorted({o.get("job", "job") for r in runs for o in r["ops"]})
     if len(jobs) > 1:
         lines += ["", "Per job: iteration (op) time, mean ± sd:", "", "| variant | " + " | ".join(jobs) + " |",
@@ -136,8 +143,12 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
                 cells.append(f"{m:.2f} ± {sd:.2f} s ({len(ts)} ops)")
             lines.append(f"| {v} | " + " | ".join(cells) + " |")
     if balance:
-        lines += ["", "Load on the two ToR ports facing the busiest receiving NIC (more/less loaded):", "",
-                  "| variant | NIC | imbalance per run |", "|---|---|---|", *balance]
+        lines += ["", "Load on the two ToR ports facing each receiving NIC (more/less loaded bytes), the deepest "
+                  "lossless queue at those ports, and the aggregation-to-ToR links that carried traffic "
+                  "(testbed/experiment/balance.py), per run:", "",
+                  "| variant | busiest NIC | median over NICs | NICs >= 2x | deepest queue (KB) "
+                  "| agg-to-ToR links used |",
+                  "|---|---|---|---|---|---|", *balance]
     if exp.paper:
         lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]
     bad = [r for r in runs if not r["fidelity"]["bytes_ok"]]

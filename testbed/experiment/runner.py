@@ -37,7 +37,7 @@ from traffic.transports import choose, make
 from .failures import Injector, expand
 from .fidelity import verdict
 from .jobs import items, jobs, offered, resolve_scale
-from .measure import Sampler
+from .measure import Sampler, port_delta
 from .provenance import versions
 from .results import RESULTS, write_reports
 from .spec import Experiment, check_against, load
@@ -54,13 +54,19 @@ def _op_record(job: str, label: str, start: float, r) -> dict:
             "bytes_delivered": r.bytes_delivered, "bytes_expected": r.bytes_expected, "step_seconds": r.step_seconds}
 
 
-def _queue_records(net: Network) -> dict:
-    """Drops per class anywhere, and the bytes each ToR sent down to each host port (a NIC's two-ToR balance)."""
+def _queue_records(net: Network, counters_before: dict) -> dict:
+    """Drops per class anywhere; the bytes each ToR sent down to each host port and that port's queue (a NIC's
+    two-ToR balance); the bytes every switch-to-switch link carried each way, from OVS's counters."""
     drops = {cls: sum(q[0].drops for q in net.qos.stats(handle).values() if q) for cls, handle in LEAF_HANDLE.items()}
     down = [p for p in net.qos.ports.values() if not p.is_host and net.topo.nodes[p.peer].role == "host"]
     stats = net.qos.stats(ROOT, down).values()
     rx = {f"{p.peer}:{p.peer_port}": q[0].bytes for p, q in zip(down, stats, strict=True) if q}
-    return {"drops": drops, "host_port_rx": rx}
+    delta = port_delta(counters_before, net.port_counters())
+    fabric = [{"from": a, "to": b, "kind": l.kind, "bytes": delta.get((a, port), 0)}
+              for l in net.topo.links if l.kind != "host-tor"
+              for a, port, b in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a))]
+    return {"drops": drops, "host_port_rx": rx, "host_port_tor": {f"{p.peer}:{p.peer_port}": p.key for p in down},
+            "fabric_links": fabric}
 
 
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
@@ -85,12 +91,14 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
             tr = make(kind, net, tos=job.dscp << 2, index=i)
             tr.start()
             rp = Replayer(net, tr, channels=channels, routing=exp.routing, connection_choice=exp.connection_choice,
-                          step_timeout=exp.step_timeout_s, sport_offset=SPORT_STRIDE * i)
+                          nic_port_choice=exp.nic_port_choice, step_timeout=exp.step_timeout_s,
+                          sport_offset=SPORT_STRIDE * i)
             runners.append((job, tr, rp))
         sampler, injector = Sampler(net), Injector(net, events)
         sampler.start()
         injector.start()
         t0, t0_mono = time.time(), time.monotonic()
+        counters0 = net.port_counters()
 
         def run_job(job, rp):
             for o, sched in job.items:
@@ -128,7 +136,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
             rec["failures"] = injector.log
             rec["controller_events"] = net.controller.get("/events") if net.controller else []
             rec["timeline"] = sampler.rows
-            rec.update(_queue_records(net))
+            rec.update(_queue_records(net, counters0))
             rec["pfc"] = net.stop_qos(since=t0_mono)
     budget = load_budget(hosts=len(topo.hosts))
     rec["fidelity"] = verdict(rec["timeline"], rec["pfc"], exp.qos.pfc.enabled, rec["drops"]["lossless"],

@@ -8,6 +8,7 @@
     transport: auto                  # auto | tcp | rdma
     channels: 2                      # connections per peer
     connection_choice: channel       # channel | least-outstanding
+    nic_port_choice: hash            # hash | round-robin (under ecmp)
     workload:                        # one of: a collective, a YAML workload, a SimAI file
       collective: {op: allreduce, size: 160GB, algorithm: ring, ranks: rail0, iters: 3}
     failures:
@@ -124,6 +125,9 @@ class Experiment(_Strict):
     qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"))
     transport: Literal["auto", "tcp", "rdma"] = "auto"
     channels: int | None = Field(None, ge=1, le=8, description="connections per peer (default: ports per NIC)")
+    nic_port_choice: Literal["hash", "round-robin"] = Field(
+        "hash", description="under ecmp/shortest, which NIC port a connection leaves on: the host's multipath hash, "
+                            "or a peer's connections alternate over the ports (RoCE LAG queue affinity)")
     connection_choice: Literal["channel", "least-outstanding"] = Field(
         "channel", description="channel: a channel's chunks stay on its connection; least-outstanding: each chunk "
                                "goes on the peer's connection with the fewest unacknowledged bytes (HPN)")
@@ -144,6 +148,10 @@ class Experiment(_Strict):
         if (self.workload is None) == (not self.jobs):
             raise InputError("give either workload or jobs", "e.g. workload: {collective: {op: allreduce}}",
                              field="workload", value=None)
+        if self.nic_port_choice != "hash" and self.routing in ("precise", "precise-host"):
+            raise InputError(f"with routing {self.routing} the {'controller' if self.routing == 'precise' else 'host'}"
+                             " chooses each connection's NIC port", "leave nic_port_choice out, or use routing: ecmp",
+                             field="nic_port_choice", value=self.nic_port_choice)
         if self.routing == "precise-host" and self.hashing == "ovs":
             raise InputError("precise-host routing needs switches whose hash a host can compute",
                              "set hashing: asic (or asic-seeded)", field="hashing", value=self.hashing)

@@ -12,10 +12,9 @@ table of its own for the source ports pinned to it (host-side path choice).
 from __future__ import annotations
 
 from controllers.hashing import ECMP_TABLE, FIELDS, HASH_REG, SET_REG
-from controllers.hostpath import PINNED_SPORTS
 from controllers.routing import Tables
 from controllers.ruleset import Change
-from topos.addressing import rail_subnet
+from topos.addressing import PINNED_SPORTS, rail_subnet
 
 RULE_PRIORITY = 100
 PIN_TABLE = 200  # + NIC port index

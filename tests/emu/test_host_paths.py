@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from controllers.hostpath import PINNED_SPORTS
 from testbed.experiment.measure import port_delta
 from testbed.net.network import Network
 from testbed.net.routes import OFCTL, run
 from testbed.qos.spec import QosSpec
 from topos import build
+from topos.addressing import PINNED_SPORTS
 from traffic.collectives import build_schedule
 from traffic.replay import Replayer
 from traffic.transports.tcp import TcpTransport

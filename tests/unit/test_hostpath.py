@@ -8,11 +8,9 @@ from hypothesis import strategies as st
 
 from controllers.hashing import TCP, FiveTuple
 from controllers.hostpath import (
-    PINNED_SPORTS,
     Connection,
     choose_sport,
     count_paths,
-    nic_port_of,
     place,
     predict,
     sports_by_path,
@@ -20,7 +18,7 @@ from controllers.hostpath import (
 from controllers.precise import candidate_paths
 from controllers.routing import RoutingGraph, compute_tables, trace
 from topos import build
-from topos.addressing import nic_address
+from topos.addressing import PINNED_SPORTS, nic_address, nic_port_of
 
 HPN = build("hpn")
 HPN_G = RoutingGraph(HPN)

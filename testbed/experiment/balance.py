@@ -1,0 +1,56 @@
+"""How a run's load spread: over the two ToR ports facing each NIC, and over the fabric's links (pure).
+
+Reads a run record's counters (runner._queue_records): the bytes each ToR sent
+down to each host port with that port's deepest lossless queue, and the bytes
+every switch-to-switch link carried each way. These are the quantities of HPN's
+hash-polarization figures: the imbalance between a NIC's two ports (Fig. 13),
+the queue at the busier one (Fig. 14), and how many aggregation-to-ToR links
+the traffic used at all (polarization leaves some idle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACTIVE = 0.05  # a link "carries traffic" above this share of the busiest link of its kind and direction
+
+
+@dataclass(frozen=True)
+class NicBalance:
+    nic: str  # host:nicN
+    port_bytes: tuple[int, int]
+    deepest_queue: int  # bytes, the larger of its two ToR ports' lossless queue maxima
+
+    @property
+    def imbalance(self) -> float:
+        """More-loaded over less-loaded port; inf when one port carried nothing."""
+        lo, hi = sorted(self.port_bytes)
+        return hi / lo if lo else float("inf")
+
+
+def nic_balance(rec: dict, min_bytes: int = 1) -> list[NicBalance]:
+    """Every dual-homed NIC that received at least `min_bytes`, busiest first."""
+    per_nic: dict[str, dict[int, int]] = {}
+    queues = (rec.get("pfc") or {}).get("queues", {})
+    deepest: dict[str, int] = {}
+    for port, b in rec.get("host_port_rx", {}).items():
+        host, p = port.split(":")
+        nic = f"{host}:nic{int(p) // 2}"
+        per_nic.setdefault(nic, {})[int(p)] = b
+        key = rec.get("host_port_tor", {}).get(port)
+        deepest[nic] = max(deepest.get(nic, 0), queues.get(key, {}).get("max_backlog", 0))
+    out = [NicBalance(nic, tuple(v for _p, v in sorted(ports.items())), deepest[nic])
+           for nic, ports in per_nic.items() if len(ports) == 2 and sum(ports.values()) >= min_bytes]
+    return sorted(out, key=lambda n: -sum(n.port_bytes))
+
+
+def links_used(rec: dict, from_role: str = "agg", to_role: str = "tor") -> tuple[int, int]:
+    """(links that carried traffic, links into switches that received any from that tier), one direction:
+    from `from_role` switches to `to_role` switches, by name prefix."""
+    links = [l for l in rec.get("fabric_links", []) if l["from"].startswith(from_role) and l["to"].startswith(to_role)]
+    busiest = max((l["bytes"] for l in links), default=0)
+    if not busiest:
+        return 0, 0
+    fed = {l["to"] for l in links if l["bytes"] >= ACTIVE * busiest}
+    into_fed = [l for l in links if l["to"] in fed]
+    return sum(1 for l in into_fed if l["bytes"] >= ACTIVE * busiest), len(into_fed)
