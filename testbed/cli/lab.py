@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .common import hashing_opt
 from .up import serve
 
 console = Console(soft_wrap=True)  # a hint is one line, also in a pipe or a test
@@ -39,7 +40,9 @@ def lab_list() -> None:
 @click.argument("number", type=int)
 @WORKDIR
 @click.option("--no-cli", is_flag=True, help="Prepare the work folder and check the network starts; no CLI.")
-def lab_start(number: int, workdir: str, no_cli: bool) -> None:
+@click.option("--single-plane", is_flag=True, help="Both ToRs of a pair in one plane (lab 2's polarization step).")
+@hashing_opt
+def lab_start(number: int, workdir: str, no_cli: bool, single_plane: bool, hashing: str) -> None:
     """Prepare your work folder, build the lab's network and open the Mininet CLI."""
     from testbed.labs.registry import get, prepare
     from topos import build
@@ -50,7 +53,8 @@ def lab_start(number: int, workdir: str, no_cli: bool) -> None:
     console.print(f"[bold]Lab {lb.number}: {lb.title}[/] (~{lb.minutes} min). Guide: {lb.guide_path}")
     console.print("Extra CLI commands: paths A B, fail LINK, restore LINK, queues [SWITCH], flows SWITCH. "
                   f"When done: hpnlab lab check {lb.number}")
-    serve(build(lb.topology), routing="controller", mode=lb.mode, pingall=no_cli, no_cli=no_cli, qos=lb.qos)
+    topo = build(lb.topology, dual_plane=False) if single_plane else build(lb.topology)
+    serve(topo, routing="controller", mode=lb.mode, hashing=hashing, pingall=no_cli, no_cli=no_cli, qos=lb.qos)
 
 
 @lab.command("check")

@@ -7,7 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
-from .balance import links_used, nic_balance
+from testbed.net.balance import links_used, nic_balance
 
 RESULTS = Path("results")
 
@@ -145,7 +145,7 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     if balance:
         lines += ["", "Load on the two ToR ports facing each receiving NIC (more/less loaded bytes), the deepest "
                   "lossless queue at those ports, and the aggregation-to-ToR links that carried traffic "
-                  "(testbed/experiment/balance.py), per run:", "",
+                  "(testbed/net/balance.py), per run:", "",
                   "| variant | busiest NIC | median over NICs | NICs >= 2x | deepest queue (KB) "
                   "| agg-to-ToR links used |",
                   "|---|---|---|---|---|---|", *balance]

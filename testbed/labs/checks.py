@@ -12,6 +12,7 @@ from pathlib import Path
 
 from controllers.precise import FlowSpec, assign, least_loaded, loads
 from controllers.routing import RoutingGraph, compute_tables, trace
+from testbed.net.balance import links_used
 from topos import build
 from topos.addressing import nic_address
 
@@ -59,6 +60,27 @@ def lab2(ev: Evidence) -> list[Check]:
     run = ev.latest_run("precise_vs_ecmp")
     if run is None:
         return [_run_missing("precise_vs_ecmp")]
+    return _lab2_collisions(ev, run) + _lab2_polarization(ev)
+
+
+def _lab2_polarization(ev: Evidence) -> list[Check]:
+    run = ev.latest_run("hash_polarization")
+    if run is None:
+        return [_run_missing("hash_polarization")]
+    used = {k: links_used(rs[0])[0] for k, rs in _variants(run).items()}
+    if not {"single-plane", "single-plane-seeded"} <= set(used):
+        return [Check("the run has single-plane and single-plane-seeded", False,
+                      "run the shipped experiments/hash_polarization.yaml, unchanged")]
+    a = ev.answers(2)
+    how = f"read 'agg-to-ToR links used' in 'hpnlab results show {Path(run['_dir']).name}' (its first run)"
+    return [Check("one seed everywhere left aggregation-to-ToR links idle that per-switch seeds used",
+                  used["single-plane"] < used["single-plane-seeded"],
+                  "compare the two single-plane variants' 'agg-to-ToR links used'"),
+            answer_check(a, "polarized_links", used["single-plane"], close=0, how=how),
+            answer_check(a, "seeded_links", used["single-plane-seeded"], close=0, how=how)]
+
+
+def _lab2_collisions(ev: Evidence, run: dict) -> list[Check]:
     v = _variants(run)
     frac = {k: statistics.mean(o["fraction_of_ideal"] for r in rs for o in r["ops"]) for k, rs in v.items()}
     a = ev.answers(2)

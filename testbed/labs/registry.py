@@ -36,7 +36,10 @@ LABS = {lab.number: lab for lab in (
     Lab(2, "ECMP collisions vs precise routing", 40, "02-ecmp-collisions.md",
         questions={"ecmp_fraction": "HPN + ECMP: all-reduce busbw as a fraction of ideal (e.g. 0.47)",
                    "precise_fraction": "HPN + precise: all-reduce busbw as a fraction of ideal",
-                   "faster": "which mode is faster: ecmp or precise"}),
+                   "faster": "which mode is faster: ecmp or precise",
+                   "polarized_links": "hash_polarization, single-plane: aggregation-to-ToR links that carried "
+                                      "traffic (e.g. 8 for '8 of 16')",
+                   "seeded_links": "the same for single-plane-seeded"}),
     Lab(3, "Dual-ToR failover", 40, "03-dual-tor-failover.md",
         questions={"paths_before": "paths from h5 to h0 before failing h5:nic0:p0",
                    "paths_after": "paths from h5 to h0 after failing h5:nic0:p0",

@@ -59,3 +59,34 @@ def test_source_ports_put_a_jobs_connections_on_disjoint_uplinks(no_leftovers, r
     downs = {(l.b, l.b_port): delta[l.b, l.b_port] for l in rail0}
     assert all(per_conn <= b <= 1.1 * per_conn * 1.06 for b in downs.values()), downs
     assert rp.candidates == 16 * 8  # each searched 2 planes x 4 uplinks
+
+
+def agg_downlinks(net: Network, delta: dict) -> list[int]:
+    """Bytes each aggregation-to-ToR link of rail 0 carried down."""
+    return [delta[l.b, l.b_port] for l in net.topo.links if l.kind == "tor-agg" and net.topo.nodes[l.a].rail == 0]
+
+
+@pytest.mark.parametrize("hashing,used", [("asic", 8), ("asic-seeded", 16)])
+def test_one_seed_polarizes_the_aggregation_layer_of_a_single_plane(no_leftovers, hashing, used):
+    """Single plane: each aggregation switch chooses between the receiver's two ToRs with the same hash the
+    sender's ToR used to choose it (hash mod 4 fixes hash mod 2): under `asic` every aggregation switch sends
+    all of it down one of its two links to a ToR pair, half the links stay idle; per-switch seeds use them all.
+    64 connections across the segments, counted by OVS."""
+    topo = build("hpn", dual_plane=False)
+    with Network(topo, routing="static", mode="ecmp", hashing=hashing, qos=QosSpec(scale=SCALE)) as net:
+        tr = TcpTransport(net)
+        tr.start()
+        try:
+            order = ["h0", "h4", "h1", "h5", "h2", "h6", "h3", "h7"]
+            rp = Replayer(net, tr, channels=8, nic_port_choice="round-robin")
+            before = net.port_counters()
+            r = rp.run(build_schedule("allreduce", [(h, 0) for h in order], SIZE))
+            delta = port_delta(before, net.port_counters())
+        finally:
+            tr.stop()
+    assert r.bytes_delivered == r.bytes_expected
+    per_conn = 2 * 7 * SIZE // 8 // 8
+    downs = agg_downlinks(net, delta)
+    assert len(downs) == 16 and sum(b >= per_conn // 2 for b in downs) == used, downs
+    # the others carried only acknowledgements (the reverse direction hashes the same, symmetric fields)
+    assert all(b < per_conn // 20 for b in downs if b < per_conn // 2), downs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,30 @@ def test_prepare_never_overwrites_the_students_work(tmp_path):
     (work / "lab2.yaml").write_text("faster: precise\n")
     assert prepare(LABS[2], work) == []
     assert (work / "lab2.yaml").read_text() == "faster: precise\n"
+
+
+def fake_run(results: Path, name: str, variants: dict[str, dict]) -> None:
+    d = results / f"20260101-000000-{name}-abc"
+    d.mkdir(parents=True)
+    runs = [{"variant": v, "ops": [{"fraction_of_ideal": 0.5}], **extra} for v, extra in variants.items()]
+    (d / "results.json").write_text(json.dumps({"experiment": {"name": name}, "runs": runs}))
+
+
+def links(used: int) -> dict:
+    return {"fabric_links": [{"from": f"agg-{i}", "to": f"tor-{i % 2}", "kind": "tor-agg",
+                              "bytes": 10**6 if i < used else 0} for i in range(16)]}
+
+
+def test_lab2_polarization_step_reads_the_links_the_run_used(tmp_path):
+    from testbed.labs.checks import lab2
+
+    work, results = tmp_path / "lab-work", tmp_path / "results"
+    prepare(LABS[2], work)
+    fake_run(results, "precise_vs_ecmp", {"hpn-precise": {}, "hpn-ecmp": {}})
+    (work / "lab2.yaml").write_text("polarized_links: 8\nseeded_links: 14\n")
+    missing = {c.name: c for c in lab2(Evidence(work, results))}
+    assert not missing["a run of hash_polarization"].ok
+    fake_run(results, "hash_polarization", {"single-plane": links(8), "single-plane-seeded": links(14)})
+    checks = {c.name: c for c in lab2(Evidence(work, results))}
+    assert checks["one seed everywhere left aggregation-to-ToR links idle that per-switch seeds used"].ok
+    assert checks["answer 'polarized_links'"].ok and checks["answer 'seeded_links'"].ok

@@ -1,0 +1,34 @@
+"""Reading a run's counters: a NIC's two-port balance, its deepest queue, the aggregation links used."""
+
+from __future__ import annotations
+
+from testbed.net.balance import links_used, nic_balance
+
+
+def record() -> dict:
+    return {
+        "host_port_rx": {"h0:0": 3_000_000, "h0:1": 1_000_000, "h1:0": 2_000_000, "h1:1": 0, "h2:0": 10},
+        "host_port_tor": {"h0:0": "tor-a:1", "h0:1": "tor-b:1", "h1:0": "tor-a:2", "h1:1": "tor-b:2"},
+        "pfc": {"queues": {"tor-a:1": {"max_backlog": 90_000}, "tor-b:1": {"max_backlog": 3_000}}},
+        "fabric_links": [
+            {"from": "agg-0", "to": "tor-a", "kind": "tor-agg", "bytes": 1_000_000},
+            {"from": "agg-0", "to": "tor-b", "kind": "tor-agg", "bytes": 2_000},  # acknowledgements only
+            {"from": "agg-1", "to": "tor-a", "kind": "tor-agg", "bytes": 0},
+            {"from": "agg-1", "to": "tor-b", "kind": "tor-agg", "bytes": 900_000},
+            {"from": "agg-1", "to": "tor-c", "kind": "tor-agg", "bytes": 0},  # a ToR nothing came down to
+            {"from": "tor-a", "to": "agg-0", "kind": "tor-agg", "bytes": 5_000_000},
+        ],
+    }
+
+
+def test_each_dual_homed_nic_with_traffic_busiest_first():
+    nics = nic_balance(record(), min_bytes=1000)
+    assert [n.nic for n in nics] == ["h0:nic0", "h1:nic0"]  # h2 is single-homed here
+    assert nics[0].port_bytes == (3_000_000, 1_000_000) and nics[0].imbalance == 3.0
+    assert nics[0].deepest_queue == 90_000
+    assert nics[1].imbalance == float("inf") and nics[1].deepest_queue == 0
+
+
+def test_aggregation_to_tor_links_used_among_those_into_fed_tors():
+    assert links_used(record()) == (2, 4)
+    assert links_used({"fabric_links": []}) == (0, 0)
