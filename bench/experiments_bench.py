@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from testbed.experiment.runner import run
+from testbed.net.balance import describe
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,7 @@ def rows_of(outdir: Path) -> list[str]:
         drops = sum(r["drops"]["lossless"] for r in runs), sum(r["drops"]["default"] for r in runs)
         out.append(f"| {exp['name']} | {v} | {len(ops)} | {statistics.mean(bw) if bw else 0:.2f} | "
                    f"{statistics.mean(fr) if fr else 0:.1%} | {drops[0]}/{drops[1]} | "
-                   f"{f'{halted} of {len(runs)}' if halted else 'no'} | {per_job} | "
+                   f"{f'{halted} of {len(runs)}' if halted else 'no'} | {per_job} | {describe(runs[0])} | "
                    f"{', '.join(f'{k}: {x}' for k, x in exp.get('paper', {}).items())} | {outdir.name} |")
     return out
 
@@ -62,9 +63,9 @@ def main() -> None:
         f"{platform.node() or 'this machine'}: {os.cpu_count()} cores, kernel {platform.release()}.",
         "busbw in emulated Mbit/s (multiply by each experiment's scale for the real fabric).",
         "",
-        "| experiment | variant | ops | busbw | of ideal | drops (lossless/default) | halted | per job | paper | "
-        "results folder |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| experiment | variant | ops | busbw | of ideal | drops (lossless/default) | halted | per job | "
+        "load balance (first run) | paper | results folder |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     table = "\n".join(head[2:] + rows)
     readme = ROOT / "experiments" / "README.md"

@@ -70,15 +70,16 @@ def sports_by_path(graph: RoutingGraph, tables: Tables, model: str, c: Connectio
                    per_path: int = 4) -> dict[Path, list[int]]:
     """Source ports (from `start` on in each NIC port's range, round it) grouped by the path the fabric
     gives them. The scan stops once every shortest path has `per_path` ports, or after 64 ports per path
-    without that: under `asic`, a fabric where two tiers hash (a 3-tier Clos) has paths no 5-tuple takes
-    (both switches compute hash mod n from the same hash: polarization), and they stay out."""
+    (or the whole range) without that: under `asic`, a fabric where two tiers hash (a 3-tier Clos) has
+    paths no 5-tuple takes (both switches compute hash mod n from the same hash: polarization), and
+    they stay out."""
     nic = graph.by_ip[c.dst].nic
     src_ip = next(a.ip for a in graph.addresses if a.host == c.src and a.nic == nic)
     want = len(candidate_paths(graph, tables, c.src, c.dst))
     out: dict[Path, list[int]] = {}
     ranges = [r for port, r in sorted(PINNED_SPORTS.items())
               if any(l.nic_port == port for l in graph.attach[c.src, nic])]
-    for i in range(64 * want):
+    for i in range(min(64 * want, max(map(len, ranges)))):  # never a source port twice
         for r in ranges:
             sport = r[(start + i) % len(r)]
             p = predict(graph, tables, model, c.src, FiveTuple(src_ip, c.dst, PROTO[c.proto], sport, c.dport))
