@@ -31,7 +31,8 @@ def _balance_row(variant: str, rs: list[dict]) -> str | None:
     if not per_run:
         return None
     cells = [
-        ", ".join(f"{nics[0].nic} {_ratio(nics[0].imbalance)}" for nics, _ in per_run),
+        ", ".join(f"{w.nic} {_ratio(w.imbalance)}" for w in (max(nics, key=lambda n: n.imbalance)
+                                                              for nics, _ in per_run)),
         ", ".join(_ratio(statistics.median(n.imbalance for n in nics)) for nics, _ in per_run),
         ", ".join(f"{sum(n.imbalance >= 2 for n in nics)} of {len(nics)}" for nics, _ in per_run),
         ", ".join(f"{max(n.deepest_queue for n in nics) / 1e3:.0f}" for nics, _ in per_run),
@@ -146,7 +147,7 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
         lines += ["", "Load on the two ToR ports facing each receiving NIC (more/less loaded bytes), the deepest "
                   "lossless queue at those ports, and the aggregation-to-ToR links that carried traffic "
                   "(testbed/net/balance.py), per run:", "",
-                  "| variant | busiest NIC | median over NICs | NICs >= 2x | deepest queue (KB) "
+                  "| variant | worst NIC | median over NICs | NICs >= 2x | deepest queue (KB) "
                   "| agg-to-ToR links used |",
                   "|---|---|---|---|---|---|", *balance]
     if exp.paper:

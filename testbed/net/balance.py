@@ -57,12 +57,12 @@ def links_used(rec: dict, from_role: str = "agg", to_role: str = "tor") -> tuple
 
 
 def describe(rec: dict) -> str:
-    """One run's balance in a line: the busiest NIC's imbalance, NICs >= 2x, deepest NIC-port queue, agg links."""
+    """One run's balance in a line: the worst NIC's imbalance, NICs >= 2x, deepest NIC-port queue, agg links."""
     nics = nic_balance(rec, min_bytes=1 << 20)
     if not nics:
         return ""
-    worst = nics[0].imbalance
+    worst = max(n.imbalance for n in nics)
     used, total = links_used(rec)
-    return (f"busiest NIC {'inf' if worst == float('inf') else f'{worst:.2f}'}x, "
+    return (f"worst NIC {'inf' if worst == float('inf') else f'{worst:.2f}'}x, "
             f"{sum(n.imbalance >= 2 for n in nics)}/{len(nics)} NICs >= 2x, "
             f"queue {max(n.deepest_queue for n in nics) / 1e3:.0f} KB, agg-to-ToR links {used}/{total}")
