@@ -57,7 +57,10 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
     if pfc:
         period = pfc["poll_period_ms"]
         out["pfc_poll_p99_ms"] = period["p99"]
-        over = {k: q for k, q in pfc.get("queues", {}).items() if q["max_backlog"] > q["xoff"] + q["headroom"]}
+        # A host's own egress queue has nothing upstream to pause (its sender is the host's stack, held by
+        # the paused port itself, as a NIC's send queue is): past XOFF there is no late pause, only a backlog.
+        over = {k: q for k, q in pfc.get("queues", {}).items()
+                if not q.get("host") and q["max_backlog"] > q["xoff"] + q["headroom"]}
         if over:
             k, q = max(over.items(), key=lambda kv: kv[1]["max_backlog"] - kv[1]["xoff"] - kv[1]["headroom"])
             reasons.append(f"a PFC pause came late: {len(over)} lossless queue(s) past XOFF + headroom, e.g. {k} "

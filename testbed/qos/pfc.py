@@ -223,7 +223,7 @@ class PfcAgent:
             "ports": {k: {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
                       for k, s in self.pauses.items() if s.events},
             "queues": {k: {"max_backlog": q.max_backlog, "xoff_events": q.xoff_events, "drops": q.drops,
-                           "xoff": q.port.plan.xoff, "headroom": q.port.plan.headroom}
+                           "xoff": q.port.plan.xoff, "headroom": q.port.plan.headroom, "host": q.port.is_host}
                        for k, q in self.queues.items() if q.max_backlog or q.drops},
             # every 20th poll: lossless backlogs (non-zero ones) and the ports paused at that moment
             "samples": [{"t": round(s["t"] - self.samples[0]["t"], 4), "backlog": s["backlog"],

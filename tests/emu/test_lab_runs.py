@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from testbed.labs.registry import LABS, prepare
+from testbed.net.balance import links_used
 
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
 
@@ -50,11 +51,14 @@ def test_lab2_steps_pass(tmp_path, quick_results, no_leftovers):
     v = by_variant(student_copy(tmp_path, quick_results, "precise_vs_ecmp"))
     frac = {k: statistics.mean(o["fraction_of_ideal"] for r in rs for o in r["ops"]) for k, rs in v.items()}
     assert frac["hpn-precise"] > frac["hpn-ecmp"]  # what the student should see (89% vs 47% unthrottled)
+    pol = by_variant(student_copy(tmp_path, quick_results, "hash_polarization"))
+    used = {k: links_used(rs[0])[0] for k, rs in pol.items()}
+    assert used["single-plane"] == 8 < used["single-plane-seeded"]  # one seed idles half the links, as the guide says
     answer(work, 2, ecmp_fraction=round(frac["hpn-ecmp"], 2), precise_fraction=round(frac["hpn-precise"], 2),
-           faster="precise")
+           faster="precise", polarized_links=used["single-plane"], seeded_links=used["single-plane-seeded"])
     r = check(tmp_path, 2)
     assert r.returncode == 0, r.stdout
-    assert "4 of 4 checks passed" in r.stdout
+    assert "7 of 7 checks passed" in r.stdout
 
 
 def test_lab2_without_the_run_says_to_run_it(tmp_path):

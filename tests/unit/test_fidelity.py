@@ -25,7 +25,9 @@ def test_each_reason_makes_it_unfaithful():
     assert verdict(stolen)["reasons"][0].startswith("the hypervisor took 12%")
     lag = {"poll_period_ms": {"configured": 5.0, "median": 9.0, "p99": 14.2, "max": 40.0},
            "queues": {"tor-p0-s0-r0-a:5": {"max_backlog": 120_000, "xoff": 48_448, "headroom": 53_028},
-                      "tor-p0-s0-r0-a:6": {"max_backlog": 10_000, "xoff": 48_448, "headroom": 53_028}}}
+                      "tor-p0-s0-r0-a:6": {"max_backlog": 10_000, "xoff": 48_448, "headroom": 53_028},
+                      # a host's own queue: nothing upstream to pause, so never a late pause
+                      "h1:0": {"max_backlog": 300_000, "xoff": 48_448, "headroom": 53_028, "host": True}}}
     assert verdict(QUIET, lag)["reasons"] == [
         "a PFC pause came late: 1 lossless queue(s) past XOFF + headroom, e.g. tor-p0-s0-r0-a:5 at 120,000 B > "
         "101,476 B (agent poll p99 14.2 ms, configured 5 ms)"]
