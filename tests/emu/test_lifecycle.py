@@ -20,16 +20,16 @@ with Network(build("hpn", hosts_per_segment=2)) as net:
 """
 
 
-def start_holder():
-    p = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
+def start_holder(preexec=None):
+    p = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True, preexec_fn=preexec)
     line = p.stdout.readline()
     assert line.strip() == "up"
     return p
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_tears_down(no_leftovers, take_snapshot, sig):
-    p = start_holder()
+def test_signal_tears_down(no_leftovers, take_snapshot, as_from_a_terminal, sig):
+    p = start_holder(as_from_a_terminal)
     assert len(take_snapshot()["bridges"] - no_leftovers["bridges"]) == 16
     p.send_signal(sig)
     p.wait(timeout=60)
