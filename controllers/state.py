@@ -158,7 +158,8 @@ class ControllerState:
                     raise ValueError(f"proto={f.proto!r}: use tcp or udp")
                 if not (0 <= f.sport < 65536 and 0 <= f.dport < 65536):
                     raise ValueError(f"ports={f.sport},{f.dport}: use 0..65535")
-            new = [f for f in flows if f.key not in self.flows]
+            # one entry per key: a flow named twice in one request is one flow (its load counts once)
+            new = list({f.key: f for f in flows if f.key not in self.flows}.values())
             for f in new:
                 self.flows[f.key] = f
                 self.cookies.setdefault(f.key, max(self.cookies.values(), default=0) + 1)
@@ -167,7 +168,9 @@ class ControllerState:
 
     def withdraw(self, keys: list[str] | None = None) -> Update:
         with self.lock:
-            keys = list(self.flows) if keys is None else keys
+            # a key named twice is withdrawn once (deleting it twice raised half-way, after the flow was
+            # gone but before its path was, and every later declare failed on the stale path)
+            keys = list(self.flows) if keys is None else list(dict.fromkeys(keys))
             missing = [k for k in keys if k not in self.flows]
             if missing:
                 raise KeyError(f"flow={missing[0]!r}: not declared")

@@ -85,6 +85,17 @@ def test_withdraw_frees_links():
     assert st.flows == {} and st.assignment.load == {}
 
 
+def test_a_flow_named_twice_in_one_request_is_one_flow():
+    st = ControllerState(build("hpn"), "precise")
+    f = cross_segment_flows(1)[0]
+    st.declare([f, f])
+    assert list(st.flows) == [f.key] and max(st.assignment.load.values()) == 1
+    assert st.withdraw([f.key, f.key]).precise_del
+    assert st.flows == {} and st.assignment.paths == {} and st.assignment.load == {}
+    st.declare(cross_segment_flows(2))  # the state is whole: declaring again works
+    assert len(st.assignment.paths) == 2
+
+
 def test_fat_tree_flows_disjoint_up_to_the_core():
     graph = RoutingGraph(build("fat_tree", k=4))
     pod1 = [h for h in graph.topo.hosts if h.pod == 1]
