@@ -23,18 +23,16 @@ from dataclasses import dataclass
 
 from topos.addressing import PINNED_SPORTS, nic_port_of
 
-from .hashing import TCP, UDP, FiveTuple, bucket, seed
+from .hashing import TCP, FiveTuple, bucket, seed
 from .precise import Assignment, FlowSpec, Hop, Path, assign, candidate_paths
 from .routing import RoutingGraph, Tables
-
-PROTO = {"tcp": TCP, "udp": UDP}
 
 
 def predict(graph: RoutingGraph, tables: Tables, model: str, src: str, t: FiveTuple) -> Path | None:
     """The path the fabric gives this 5-tuple from host `src`; None when it is not determined by the hash
     (an unpinned source port, a pinned port that cannot reach the destination, or `ovs` select groups)."""
     dst = graph.by_ip[t.dst]
-    nic_port = nic_port_of(t.sport)
+    nic_port = nic_port_of(t.sport) if t.proto == TCP else None  # the host pins TCP ports only
     reach = tables.host.get((src, dst.nic), {}).get(t.dst, ())
     first = [l for l in graph.attach[src, dst.nic] if l.nic_port == nic_port and l.a_port in reach]
     if not first:
@@ -73,6 +71,8 @@ def sports_by_path(graph: RoutingGraph, tables: Tables, model: str, c: Connectio
     (or the whole range) without that: under `asic`, a fabric where two tiers hash (a 3-tier Clos) has
     paths no 5-tuple takes (both switches compute hash mod n from the same hash: polarization), and
     they stay out."""
+    if c.proto != "tcp":
+        raise ValueError(f"proto={c.proto!r}: hosts pin the NIC port of TCP connections only (use tcp)")
     nic = graph.by_ip[c.dst].nic
     src_ip = next(a.ip for a in graph.addresses if a.host == c.src and a.nic == nic)
     want = len(candidate_paths(graph, tables, c.src, c.dst))
@@ -82,7 +82,7 @@ def sports_by_path(graph: RoutingGraph, tables: Tables, model: str, c: Connectio
     for i in range(min(64 * want, max(map(len, ranges)))):  # never a source port twice
         for r in ranges:
             sport = r[(start + i) % len(r)]
-            p = predict(graph, tables, model, c.src, FiveTuple(src_ip, c.dst, PROTO[c.proto], sport, c.dport))
+            p = predict(graph, tables, model, c.src, FiveTuple(src_ip, c.dst, TCP, sport, c.dport))
             if p is not None:
                 out.setdefault(p, []).append(sport)
         if len(out) == want and min(map(len, out.values())) >= per_path:

@@ -9,7 +9,7 @@ dual-homed NIC carry the same IP and MAC (HPN's non-stacked dual-ToR).
 200 hosts per third octet keeps the last octet in 1..200 (never .0 or .255);
 65,536/200*200 = 51,200 hosts per rail is far beyond what a laptop emulates.
 
-Source ports are planned too: a connection whose source port is in
+Source ports are planned too: a TCP connection whose source port is in
 PINNED_SPORTS[i] leaves on port i of its NIC (a host policy rule, as an RDMA
 application sets a queue pair's LAG port); other source ports follow the
 host's own multipath hash.

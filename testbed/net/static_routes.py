@@ -93,6 +93,8 @@ def host_route_script(host: str, short: str, nic_ports: dict[int, list[int]], ta
 
 
 def pin_rules(nic_ports: int) -> list[str]:
-    """`ip -batch` lines: source ports PINNED_SPORTS[i] look up NIC port i's table first."""
-    return [f"rule add sport {r.start}-{r.stop - 1} lookup {PIN_TABLE + i} priority {PIN_RULE_PRIORITY}"
+    """`ip -batch` lines: TCP source ports PINNED_SPORTS[i] look up NIC port i's table first. TCP only:
+    RoCEv2's UDP source ports (0xC000 up) overlap the ranges, and soft-RoCE binds each queue pair to its
+    port's own device (pinning its responses elsewhere halved an RDMA WRITE's rate)."""
+    return [f"rule add ipproto tcp sport {r.start}-{r.stop - 1} lookup {PIN_TABLE + i} priority {PIN_RULE_PRIORITY}"
             for i, r in sorted(PINNED_SPORTS.items()) if i < nic_ports]

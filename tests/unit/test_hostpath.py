@@ -120,3 +120,11 @@ def test_one_seed_in_a_3_tier_clos_leaves_most_paths_unreachable():
     assert total == 64
     assert len(sports_by_path(DCN_G, DCN_T, "asic", c)) == 8
     assert len(sports_by_path(DCN_G, DCN_T, "asic-seeded", c)) == 64
+
+
+def test_only_tcp_ports_are_pinned():
+    """RoCEv2's UDP source ports overlap the pinned ranges; the host rules match TCP only."""
+    t5 = FiveTuple(ip(HPN, "h0"), ip(HPN, "h4"), 17, PINNED_SPORTS[0].start, 4791)
+    assert predict(HPN_G, HPN_T, "asic", "h0", t5) is None
+    with pytest.raises(ValueError, match="proto='udp'"):
+        sports_by_path(HPN_G, HPN_T, "asic", Connection("h0", ip(HPN, "h4"), "udp", 4791))

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from controllers.routing import RoutingGraph, compute_tables
 from controllers.ruleset import RuleSet
-from testbed.net.static_routes import bundle_lines, host_route_script
+from testbed.net.static_routes import bundle_lines, host_route_script, pin_rules
 from topos import build
 
 
@@ -73,3 +73,9 @@ def test_asic_bundle_hashes_with_the_switch_basis_into_table_1():
     c = r.update({"10.0.0.3": (1,), "10.1.0.3": (6,)})  # port 5 died: the set goes
     assert bundle_lines(c) == ["flow add priority=100,ip,nw_dst=10.1.0.3,actions=output:6",
                                "flow delete table=1,reg1=1"]
+
+
+def test_pinned_source_ports_are_tcp_ranges_per_nic_port():
+    assert pin_rules(2) == ["rule add ipproto tcp sport 40000-49999 lookup 200 priority 500",
+                            "rule add ipproto tcp sport 50000-59999 lookup 201 priority 500"]
+    assert pin_rules(1) == pin_rules(2)[:1]  # single-homed: nothing to pin to a second port
