@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from topos.addressing import PINNED_SPORTS, nic_port_of
 
 from .hashing import TCP, FiveTuple, bucket, seed
-from .precise import Assignment, FlowSpec, Hop, Path, assign, candidate_paths
+from .precise import Assignment, FlowSpec, Hop, Path, assign
 from .routing import RoutingGraph, Tables
 
 
@@ -75,7 +75,7 @@ def sports_by_path(graph: RoutingGraph, tables: Tables, model: str, c: Connectio
         raise ValueError(f"proto={c.proto!r}: hosts pin the NIC port of TCP connections only (use tcp)")
     nic = graph.by_ip[c.dst].nic
     src_ip = next(a.ip for a in graph.addresses if a.host == c.src and a.nic == nic)
-    want = len(candidate_paths(graph, tables, c.src, c.dst))
+    want = count_paths(graph, tables, c.src, c.dst)
     out: dict[Path, list[int]] = {}
     ranges = [r for port, r in sorted(PINNED_SPORTS.items())
               if any(l.nic_port == port for l in graph.attach[c.src, nic])]

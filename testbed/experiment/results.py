@@ -7,7 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
-from testbed.net.balance import links_used, nic_balance
+from testbed.net.balance import links_used, nic_balance, ratio_text
 
 RESULTS = Path("results")
 
@@ -21,19 +21,15 @@ def _fired(rs: list[dict]) -> str:
     return f"{fired} of {fired + sum(len(r.get('failures_not_fired', [])) for r in rs)}"
 
 
-def _ratio(x: float) -> str:
-    return "inf" if x == float("inf") else f"{x:.2f}"
-
-
 def _balance_row(variant: str, rs: list[dict]) -> str | None:
     per_run = [(nic_balance(r, min_bytes=1 << 20), links_used(r)) for r in rs]
     per_run = [(nics, used) for nics, used in per_run if nics]
     if not per_run:
         return None
     cells = [
-        ", ".join(f"{w.nic} {_ratio(w.imbalance)}" for w in (max(nics, key=lambda n: n.imbalance)
+        ", ".join(f"{w.nic} {ratio_text(w.imbalance)}" for w in (max(nics, key=lambda n: n.imbalance)
                                                               for nics, _ in per_run)),
-        ", ".join(_ratio(statistics.median(n.imbalance for n in nics)) for nics, _ in per_run),
+        ", ".join(ratio_text(statistics.median(n.imbalance for n in nics)) for nics, _ in per_run),
         ", ".join(f"{sum(n.imbalance >= 2 for n in nics)} of {len(nics)}" for nics, _ in per_run),
         ", ".join(f"{max(n.deepest_queue for n in nics) / 1e3:.0f}" for nics, _ in per_run),
         ", ".join(f"{u} of {t}" for _, (u, t) in per_run),

@@ -56,6 +56,11 @@ def links_used(rec: dict, from_role: str = "agg", to_role: str = "tor") -> tuple
     return sum(1 for l in into_fed if l["bytes"] >= ACTIVE * busiest), len(into_fed)
 
 
+def ratio_text(x: float) -> str:
+    """An imbalance as the summaries print it ("inf": one port carried nothing)."""
+    return "inf" if x == float("inf") else f"{x:.2f}"
+
+
 def describe(rec: dict) -> str:
     """One run's balance in a line: the worst NIC's imbalance, NICs >= 2x, deepest NIC-port queue, agg links."""
     nics = nic_balance(rec, min_bytes=1 << 20)
@@ -63,6 +68,6 @@ def describe(rec: dict) -> str:
         return ""
     worst = max(n.imbalance for n in nics)
     used, total = links_used(rec)
-    return (f"worst NIC {'inf' if worst == float('inf') else f'{worst:.2f}'}x, "
+    return (f"worst NIC {ratio_text(worst)}x, "
             f"{sum(n.imbalance >= 2 for n in nics)}/{len(nics)} NICs >= 2x, "
             f"queue {max(n.deepest_queue for n in nics) / 1e3:.0f} KB, agg-to-ToR links {used}/{total}")
