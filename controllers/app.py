@@ -8,6 +8,7 @@ under `ryu-manager controllers.app`:
     HPNLAB_MODE       ecmp | precise | shortest
     HPNLAB_HASHING    ovs | asic | asic-seeded (how switches pick among ECMP next hops)
     HPNLAB_REST_PORT  loopback port of the REST API (0: none)
+    HPNLAB_REST_TOKEN_FILE  the 0600 file holding the token every REST request must carry
 
 The event handlers are thin: ControllerState (state.py) decides, ofmsgs.py
 turns its decisions into OpenFlow messages, packets.py answers ARP and builds
@@ -22,11 +23,14 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 
 from topos.model import Topology
 
 from . import ofmsgs
+from .client import read_token
 from .packets import arp_reply, lldp_frame, lldp_source
+from .peers import refusal, socket_uid
 from .precise import FlowSpec
 from .ryu_api import (
     CONFIG_DISPATCHER,
@@ -59,6 +63,8 @@ class HpnController(BaseApp):
         self.state = ControllerState(self.topo, os.environ.get("HPNLAB_MODE", "ecmp"),
                                      os.environ.get("HPNLAB_HASHING", "ovs"))
         self.dps: dict[str, object] = {}  # switch name -> datapath
+        self.refused: deque[dict] = deque(maxlen=64)  # OpenFlow connections turned away, newest last
+        self.refused_count = 0
         self.installed: set[str] = set()  # switches whose initial rules a barrier confirmed
         self.started = time.time()
         self.all_installed_at: float | None = None
@@ -69,7 +75,7 @@ class HpnController(BaseApp):
         if port:
             from .rest import RestServer
 
-            self.rest = RestServer(self, port)
+            self.rest = RestServer(self, port, read_token(os.environ["HPNLAB_REST_TOKEN_FILE"]))
             self.rest.start()
         log.info("hpnlab controller (%s) mode=%s, %d switches expected", FRAMEWORK, self.state.mode,
                  len(self.topo.switches))
@@ -77,11 +83,9 @@ class HpnController(BaseApp):
     # -- event handlers: each hands over to the state and the message builders -------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def _features(self, ev):
-        sw = self._switch(ev.msg.datapath)
-        if sw is None:
-            log.warning("unknown datapath %016x connected; ignored", ev.msg.datapath.id)
-        else:
-            self.connected(ev.msg.datapath, sw.name)
+        name = self.admit(ev.msg.datapath)
+        if name is not None:
+            self.connected(ev.msg.datapath, name)
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def _barrier(self, ev):
@@ -109,15 +113,33 @@ class HpnController(BaseApp):
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     def _port_stats(self, ev):
-        self.stats.reply(ev.msg)
+        if self._switch(ev.msg.datapath) is not None:
+            self.stats.reply(ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     def _flow_stats(self, ev):
-        self.stats.reply(ev.msg)
+        if self._switch(ev.msg.datapath) is not None:
+            self.stats.reply(ev.msg)
 
     # -- what the handlers hand over to ---------------------------------------------------
     def _switch(self, dp):
-        return self.state.by_dpid.get(dp.id)
+        """The switch behind an admitted connection; None for any other connection, whatever DPID it claims."""
+        sw = self.state.by_dpid.get(dp.id)
+        return sw if sw is not None and self.dps.get(sw.name) is dp else None
+
+    def admit(self, dp) -> str | None:
+        sw = self.state.by_dpid.get(dp.id)
+        old = self.dps.get(sw.name) if sw is not None else None
+        why = refusal(known=sw is not None, uid=socket_uid(dp.address, dp.socket.getsockname()),
+                      own_uid=os.geteuid(), live_duplicate=old is not None and old is not dp and old.is_active)
+        if why is None:
+            return sw.name
+        log.warning("refused OpenFlow connection from %s claiming DPID %016x: %s", dp.address, dp.id, why)
+        self.refused_count += 1
+        self.refused.append({"time": time.time(), "dpid": f"{dp.id:016x}", "peer": f"{dp.address[0]}:{dp.address[1]}",
+                             "reason": why})
+        dp.close()
+        return None
 
     def connected(self, dp, name: str) -> None:
         for m in ofmsgs.reset(dp):
@@ -205,7 +227,8 @@ class HpnController(BaseApp):
                 "connected": len(self.dps), "installed": len(self.installed),
                 "ready": len(self.installed) == len(self.topo.switches),
                 "ready_after_s": None if self.all_installed_at is None else
-                round(self.all_installed_at - self.started, 3), "lldp": self.wiring.report}
+                round(self.all_installed_at - self.started, 3), "lldp": self.wiring.report,
+                "refused_connections": self.refused_count, "last_refused": self.refused[-1] if self.refused else None}
 
     def declare(self, flows: list[FlowSpec]) -> list[dict]:
         self._send(self.state.declare(flows))

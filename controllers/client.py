@@ -3,9 +3,35 @@
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import stat
 import time
 import urllib.error
 import urllib.request
+
+
+def write_token(path: str) -> str:
+    """A new REST token in a new file only its owner reads (never through an existing file or link)."""
+    token = secrets.token_hex(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def read_token(path: str) -> str:
+    """The token from a file that is private to its owner (a token others can read protects nothing)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
+            raise PermissionError(f"token file {path}: must be a regular file with mode 0600, is "
+                                  f"{stat.filemode(st.st_mode)}")
+        token = f.read(256).strip()
+    if len(token) < 16:
+        raise ValueError(f"token file {path}: holds no token (at least 16 characters)")
+    return token
 
 
 class ControllerError(RuntimeError):
@@ -15,15 +41,19 @@ class ControllerError(RuntimeError):
         self.body = body
 
 
+CHUNK = 1024  # flows per request: the server's MAX_FLOWS
+
+
 class ControllerClient:
-    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0):
+    def __init__(self, port: int, token: str, host: str = "127.0.0.1", timeout: float = 10.0):
         self.base = f"http://{host}:{port}"
         self.timeout = timeout
+        self.headers = {"Authorization": f"Bearer {token}"}
 
     def request(self, method: str, path: str, body: object | None = None) -> object:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"} if data else {})
+                                     headers={**self.headers, **({"Content-Type": "application/json"} if data else {})})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 return json.loads(r.read())
@@ -37,10 +67,14 @@ class ControllerClient:
         return self.get("/health")
 
     def declare(self, flows: list[dict]) -> list[dict]:
-        return self.request("POST", "/flows", {"flows": flows})["flows"]
+        return [v for i in range(0, len(flows), CHUNK)
+                for v in self.request("POST", "/flows", {"flows": flows[i:i + CHUNK]})["flows"]]
 
     def withdraw(self, keys: list[str] | None = None) -> int:
-        return self.request("DELETE", "/flows", None if keys is None else {"flows": keys})["withdrawn"]
+        if keys is None:
+            return self.request("DELETE", "/flows")["withdrawn"]
+        return sum(self.request("DELETE", "/flows", {"flows": keys[i:i + CHUNK]})["withdrawn"]
+                   for i in range(0, len(keys), CHUNK))
 
     def wait_ready(self, timeout: float, alive=lambda: True) -> dict:
         """Until every switch is connected and routed; `alive` tells if the controller process still runs."""

@@ -8,18 +8,43 @@ HPNLAB_* environment.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
+import time
 
+from .client import read_token
 from .hashing import MODELS as HASH_MODELS
+from .peers import own_listener
 from .state import MODES
 
+# A switch that stops answering echo requests for ~10 s is disconnected (a hung or stopped
+# ovs-vswitchd); userspace OVS under full load answers within a second or two.
+ECHO_INTERVAL_S = 2.0
+ECHO_UNREPLIED = 5
+LISTEN_WAIT_S = 10.0
 
-def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = False, hashing: str = "ovs") -> None:
+
+def fail(message: str) -> None:
+    print(f"hpnlab controller: {message}", file=sys.stderr)
+    logging.shutdown()
+    os._exit(2)
+
+
+def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = False, hashing: str = "ovs",
+        token_file: str | None = None, remove_at_exit: tuple[str, ...] = ()) -> None:
+    if rest_port and not token_file:
+        fail("--token-file: the REST API needs a token file (mode 0600; 'hpnlab controller' makes one)")
+    if token_file:
+        try:
+            read_token(token_file)
+        except (OSError, ValueError) as exc:
+            fail(f"--token-file={token_file}: {exc}")
     os.environ.update(HPNLAB_TOPOLOGY=os.path.abspath(topology), HPNLAB_MODE=mode, HPNLAB_REST_PORT=str(rest_port),
-                      HPNLAB_HASHING=hashing)
+                      HPNLAB_HASHING=hashing, HPNLAB_REST_TOKEN_FILE=os.path.abspath(token_file or ""))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("os_ken", "ryu"):
@@ -27,18 +52,33 @@ def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = 
     try:
         from os_ken import cfg
         from os_ken.base.app_manager import AppManager
+        from os_ken.controller import controller  # noqa: F401  (registers the OpenFlow options set below)
         project = "os_ken"
     except ImportError:  # pragma: no cover
         from ryu import cfg  # type: ignore[no-redef]
         from ryu.base.app_manager import AppManager  # type: ignore[no-redef]
+        from ryu.controller import controller  # type: ignore[no-redef]  # noqa: F401
         project = "ryu"
     cfg.CONF(args=["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(of_port)], project=project)
+    cfg.CONF.set_override("echo_request_interval", ECHO_INTERVAL_S)
+    cfg.CONF.set_override("maximum_unreplied_echo_requests", ECHO_UNREPLIED)
     # Not AppManager.run_apps: with os-ken's native threads its shutdown path
     # calls a kill() its threads do not have. Start the apps, wait for a signal,
     # close them, and leave.
     mgr = AppManager.get_instance()
     mgr.load_apps(["controllers.app"])
-    mgr.instantiate_apps(**mgr.create_contexts())
+    try:
+        mgr.instantiate_apps(**mgr.create_contexts())
+    except OSError as exc:  # the REST port is bound in the app's constructor
+        fail(f"--rest-port={rest_port}: cannot listen on 127.0.0.1 ({exc.strerror}); choose a free port")
+    # os-ken listens for OpenFlow in a thread of its own and only logs a failed bind:
+    # a controller whose port another process holds would run on with no switch able to reach it.
+    deadline = time.monotonic() + LISTEN_WAIT_S
+    while not own_listener(of_port):
+        if time.monotonic() > deadline:
+            fail(f"--of-port={of_port}: not listening on 127.0.0.1 after {LISTEN_WAIT_S:.0f} s (another process "
+                 f"holds the port?); choose a free port")
+        time.sleep(0.05)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, lambda *_: stop.set())
@@ -46,6 +86,9 @@ def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = 
     try:
         mgr.close()
     finally:
+        for f in remove_at_exit:
+            with contextlib.suppress(OSError):
+                os.unlink(f)
         logging.shutdown()
         os._exit(0)  # switch connection threads are not daemons; nothing else is left to flush
 
@@ -57,9 +100,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hashing", choices=HASH_MODELS, default="ovs")
     ap.add_argument("--of-port", type=int, default=6653)
     ap.add_argument("--rest-port", type=int, default=8080)
+    ap.add_argument("--token-file", help="0600 file with the token REST requests must carry")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args(argv)
-    run(a.topology, a.mode, a.of_port, a.rest_port, a.verbose, a.hashing)
+    run(a.topology, a.mode, a.of_port, a.rest_port, a.verbose, a.hashing, a.token_file)
 
 
 if __name__ == "__main__":

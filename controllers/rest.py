@@ -12,11 +12,16 @@
     GET    /counters/flows         per declared flow, bytes per switch
     GET    /events                 link-down/up log with times and recompute cost
 
-Bad requests get a 4xx JSON error and the controller keeps running.
+Every request carries the run's token (`Authorization: Bearer TOKEN`, the token
+in a 0600 file only the run's owner reads); without it the answer is 401. Bad
+requests of any kind (a body too large or not JSON, numbers where ports go,
+unknown methods) get a 4xx JSON error and the controller keeps running; a client
+that stalls is dropped after CLIENT_TIMEOUT_S.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -28,6 +33,11 @@ from .precise import FlowSpec, candidate_paths
 
 log = logging.getLogger("hpnlab.rest")
 
+MAX_BODY = 1 << 20  # 1 MiB holds MAX_FLOWS flows with room to spare
+MAX_FLOWS = 1024  # per request, so one request holds the state lock for tens of ms, not seconds
+CLIENT_TIMEOUT_S = 10.0
+LISTEN_BACKLOG = 128
+
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str):
@@ -35,27 +45,82 @@ class ApiError(Exception):
         self.status = status
 
 
+def _query_int(v: str) -> int | str:
+    return int(v) if v.isascii() and v.isdigit() and len(v) <= 5 else v
+
+
+def _port(field: str, v: object) -> int:
+    # bool is an int to Python and 5.0 would pass int(); a port is neither
+    if type(v) is not int or not 0 <= v <= 65535:
+        raise ApiError(400, f"{field}={_short(v)}: a port is an integer 0..65535")
+    return v
+
+
+def _text(field: str, v: object) -> str:
+    if type(v) is not str or not 0 < len(v) <= 64:
+        raise ApiError(400, f"{field}={_short(v)}: give a string of 1-64 characters")
+    return v
+
+
+def _short(v: object) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
 def _flow_from(d: object) -> FlowSpec:
     if not isinstance(d, dict):
         raise ApiError(400, "each flow must be an object with src, dst, proto, sport, dport")
     unknown = set(d) - {"src", "dst", "proto", "sport", "dport"}
     if unknown:
-        raise ApiError(400, f"unknown flow field(s) {sorted(unknown)}; allowed: src, dst, proto, sport, dport")
+        raise ApiError(400, f"unknown flow field(s) {_short(sorted(unknown))}; allowed: src, dst, proto, sport, dport")
+    for k in ("src", "dst"):
+        if k not in d:
+            raise ApiError(400, f"flow field {k!r} is required")
+    return FlowSpec(src=_text("src", d["src"]), dst=_text("dst", d["dst"]), proto=_text("proto", d.get("proto", "udp")),
+                    sport=_port("sport", d.get("sport", 0)), dport=_port("dport", d.get("dport", 0)))
+
+
+def _flow_list(body: object, example: str) -> list:
+    if not isinstance(body, dict) or not isinstance(body.get("flows"), list) or set(body) != {"flows"}:
+        raise ApiError(400, f"send {example}")
+    if len(body["flows"]) > MAX_FLOWS:
+        raise ApiError(413, f"flows: {len(body['flows'])} in one request; send at most {MAX_FLOWS} per request")
+    return body["flows"]
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(raw: bytes) -> object:
+    """JSON with what a request may hold: no NaN/Infinity, no number that overflows, bounded nesting."""
     try:
-        return FlowSpec(src=str(d["src"]), dst=str(d["dst"]), proto=str(d.get("proto", "udp")),
-                        sport=int(d.get("sport", 0)), dport=int(d.get("dport", 0)))
-    except KeyError as exc:
-        raise ApiError(400, f"flow field {exc.args[0]!r} is required") from None
-    except (TypeError, ValueError):
-        raise ApiError(400, "sport and dport must be integers") from None
+        return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite)
+    except RecursionError:
+        raise ApiError(400, "body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"body is not JSON: {str(exc)[:100]}") from None
+
+
+def _finite(text: str) -> float:
+    v = float(text)
+    if v in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return v
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG  # http.server's 5 refused clients of a busy run
+    daemon_threads = True
 
 
 class RestServer:
-    def __init__(self, app, port: int, host: str = "127.0.0.1"):
+    def __init__(self, app, port: int, token: str, host: str = "127.0.0.1"):
+        if len(token) < 16:
+            raise ValueError("the REST token must have at least 16 characters")
         self.app = app
-        handler = type("Handler", (_Handler,), {"app": app})
-        self.httpd = ThreadingHTTPServer((host, port), handler)
-        self.httpd.daemon_threads = True
+        handler = type("Handler", (_Handler,), {"app": app, "token": token.encode()})
+        self.httpd = _Server((host, port), handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="hpnlab-rest", daemon=True)
 
     def start(self) -> None:
@@ -69,36 +134,72 @@ class RestServer:
 
 class _Handler(BaseHTTPRequestHandler):
     app = None  # set per server
+    token = b""
     server_version = "hpnlab-controller"
+    timeout = CLIENT_TIMEOUT_S  # a stalled client's thread ends instead of waiting forever
+    protocol_version = "HTTP/1.0"  # one request per connection: no idle keep-alive threads
 
     def log_message(self, fmt, *args):  # route http.server's stderr lines into logging
         log.debug("%s " + fmt, self.address_string(), *args)
 
-    def _reply(self, status: int, body: object) -> None:
+    def _reply(self, status: int, body: object, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own errors (bad request line, unknown method, header too long) as JSON, not HTML."""
+        self.close_connection = True
+        try:
+            self._reply(code, {"error": message or HTTPStatus(code).phrase})
+        except OSError:
+            pass
 
     def _body(self) -> object:
-        n = int(self.headers.get("Content-Length") or 0)
+        if self.headers.get("Transfer-Encoding"):
+            raise ApiError(411, "send the body with a Content-Length, not chunked")
+        raw = self.headers.get("Content-Length") or "0"
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+            raise ApiError(400, f"Content-Length={_short(raw)}: not a byte count")
+        n = int(raw)
+        if n > MAX_BODY:
+            raise ApiError(413, f"Content-Length={n}: bodies are at most {MAX_BODY} bytes")
         if not n:
             return None
         try:
-            return json.loads(self.rfile.read(n))
-        except ValueError as exc:
-            raise ApiError(400, f"body is not JSON: {exc}") from None
+            data = self.rfile.read(n)
+        except TimeoutError:
+            raise ApiError(408, f"body: {n} bytes announced, not sent within {CLIENT_TIMEOUT_S:.0f} s") from None
+        if len(data) < n:
+            raise ApiError(400, f"body ended after {len(data)} of {n} bytes")
+        return parse_json(data)
+
+    def _authorised(self) -> bool:
+        got = self.headers.get("Authorization", "")
+        return got.startswith("Bearer ") and hmac.compare_digest(got[7:].strip().encode(), self.token)
 
     def _dispatch(self, method: str) -> None:
         url = urlparse(self.path)
-        q = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        route = getattr(self, f"{method}_{url.path.strip('/').replace('/', '_') or 'root'}", None)
+        q = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=16).items()} if len(url.query) < 2048 else None
+        name = url.path.strip("/").replace("/", "_") or "root"
+        route = getattr(self, f"{method}_{name}", None)
         try:
+            if not self._authorised():
+                raise ApiError(401, "send the run's token: Authorization: Bearer TOKEN (the token file is "
+                                    "printed by 'hpnlab up' and readable by its owner only)")
+            if q is None:
+                raise ApiError(414, "query string longer than 2048 characters")
             if route is None:
-                raise ApiError(404 if method == "get" or url.path.strip("/") != "flows" else 405,
-                               f"no {method.upper()} {url.path}; see GET /health and the README")
+                allowed = [m.upper() for m in ("get", "post", "delete") if hasattr(self, f"{m}_{name}")]
+                if allowed:
+                    raise ApiError(405, f"{method.upper()} {url.path}: allowed {', '.join(allowed)}")
+                raise ApiError(404, f"no {method.upper()} {url.path}; see GET /health and the README")
             self._reply(200, route(q))
         except ApiError as exc:
             self._reply(exc.status, {"error": str(exc)})
@@ -106,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(400, {"error": str(exc.args[0]) if exc.args else repr(exc)})
         except Exception as exc:  # keep serving whatever one request did
             log.exception("REST %s %s failed", method, url.path)
-            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {exc}"})
+            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}"})
 
     def do_GET(self):
         self._dispatch("get")
@@ -116,6 +217,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self):
         self._dispatch("delete")
+
+    def do_PUT(self):
+        self._dispatch("put")
+
+    def do_PATCH(self):
+        self._dispatch("patch")
+
+    def do_HEAD(self):
+        self._dispatch("head")
+
+    def do_OPTIONS(self):
+        self._dispatch("options")
 
     # -- routes -----------------------------------------------------------------
     def get_health(self, q):
@@ -135,9 +248,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not src or not dst:
             raise ApiError(400, "give src (a host name) and dst (a host address)")
         if src not in st.topo.nodes or st.topo.nodes[src].role != "host":
-            raise ApiError(400, f"src={src!r}: not a host")
+            raise ApiError(400, f"src={_short(src)}: not a host")
         if dst not in st.ip_owner:
-            raise ApiError(400, f"dst={dst!r}: not a host address")
+            raise ApiError(400, f"dst={_short(dst)}: not a host address")
         return src, dst
 
     @staticmethod
@@ -157,10 +270,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def get_path(self, q):
         src, dst = self._src_dst(q)
-        try:
-            f = FlowSpec(src, dst, q.get("proto", "udp"), int(q.get("sport", 0)), int(q.get("dport", 0)))
-        except ValueError:
-            raise ApiError(400, "sport and dport must be integers") from None
+        f = FlowSpec(src, dst, _text("proto", q.get("proto", "udp")), _port("sport", _query_int(q.get("sport", "0"))),
+                     _port("dport", _query_int(q.get("dport", "0"))))
         st = self.app.state
         with st.lock:
             if f.key in st.flows:
@@ -175,11 +286,8 @@ class _Handler(BaseHTTPRequestHandler):
             return [st.flow_view(k) for k in st.flows]
 
     def post_flows(self, q):
-        body = self._body()
-        if not isinstance(body, dict) or not isinstance(body.get("flows"), list):
-            raise ApiError(400, 'send {"flows": [{"src": "h0", "dst": "10.0.0.5", "proto": "udp", '
-                                '"sport": 5000, "dport": 7000}, ...]}')
-        flows = [_flow_from(d) for d in body["flows"]]
+        example = '{"flows": [{"src": "h0", "dst": "10.0.0.5", "proto": "udp", "sport": 5000, "dport": 7000}, ...]}'
+        flows = [_flow_from(d) for d in _flow_list(self._body(), example)]
         if self.app.state.mode != "precise":
             raise ApiError(409, f"mode={self.app.state.mode!r}: flows are declared in precise mode")
         return {"flows": self.app.declare(flows)}
@@ -188,9 +296,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         keys = None
         if body is not None:
-            if not isinstance(body, dict) or not isinstance(body.get("flows"), list):
-                raise ApiError(400, 'send {"flows": ["udp:h0:5000->10.0.0.5:7000", ...]} or no body for all')
-            keys = [str(k) for k in body["flows"]]
+            keys = [_text("flow", k) for k in _flow_list(body, '{"flows": ["udp:h0:5000->10.0.0.5:7000", ...]} '
+                                                                'or no body for all')]
         try:
             return {"withdrawn": self.app.withdraw(keys)}
         except KeyError as exc:

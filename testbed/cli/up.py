@@ -29,7 +29,8 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ov
         if net.scale_choice is not None:
             console.print(net.scale_choice.why(), soft_wrap=True)
         if net.controller is not None:
-            console.print(f"controller REST API: {net.controller.base} (log: {net.controller_log})")
+            console.print(f"controller REST API: {net.controller.base}, token in {net.controller_token_file} "
+                          f"(log: {net.controller_log})", soft_wrap=True)
         for link in fail_links:
             net.set_link(link, up=False)
             console.print(f"failed {link}")

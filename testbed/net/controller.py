@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from controllers.client import ControllerClient
-from testbed.system.ownership import Ownership
+from controllers.client import ControllerClient, write_token
+from controllers.peers import own_listener
+from testbed.system.ownership import RUN_DIR, Ownership
 from topos.model import Topology
 
 
@@ -26,27 +27,38 @@ class ControllerProcess:
         self.proc: subprocess.Popen | None = None
         self.client: ControllerClient | None = None
         self.of_port: int | None = None
+        self.token_file: Path | None = None
 
     def start(self, owner: Ownership, topo_file: str) -> int:
-        """Start it and wait until it listens, so switches get a controller at once; returns the OpenFlow port."""
-        self.of_port, rest_port = free_port(), free_port()
+        """Start it and wait until it listens, so switches get a controller at once; returns the OpenFlow port.
+
+        The REST token goes in the run's own 0600 file beside its record (removed with it)."""
+        RUN_DIR.mkdir(parents=True, exist_ok=True)
+        self.token_file = RUN_DIR / f"{owner.run_id}.token"
+        token = write_token(str(self.token_file))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controllers.launcher", "--topology", topo_file, "--mode", self.mode,
-             "--hashing", self.hashing, "--of-port", str(self.of_port), "--rest-port", str(rest_port)],
-            stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        owner.process(self.proc.pid, "hpnlab controller")
-        self.client = ControllerClient(rest_port)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.of_port), timeout=0.2).close()
+        for _ in range(3):  # a port picked free can be taken before the controller binds it; it then exits 2
+            self.of_port, rest_port = free_port(), free_port()
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "controllers.launcher", "--topology", topo_file, "--mode", self.mode,
+                 "--hashing", self.hashing, "--of-port", str(self.of_port), "--rest-port", str(rest_port),
+                 "--token-file", str(self.token_file)],
+                stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            owner.process(self.proc.pid, "hpnlab controller")
+            self.client = ControllerClient(rest_port, token)
+            if self._listening(deadline=time.monotonic() + 30):
                 return self.of_port
-            except OSError:
-                if not self.alive() or time.monotonic() > deadline:
-                    raise RuntimeError(f"controller did not start; see {self.log_path}") from None
-                time.sleep(0.05)
+            if self.proc.poll() != 2:
+                break
+        raise RuntimeError(f"controller did not start; see {self.log_path}")
+
+    def _listening(self, deadline: float) -> bool:
+        while self.alive() and time.monotonic() < deadline:
+            if own_listener(self.of_port, self.proc.pid):
+                return True
+            time.sleep(0.05)
+        return False
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -199,6 +199,11 @@ class Network:
     def controller_log(self) -> Path | None:
         return self._controller.log_path if self._controller is not None else None
 
+    @property
+    def controller_token_file(self) -> Path | None:
+        """The 0600 file with the token the controller's REST API asks for."""
+        return self._controller.token_file if self._controller is not None else None
+
     def node(self, name: str):
         """Mininet node for a Topology node name (or a short name)."""
         n = self.topo.nodes.get(name)

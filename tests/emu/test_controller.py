@@ -100,7 +100,7 @@ def test_rest_errors_are_4xx_json_and_controller_survives(no_leftovers):
                                            ("GET", "/path?src=h0&dst=1.2.3.4", None, 400),
                                            ("GET", "/nope", None, 404),
                                            ("DELETE", "/flows", b'{"flows": ["x"]}', 404)):
-            req = urllib.request.Request(c.base + path, data=body, method=method)
+            req = urllib.request.Request(c.base + path, data=body, method=method, headers=c.headers)
             with pytest.raises(urllib.error.HTTPError) as exc:
                 urllib.request.urlopen(req, timeout=5)
             assert exc.value.code == status, (method, path)
