@@ -10,11 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from . import clos, hpn, rail
 from .errors import InputError
 from .fabric import FabricParams, build_fabric
 from .model import Link, Node, Topology
-from .params import Params, parse_params
+from .params import Params, input_error, parse_params
 
 __all__ = ["BUILDERS", "Builder", "InputError", "Link", "Node", "Topology", "build"]
 
@@ -62,4 +64,8 @@ def resolve_params(name: str, preset: str | None = None, **params: Any) -> Param
 def build(name: str, preset: str | None = None, **params: Any) -> Topology:
     b = get_builder(name)
     p = resolve_params(name, preset, **params)
-    return build_fabric(b.to_fabric(p), name, p.model_dump())
+    try:  # a builder's own parameters map onto the common fabric's, whose bounds hold for all
+        fabric = b.to_fabric(p)
+    except ValidationError as exc:
+        raise input_error(exc, FabricParams, name) from None
+    return build_fabric(fabric, name, p.model_dump())

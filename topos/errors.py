@@ -21,6 +21,9 @@ class InputError(Exception):
         super().__init__(self.line())
 
     def line(self) -> str:
-        head = f"{self.field}={self.value!r}: " if self.field is not None else ""
+        value = repr(self.value)
+        if len(value) > 80:  # one line, whatever the input was
+            value = value[:77] + "..."
+        head = f"{self.field}={value}: " if self.field is not None else ""
         tail = f"; fix: {self.fix}" if self.fix else ""
         return f"{head}{self.what}{tail}"

@@ -29,25 +29,30 @@ from .errors import InputError
 from .model import SHORT_PREFIX, Link, Node, Topology
 from .params import Params
 
+MAX_HOSTS = 51_200  # 10.r.(i // 200).(i % 200 + 1): 256 third octets x 200
+MAX_ELEMENTS = 1_000_000  # hosts + switches + links
+
 
 class FabricParams(Params):
-    pods: int = Field(1, ge=1)
-    segments_per_pod: int = Field(2, ge=1)
-    hosts_per_segment: int = Field(4, ge=1)
-    backup_hosts_per_segment: int = Field(0, ge=0)
-    rails: int = Field(2, ge=1, description="NICs per host")
-    gpus_per_host: int | None = Field(None, ge=1, description="default: one GPU per NIC")
+    # Bounds: the address plan (topos/addressing.py: a /16 per rail, 51,200 hosts) and a pure model that
+    # still fits in memory; the paper's pod (15 segments x 136 hosts x 8 rails) is well inside.
+    pods: int = Field(1, ge=1, le=64)
+    segments_per_pod: int = Field(2, ge=1, le=1024)
+    hosts_per_segment: int = Field(4, ge=1, le=2048)
+    backup_hosts_per_segment: int = Field(0, ge=0, le=256)
+    rails: int = Field(2, ge=1, le=16, description="NICs per host")
+    gpus_per_host: int | None = Field(None, ge=1, le=64, description="default: one GPU per NIC")
     rail_optimized: bool = True
     dual_tor: bool = True
     dual_plane: bool = True
-    aggs_per_plane: int = Field(4, ge=1)
-    tor_uplinks: int = Field(4, ge=1)
+    aggs_per_plane: int = Field(4, ge=1, le=1024)
+    tor_uplinks: int = Field(4, ge=1, le=1024)
     core: bool | None = Field(None, description="core tier; default: only when pods > 1")
-    core_oversubscription: float = Field(1.0, ge=1.0)
-    port_gbps: float = Field(200.0, gt=0, description="host NIC port rate")
-    uplink_gbps: float = Field(400.0, gt=0, description="ToR-agg and agg-core rate")
-    tor_capacity_gbps: float = Field(51200.0, gt=0, description="ToR switching capacity")
-    agg_capacity_gbps: float = Field(51200.0, gt=0, description="aggregation switch capacity")
+    core_oversubscription: float = Field(1.0, ge=1.0, le=1024)
+    port_gbps: float = Field(200.0, gt=0, le=1e5, description="host NIC port rate")
+    uplink_gbps: float = Field(400.0, gt=0, le=1e5, description="ToR-agg and agg-core rate")
+    tor_capacity_gbps: float = Field(51200.0, gt=0, le=1e7, description="ToR switching capacity")
+    agg_capacity_gbps: float = Field(51200.0, gt=0, le=1e7, description="aggregation switch capacity")
 
     @model_validator(mode="after")
     def _coherent(self) -> FabricParams:
@@ -59,6 +64,14 @@ class FabricParams(Params):
                 f"a ToR spreads its uplinks evenly over the {self.aggs_per_plane} aggregation switches of its plane",
                 f"use a multiple of aggs_per_plane, e.g. tor_uplinks={self.aggs_per_plane}",
                 field="tor_uplinks", value=self.tor_uplinks)
+        s = shape(self)
+        hosts = s.hosts
+        if hosts > MAX_HOSTS:
+            raise InputError(f"more than the address plan's {MAX_HOSTS}", "use fewer pods, segments or hosts",
+                             field="hosts", value=hosts)
+        if s.links + s.switches + hosts > MAX_ELEMENTS:
+            raise InputError(f"with {s.switches} switches and {hosts} hosts, more than the {MAX_ELEMENTS} elements "
+                             "a topology model may have", "use fewer pods or segments", field="links", value=s.links)
         return self
 
 

@@ -22,13 +22,13 @@ completion times stay comparable with the real fabric.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from topos import inputs
 from topos.errors import InputError
 
 from .collectives import ALGORITHMS, Rank
@@ -37,14 +37,24 @@ UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KIB": 1024, "MIB": 1 <
 GROUPS = ("tp", "dp", "ep", "pp")
 
 
+MAX_SIZE = 10**15  # 1 PB: beyond any collective, and far below what int() of a float loses
+
+
 def parse_size(value: Any, where: str = "size") -> int:
-    if isinstance(value, (int, float)) and value > 0:
-        return int(value)
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(value))
-    if not m or m.group(2).upper() not in UNITS:
+    """Bytes from 64MB, 1.5GiB or a positive integer; anything else (-5, 1.2.3GB, true, .inf) is an error."""
+    m = re.fullmatch(r"\s*([0-9]{1,16}(?:\.[0-9]{1,9})?)\s*([A-Za-z]{0,3})\s*", value) if type(value) is str else None
+    if type(value) is int:
+        n = value
+    elif type(value) is float and math.isfinite(value) and value >= 1:
+        n = int(value)
+    elif m and m.group(2).upper() in UNITS:
+        n = int(float(m.group(1)) * UNITS[m.group(2).upper()])
+    else:
         raise InputError("not a size", "write bytes or a number with KB/MB/GB/KiB/MiB/GiB, e.g. 64MB",
                          field=where, value=value)
-    return int(float(m.group(1)) * UNITS[m.group(2).upper()])
+    if not 0 < n <= MAX_SIZE:
+        raise InputError(f"a size is 1 byte to {MAX_SIZE:.0e} bytes", "e.g. 64MB", field=where, value=value)
+    return n
 
 
 @dataclass(frozen=True)
@@ -76,8 +86,7 @@ def _check_op(op: str, where: str) -> None:
 
 # -- (a) YAML -----------------------------------------------------------------------
 def load_yaml(path: str | Path) -> Workload:
-    text = Path(path).read_text()
-    data = yaml.safe_load(text) or {}
+    data = inputs.load_yaml(inputs.read_text(path, "file"), "file") or {}
     if not isinstance(data, dict) or not isinstance(data.get("ops"), list):
         raise InputError("a workload file needs a list under 'ops'", "see traffic/workload.py for the format",
                          field="ops", value=type(data.get("ops") if isinstance(data, dict) else data).__name__)
@@ -170,13 +179,13 @@ def _simai_type(token: str, default_group: str, path: Path, lineno: int) -> tupl
         return None
     base, _, suffix = token.partition("_")
     if base not in SIMAI_TYPES:
-        raise InputError(f"{path.name} line {lineno}: unknown communication type",
+        raise InputError(f"line {lineno}: unknown communication type",
                          f"use one of {', '.join(SIMAI_TYPES)} (optionally _DP, _EP, _DP_EP) or NONE",
-                         field="comm_type", value=token)
+                         field="file", value=str(path))
     group = {"": default_group, "DP": "dp", "EP": "ep", "DP_EP": "dp", "TP": "tp"}.get(suffix)
     if group is None:
-        raise InputError(f"{path.name} line {lineno}: unknown group suffix", "use _DP, _EP or _DP_EP",
-                         field="comm_type", value=token)
+        raise InputError(f"line {lineno}: unknown group suffix", "use _DP, _EP or _DP_EP",
+                         field="file", value=str(path))
     return SIMAI_TYPES[base], group
 
 
@@ -186,45 +195,53 @@ def load_simai(path: str | Path) -> Workload:
     input-gradient and weight-gradient, and an update percentage. Forward and input-gradient communication
     is in the tensor-parallel group, weight-gradient in the data-parallel group (SimAI's convention)."""
     path = Path(path)
-    lines = path.read_text().splitlines()
+    lines = inputs.read_text(path, "file").splitlines()
     if len(lines) < 2:
-        raise InputError(f"{path.name}: too short for a SimAI workload", "header, count line, rows", field="file",
+        raise InputError("too short for a SimAI workload", "header, count line, rows", field="file",
                          value=str(path))
     head = lines[0].split()
     kv = {head[i].rstrip(":"): head[i + 1] for i in range(1, len(head) - 1) if head[i].endswith(":")}
-    try:
-        plan = {"tp": int(kv["model_parallel_NPU_group"]), "ep": int(kv.get("ep", 1)), "pp": int(kv.get("pp", 1)),
-                "all_gpus": int(kv["all_gpus"])}
-    except (KeyError, ValueError) as exc:
-        raise InputError(f"{path.name} line 1: header lacks {exc}", "expect model_parallel_NPU_group: N ... "
-                         "all_gpus: N", field="header", value=lines[0][:60]) from None
+    # Errors name the file and line, never the text: the file could be any file root reads.
+    plan = {}
+    for key, name, default in (("tp", "model_parallel_NPU_group", None), ("ep", "ep", "1"), ("pp", "pp", "1"),
+                               ("all_gpus", "all_gpus", None)):
+        raw = kv.get(name, default)
+        if raw is None or not (raw.isascii() and raw.isdigit() and 0 < int(raw) <= 1 << 20):
+            raise InputError(f"line 1: header needs '{name}: N' with N a positive integer",
+                             "expect model_parallel_NPU_group: N ... all_gpus: N", field="file", value=str(path))
+        plan[key] = int(raw)
     plan["dp"] = plan["all_gpus"] // (plan["tp"] * plan["pp"])
+    if plan["dp"] < 1:
+        raise InputError("line 1: all_gpus is smaller than model_parallel_NPU_group x pp",
+                         "all_gpus = tp x pp x dp", field="file", value=str(path))
     try:
         count = int(lines[1].split()[0])
     except (ValueError, IndexError):
-        raise InputError(f"{path.name} line 2: expected the number of rows", "a single integer", field="count",
-                         value=lines[1][:40]) from None
+        raise InputError("line 2: expected the number of rows", "a single integer", field="file",
+                         value=str(path)) from None
     rows = [l for l in lines[2:] if l.strip()]
     if len(rows) != count:
-        raise InputError(f"{path.name}: line 2 announces {count} rows, the file has {len(rows)}",
-                         "fix the count or the rows", field="count", value=count)
+        raise InputError(f"line 2 announces {count} rows, the file has {len(rows)}",
+                         "fix the count or the rows", field="file", value=str(path))
     ops: list[Op] = []
     for lineno, line in enumerate(lines[2:], start=3):
         if not line.strip():
             continue
         f = line.split()
         if len(f) < 11:
-            raise InputError(f"{path.name} line {lineno}: {len(f)} fields, need at least 11",
-                             "name, reserved, then 3 x (time, type, bytes)", field="row", value=line[:60])
+            raise InputError(f"line {lineno}: {len(f)} fields, need at least 11",
+                             "name, reserved, then 3 x (time, type, bytes)", field="file", value=str(path))
         name = f[0]
         for phase, (_compute_col, ci, bi), group in (("fwd", (2, 3, 4), "tp"), ("ig", (5, 6, 7), "tp"),
                                            ("wg", (8, 9, 10), "dp")):
             kind = _simai_type(f[ci], group, path, lineno)
             try:
-                nbytes = int(f[bi])
+                nbytes = int(f[bi]) if len(f[bi]) <= 16 else MAX_SIZE + 1
+                if nbytes > MAX_SIZE:
+                    raise ValueError
             except ValueError:
-                raise InputError(f"{path.name} line {lineno}: {phase} bytes is not an integer", "a byte count",
-                                 field="bytes", value=f[bi]) from None
+                raise InputError(f"line {lineno}: {phase} bytes is not an integer", "a byte count",
+                                 field="file", value=str(path)) from None
             if kind is None or nbytes <= 0:
                 continue
             ops.append(Op(kind[0], nbytes, kind[1], label=f"{name}:{phase}"))

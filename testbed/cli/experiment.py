@@ -12,13 +12,16 @@ from .common import console
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
-    """Check an experiment file (and its names against the topology) without running it."""
-    from testbed.experiment.spec import check_against, load
+    """Check an experiment file as `run` does (topology, names, workload, schedules) without running it."""
+    from pathlib import Path
 
-    exp = load(file)
-    for label, v in exp.expand():
-        check_against(v, v.topology.build())
-        console.print(f"{label}: {v.topology.name}, routing {v.routing}, {len(v.failures)} scheduled failure(s)")
+    from testbed.experiment.runner import prepare
+    from testbed.experiment.spec import load
+
+    for p in prepare(load(file), Path(file).parent):
+        scale = p.scale.scale if p.scale is not None else p.exp.qos.scale
+        console.print(f"{p.label}: {p.exp.topology.name} ({len(p.topo.hosts)} hosts), routing {p.exp.routing}, "
+                      f"{len(p.items)} op(s) at scale {scale:g}, {len(p.events)} failure event(s)")
     console.print(f"[green]{file}: valid[/]")
 
 
@@ -47,16 +50,16 @@ def results_list() -> None:
     for c in ("run", "experiment", "runs"):
         t.add_column(c)
     for r in list_runs():
-        t.add_row(r["run"], r["experiment"], str(r["runs"]))
+        t.add_row(r["run"], r["experiment"], "-" if r["runs"] is None else str(r["runs"]))
     console.print(t)
 
 
 @results.command("show")
 @click.argument("run")
 def results_show(run: str) -> None:
-    from testbed.experiment.results import find
+    from testbed.experiment.results import summary
 
-    console.print((find(run) / "summary.md").read_text())
+    console.print(summary(run), markup=False)
 
 
 @click.command()

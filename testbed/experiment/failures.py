@@ -16,9 +16,10 @@ import threading
 import time
 from dataclasses import dataclass
 
+from topos.errors import InputError
 from topos.model import Topology
 
-from .spec import Experiment
+from .spec import MAX_EVENTS, Experiment
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,18 @@ class Event:
 
 
 def expand(exp: Experiment, topo: Topology) -> list[Event]:
+    """Every failure event in time order; refused (before any is built) when there would be more than
+    MAX_EVENTS: high random-failure rates over a long horizon on a large fabric reach millions."""
+    rf = exp.random_failures
+    planned = sum(2 * f.count if f.action == "flap" else 1 for f in exp.failures)
+    if rf is not None:
+        links = sum(1 for l in topo.links if l.kind in rf.kinds)
+        # one down/up pair per link per (mean gap + repair time) over the horizon
+        planned += 2 * links * exp.horizon_s / (60.0 / rf.link_down_per_min + rf.repair_after)
+    if planned > MAX_EVENTS:
+        raise InputError(f"the failure schedule would hold about {planned:,.0f} events, more than {MAX_EVENTS:,}",
+                         "lower the flap counts or link_down_per_min, or shorten horizon_s", field="failures",
+                         value=f"{len(exp.failures)} failures" + (", random_failures" if rf else ""))
     events: list[Event] = []
     for f in exp.failures:
         links = (topo.find_link(f.link).name,) if f.link else tuple(l.name for l in topo.links_of(f.node))
@@ -42,7 +55,6 @@ def expand(exp: Experiment, topo: Topology) -> list[Event]:
                 events.append(Event(f.at + (2 * c + 1) * f.period, True, links, f"flap {what}"))
         else:
             events.append(Event(f.at, f.action == "up", links, f"{f.action} {what}"))
-    rf = exp.random_failures
     if rf is not None:
         rng = random.Random(exp.seed)
         rate = rf.link_down_per_min / 60.0
@@ -50,7 +62,7 @@ def expand(exp: Experiment, topo: Topology) -> list[Event]:
             if l.kind not in rf.kinds:
                 continue
             t = rng.expovariate(rate)
-            while t < exp.horizon_s:
+            while t < exp.horizon_s and len(events) < 2 * MAX_EVENTS:  # the draw may exceed the mean
                 events.append(Event(t, False, (l.name,), f"random {l.name}"))
                 events.append(Event(t + rf.repair_after, True, (l.name,), f"repair {l.name}"))
                 t += rf.repair_after + rng.expovariate(rate)

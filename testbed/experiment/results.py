@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 from pathlib import Path
 
 from testbed.net.balance import links_used, nic_balance, ratio_text
+from topos.errors import InputError
+from topos.inputs import read_text
 
 RESULTS = Path("results")
 
@@ -160,31 +163,70 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     (outdir / "summary.md").write_text("\n".join(lines) + "\n")
 
 
+def load_results(run_dir: Path) -> dict:
+    """A run's results.json, or an InputError saying it is unreadable (a run killed mid-write, an edited file)."""
+    try:
+        data = json.loads(read_text(run_dir / "results.json", "results.json"))
+        if not (isinstance(data, dict) and isinstance(data.get("experiment"), dict)
+                and isinstance(data["experiment"].get("name"), str) and isinstance(data.get("runs"), list)
+                and all(isinstance(r, dict) for r in data["runs"])):
+            raise ValueError("not a results record")
+        return data
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"results.json is unreadable ({str(exc)[:60]})",
+                         "run the experiment again, or remove the folder", field="run", value=run_dir.name) from None
+
+
 def list_runs() -> list[dict]:
+    """Every results folder; one that cannot be read is listed as such instead of stopping the listing."""
     out = []
     for d in sorted(RESULTS.glob("*/results.json")):
-        data = json.loads(d.read_text())
-        out.append({"run": d.parent.name, "experiment": data["experiment"]["name"], "runs": len(data["runs"])})
+        try:
+            data = load_results(d.parent)
+            out.append({"run": d.parent.name, "experiment": data["experiment"]["name"], "runs": len(data["runs"])})
+        except InputError as exc:
+            out.append({"run": d.parent.name, "experiment": f"(unreadable: {exc.what})", "runs": None})
     return out
 
 
 def find(run: str) -> Path:
-    from topos.errors import InputError
-
-    cands = [p for p in RESULTS.glob(f"*{run}*") if (p / "results.json").exists()]
+    """The results folder a run name (or a unique part of one) names: only folders directly inside results/."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", run) or run.strip(".") == "":
+        raise InputError("not a run name", "give a folder name from 'hpnlab results list' (no '/', no wildcards)",
+                         field="run", value=run)
+    root = RESULTS.resolve()
+    dirs = [p for p in RESULTS.iterdir() if p.is_dir() and not p.is_symlink()] if RESULTS.is_dir() else []
+    exact = [p for p in dirs if p.name == run]
+    cands = [p for p in exact or dirs if run in p.name and (p / "results.json").is_file()]
     if len(cands) != 1:
         raise InputError("no such run" if not cands else "more than one run matches",
                          "see 'hpnlab results list'", field="run", value=run)
+    if not cands[0].resolve().is_relative_to(root):
+        raise InputError("outside results/", "see 'hpnlab results list'", field="run", value=run)
     return cands[0]
 
 
+def summary(run: str) -> str:
+    """A run's summary.md (a regular file of that folder, not a link to elsewhere)."""
+    d = find(run)
+    f = d / "summary.md"
+    if f.is_symlink() or not f.resolve().is_relative_to(d.resolve()):
+        raise InputError("summary.md is not a file of the run's folder", "run the experiment again", field="run",
+                         value=run)
+    return read_text(f, "summary.md")
+
+
 def _per_variant(run_dir: Path) -> dict[str, tuple[float, float]]:
-    data = json.loads((run_dir / "results.json").read_text())
+    data = load_results(run_dir)
     out: dict[str, tuple[list, list]] = {}
-    for r in data["runs"]:
-        bw, fr = out.setdefault(r["variant"], ([], []))
-        bw += [o["busbw_bps"] / 1e6 for o in r["ops"]]
-        fr += [o["fraction_of_ideal"] for o in r["ops"]]
+    try:
+        for r in data["runs"]:
+            bw, fr = out.setdefault(str(r["variant"]), ([], []))
+            bw += [float(o["busbw_bps"]) / 1e6 for o in r["ops"]]
+            fr += [float(o["fraction_of_ideal"]) for o in r["ops"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"results.json lacks a field ({exc!s:.40})", "run the experiment again", field="run",
+                         value=run_dir.name) from None
     return {v: (_mean_sd(bw)[0], _mean_sd(fr)[0]) for v, (bw, fr) in out.items()}
 
 

@@ -22,15 +22,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from testbed.net.network import Network
-from testbed.qos.scale import load_budget
+from testbed.qos.scale import ScaleChoice, load_budget
 from testbed.qos.shaper import LEAF_HANDLE, ROOT
 from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
+from topos.inputs import read_text
+from topos.model import Topology
 from traffic.replay import Replayer
 from traffic.transports import choose, make
 
@@ -167,6 +170,31 @@ def quick(exp: Experiment) -> Experiment:
     return exp.model_copy(update=upd)
 
 
+@dataclass
+class Prepared:
+    """One variant as it will run, every check passed: what `hpnlab validate` reports and `run` runs."""
+
+    label: str
+    exp: Experiment
+    topo: Topology
+    items: list
+    events: list
+    scale: ScaleChoice | None
+
+
+def prepare(exp: Experiment, base: Path, reduced: bool = False) -> list[Prepared]:
+    """Everything a run checks before it touches the system, for every variant: the topology built, names
+    checked against it, the workload read and scheduled, the failure schedule expanded (seed of rep 0)."""
+    out = []
+    for label, v in exp.expand():  # variants may bring jobs
+        v = quick(v) if reduced else v
+        topo = v.topology.build()
+        check_against(v, topo)
+        scaled, choice = resolve_scale(v, base, topo)
+        out.append(Prepared(label, v, topo, items(scaled, base, topo), expand(v, topo), choice))
+    return out
+
+
 def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None = None,
         results: Path = RESULTS) -> Path:
     """Run an experiment file (or an Experiment built in Python) and return its results folder.
@@ -180,13 +208,9 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
         text = yaml.safe_dump(exp.model_dump(by_alias=True, exclude_defaults=True), sort_keys=False)
     else:
         exp, base = load(spec), base or Path(spec).parent
-        text = Path(spec).read_text()
-    variants = [(label, quick(v) if reduced else v) for label, v in exp.expand()]  # variants may bring jobs
-    built = {label: v.topology.build() for label, v in variants}
-    for label, v in variants:  # every variant's names checked before anything starts
-        check_against(v, built[label])
-    total = sum(len(items(resolve_scale(v, base, built[label])[0], base, built[label])) * v.repetitions
-                for label, v in variants)
+        text = read_text(spec, "file")
+    variants = prepare(exp, base, reduced)
+    total = sum(len(p.items) * p.exp.repetitions for p in variants)
     probe().require_root("running an experiment")
     digest = hashlib.sha256(text.encode()).hexdigest()[:7]
     outdir = results / f"{time.strftime('%Y%m%d-%H%M%S')}-{exp.name}{'-quick' if reduced else ''}-{digest}"
@@ -198,7 +222,7 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ops"),
                   TimeElapsedColumn()) as prog:
         task = prog.add_task(exp.name, total=total)
-        for label, v in variants:
+        for label, v in ((p.label, p.exp) for p in variants):
             for rep in range(v.repetitions):
                 prog.update(task, description=f"{exp.name}: {label} rep {rep + 1}/{v.repetitions}")
                 v_rep = v.model_copy(update={"seed": v.seed + rep})

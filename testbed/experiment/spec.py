@@ -32,24 +32,43 @@ is allowed. Cross-checks against the topology (link and node names) happen in
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from controllers.hashing import HashModel
 from testbed.qos.spec import QosSpec
 from topos.errors import InputError
+from topos.inputs import confined, load_yaml, read_text
+from traffic.collectives import ALGORITHMS
+from traffic.workload import parse_size
+
+MAX_SPEC_BYTES = 1 << 20
+DAY_S = 86_400.0
+MAX_EVENTS = 100_000  # failure events after expansion (flaps, random failures); each is a real interface change
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # becomes part of folder names: no '/', no leading '.'
+Name = Annotated[str, Field(pattern=NAME_PATTERN, description="letters, digits, '.', '_', '-'; at most 64")]
+NAME_FIX = "use letters, digits, '.', '_' and '-' (at most 64, not starting with '.' or '-')"
+
+
+class _FieldError(ValueError):
+    """An InputError raised inside a field validator, so pydantic adds where the field is."""
+
+    def __init__(self, error: InputError):
+        super().__init__(error.what)
+        self.error = error
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: 5.0 or true is not a count and "5" is not a number; finite: .inf is no horizon
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class TopologySpec(_Strict):
-    name: str = "hpn"
-    preset: str | None = None
+    name: str = Field("hpn", max_length=64)
+    preset: str | None = Field(None, max_length=64)
     params: dict[str, Any] = Field(default_factory=dict)
 
     def build(self):
@@ -61,15 +80,31 @@ class TopologySpec(_Strict):
 class CollectiveSpec(_Strict):
     op: str = "allreduce"
     size: str | int = "160GB"
-    algorithm: str | None = None
-    ranks: str = "rail0"
-    iters: int = Field(3, ge=1)
+    algorithm: str | None = Field(None, max_length=32)
+    ranks: str = Field("rail0", max_length=4096)
+    iters: int = Field(3, ge=1, le=10_000)
+
+    @field_validator("op")
+    @classmethod
+    def _op(cls, v: str) -> str:
+        if v not in ALGORITHMS:
+            raise _FieldError(InputError("unknown collective", f"use one of: {', '.join(ALGORITHMS)}", value=v))
+        return v
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: str | int) -> str | int:
+        try:
+            parse_size(v)
+        except InputError as exc:
+            raise _FieldError(exc) from None
+        return v
 
 
 class WorkloadSpec(_Strict):
     collective: CollectiveSpec | None = None
-    yaml_file: str | None = Field(None, alias="file")
-    simai: str | None = None
+    yaml_file: str | None = Field(None, alias="file", max_length=255)
+    simai: str | None = Field(None, max_length=255)
 
     @model_validator(mode="after")
     def _one(self) -> WorkloadSpec:
@@ -83,18 +118,18 @@ class WorkloadSpec(_Strict):
 class JobSpec(_Strict):
     """One of several jobs sharing the fabric at once (each its own connections and traffic class)."""
 
-    name: str
+    name: Name
     collective: CollectiveSpec
     priority: Literal["lossless", "high", "default"] = "lossless"
 
 
 class FailureSpec(_Strict):
-    at: float = Field(ge=0)
+    at: float = Field(ge=0, le=DAY_S)
     action: Literal["down", "up", "flap"] = "down"
-    link: str | None = None
-    node: str | None = None
-    period: float | None = Field(None, gt=0, description="flap: seconds between down and up")
-    count: int = Field(1, ge=1, description="flap: how many down/up cycles")
+    link: str | None = Field(None, max_length=128)
+    node: str | None = Field(None, max_length=64)
+    period: float | None = Field(None, ge=0.001, le=3600, description="flap: seconds between down and up")
+    count: int = Field(1, ge=1, le=10_000, description="flap: how many down/up cycles")
 
     @model_validator(mode="after")
     def _target(self) -> FailureSpec:
@@ -107,14 +142,14 @@ class FailureSpec(_Strict):
 
 
 class RandomFailures(_Strict):
-    link_down_per_min: float = Field(gt=0, description="per-link failure rate (HPN's production statistics)")
-    repair_after: float = Field(1.0, gt=0)
+    link_down_per_min: float = Field(gt=0, le=60, description="per-link failure rate (HPN's production statistics)")
+    repair_after: float = Field(1.0, gt=0, le=3600)
     kinds: list[Literal["host-tor", "tor-agg", "agg-core"]] = Field(default_factory=lambda: ["tor-agg"])
 
 
 class Experiment(_Strict):
-    name: str
-    description: str = ""
+    name: Name
+    description: str = Field("", max_length=4000)
     topology: TopologySpec = Field(default_factory=TopologySpec)
     routing: Literal["ecmp", "precise", "precise-host", "shortest"] = Field(
         "ecmp", description="ecmp: switches hash; precise: the controller places each connection with exact-match "
@@ -132,14 +167,15 @@ class Experiment(_Strict):
         "channel", description="channel: a channel's chunks stay on its connection; least-outstanding: each chunk "
                                "goes on the peer's connection with the fewest unacknowledged bytes (HPN)")
     workload: WorkloadSpec | None = None
-    jobs: list[JobSpec] = Field(default_factory=list, description="several jobs at once, instead of workload")
-    failures: list[FailureSpec] = Field(default_factory=list)
+    jobs: list[JobSpec] = Field(default_factory=list, max_length=16,
+                                description="several jobs at once, instead of workload")
+    failures: list[FailureSpec] = Field(default_factory=list, max_length=1000)
     random_failures: RandomFailures | None = None
     repetitions: int = Field(1, ge=1, le=100)
-    seed: int = 0
-    horizon_s: float = Field(30.0, gt=0, description="how far ahead random failures are drawn")
-    step_timeout_s: float = Field(60.0, gt=0, description="a step stalled this long means the job halted")
-    variants: list[dict[str, Any]] = Field(default_factory=list,
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    horizon_s: float = Field(30.0, gt=0, le=DAY_S, description="how far ahead random failures are drawn")
+    step_timeout_s: float = Field(60.0, gt=0, le=3600, description="a step stalled this long means the job halted")
+    variants: list[dict[str, Any]] = Field(default_factory=list, max_length=32,
                                            description="runs that override fields, e.g. [{routing: ecmp}]")
     paper: dict[str, Any] = Field(default_factory=dict, description="the paper's figure, shown beside ours")
 
@@ -162,6 +198,11 @@ class Experiment(_Strict):
         if self.routing == "precise-host" and self.transport == "rdma":
             raise InputError("precise-host routing picks TCP source ports; the rdma transport pins ports itself",
                              "use transport: tcp, or routing: precise", field="transport", value=self.transport)
+        names = [j.name for j in self.jobs]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise InputError("two jobs have the same name", "give each job its own name", field="jobs[].name",
+                             value=dup)
         return self
 
     @property
@@ -175,8 +216,16 @@ class Experiment(_Strict):
             return [(self.routing, self)]
         out = []
         base = self.model_dump(by_alias=True, exclude={"variants"})
+        seen: set[str] = set()
         for i, v in enumerate(self.variants):
-            label = str(v.get("label", f"variant{i}"))
+            label = v.get("label", f"variant{i}")
+            if not isinstance(label, str) or not re.fullmatch(NAME_PATTERN, label):
+                raise InputError("a variant label names its folders", NAME_FIX, field=f"variants[{i}].label",
+                                 value=label)
+            if label in seen:
+                raise InputError("two variants have the same label (their runs would merge)",
+                                 "give each variant its own label", field=f"variants[{i}].label", value=label)
+            seen.add(label)
             merged = _merge(base, {k: val for k, val in v.items() if k != "label"})
             try:
                 out.append((label, Experiment.model_validate(merged)))
@@ -193,12 +242,22 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+_UNION_TAGS = {"float", "int", "str", "bool", "none", "dict[str,any]"}
+
+
 def _first_error(exc: ValidationError) -> InputError:
     err = exc.errors()[0]
-    path = ".".join(str(p) for p in err["loc"]) or "?"
+    # pydantic names the member of a union it tried (qos.scale.float); the user wrote qos.scale
+    path = ".".join(str(p) for p in err["loc"] if str(p) not in _UNION_TAGS and not str(p).startswith(
+        ("literal[", "function-"))) or "?"
     if err["type"] == "extra_forbidden":
         return InputError("unknown key", "remove it or check the spelling (see testbed/experiment/spec.py)", field=path,
                           value=err.get("input"))
+    if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), _FieldError):
+        e = err["ctx"]["error"].error
+        return InputError(e.what, e.fix, field=path, value=e.value)
+    if err["type"] == "string_pattern_mismatch":
+        return InputError("not a name", NAME_FIX, field=path, value=err.get("input"))
     allowed = err.get("ctx", {}).get("expected")
     return InputError(err["msg"].lower(), f"use {allowed}" if allowed else "see testbed/experiment/spec.py", field=path,
                       value=err.get("input"))
@@ -218,27 +277,28 @@ def load(path: str | Path) -> Experiment:
         raise InputError("no such experiment file",
                          "give the path of a YAML file, e.g. experiments/precise_vs_ecmp.yaml",
                          field="file", value=str(path))
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"not valid YAML ({str(exc).splitlines()[0]})", "fix the syntax", field="file",
-                         value=str(path)) from None
+    data = load_yaml(read_text(p, "file", MAX_SPEC_BYTES), "file")
     if not isinstance(data, dict):
         raise InputError("an experiment file is a mapping", "start with 'name: ...'", field="file", value=str(path))
     exp = from_dict(data)
-    base = p.parent
     wl = exp.workload
     for attr in ("yaml_file", "simai") if wl is not None else ():
-        f = getattr(wl, attr)
-        if f is not None and not (base / f).is_file() and not Path(f).is_file():
-            raise InputError("workload file not found", "give a path relative to the experiment file",
-                             field=f"workload.{'file' if attr == 'yaml_file' else attr}", value=f)
+        if getattr(wl, attr) is not None:
+            f = resolve(exp, p.parent, attr)
+            if not f.is_file():
+                raise InputError("workload file not found", "give a path relative to the experiment file",
+                                 field=_workload_field(attr), value=getattr(wl, attr))
     return exp
 
 
+def _workload_field(attr: str) -> str:
+    return f"workload.{'file' if attr == 'yaml_file' else attr}"
+
+
 def resolve(exp: Experiment, base: Path, attr: str) -> Path:
-    f = getattr(exp.workload, attr)
-    return base / f if (base / f).is_file() else Path(f)
+    """A workload file named in the spec: inside the spec's folder (a spec may come from someone else, and the
+    testbed reads files as root)."""
+    return confined(getattr(exp.workload, attr), base, _workload_field(attr))
 
 
 def check_against(exp: Experiment, topo) -> None:

@@ -11,9 +11,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from topos.errors import InputError
+from topos.inputs import load_yaml, read_text
 
 
 @dataclass
@@ -32,11 +31,7 @@ class Evidence:
         path = self.workdir / f"lab{lab}.yaml"
         if not path.exists():
             return {}
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise InputError(f"{path} is not valid YAML ({str(exc).splitlines()[0]})",
-                             "keep the 'key: value' lines of the template", field="answers", value=str(path)) from None
+        data = load_yaml(read_text(path, "answers", max_bytes=1 << 20), "answers") or {}
         if not isinstance(data, dict):
             raise InputError(f"{path} must hold 'key: value' lines", "start again from 'hpnlab lab start'",
                              field="answers", value=str(path))
@@ -44,12 +39,18 @@ class Evidence:
 
     def latest_run(self, experiment: str) -> dict | None:
         """results.json of the newest run of an experiment (quick runs count)."""
-        runs = sorted(p for p in self.results.glob(f"*-{experiment}*/results.json")
-                      if json.loads(p.read_text())["experiment"]["name"] == experiment)
+        runs = []
+        for p in sorted(self.results.glob(f"*-{experiment}*/results.json")):
+            try:  # a run killed while writing its record is no evidence, and no reason to stop the check
+                data = json.loads(read_text(p, "results.json"))
+                if data["experiment"]["name"] == experiment:
+                    runs.append((p, data))
+            except (InputError, ValueError, KeyError, TypeError):
+                continue
         if not runs:
             return None
-        data = json.loads(runs[-1].read_text())
-        data["_dir"] = str(runs[-1].parent)
+        p, data = runs[-1]
+        data["_dir"] = str(p.parent)
         return data
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,13 +66,24 @@ def prepare(lab: Lab, workdir: Path) -> list[Path]:
     made = []
     if lab.questions:
         answers = workdir / f"lab{lab.number}.yaml"
-        if not answers.exists():
-            answers.write_text(f"# Lab {lab.number}: {lab.title}. Fill in each value, then: hpnlab lab check "
-                               f"{lab.number}\n" + "".join(f"# {q}\n{k}:\n" for k, q in lab.questions.items()))
+        text = (f"# Lab {lab.number}: {lab.title}. Fill in each value, then: hpnlab lab check {lab.number}\n"
+                + "".join(f"# {q}\n{k}:\n" for k, q in lab.questions.items()))
+        if _create(answers, text.encode()):
             made.append(answers)
     for name in lab.files:
         dst = workdir / name
-        if not dst.exists():
-            shutil.copy(GUIDES / name, dst)
+        if _create(dst, (GUIDES / name).read_bytes()):
             made.append(dst)
     return made
+
+
+def _create(path: Path, data: bytes) -> bool:
+    """Write a new file; False if anything is at that name already. Never through a link: `lab start` runs as
+    root, and a (dangling) symlink a student left there must not make it write elsewhere."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return True

@@ -11,7 +11,6 @@ from topos.addressing import dpid_hex, nic_address
 from topos.model import Topology
 
 from .naming import root_intfs
-from .routes import run
 
 
 def build(topo: Topology, caps: Capabilities, owner: Ownership, of_port: int | None):
@@ -42,23 +41,34 @@ def build(topo: Topology, caps: Capabilities, owner: Ownership, of_port: int | N
             a = nic_address(h, 0)
             node = net.addHost(h.short, ip=f"{a.ip}/32", mac=a.mac)
             owner.process(node.pid, f"mininet host {h.short}")
+        class TaggedSwitch(OVSSwitch):
+            # The run id on every bridge from the moment it exists: cleanup deletes a bridge only if it
+            # carries the id of the record that names it, and an orphan stays recognisable as ours.
+            def bridgeOpts(self) -> str:
+                return super().bridgeOpts() + f" external_ids:{BRIDGE_TAG}={owner.run_id}"
+
         for s in topo.switches:
-            node = net.addSwitch(s.short, cls=OVSSwitch, dpid=dpid_hex(s), datapath=caps.datapath,
+            node = net.addSwitch(s.short, cls=TaggedSwitch, dpid=dpid_hex(s), datapath=caps.datapath,
                                  failMode="secure", protocols="OpenFlow13", batch=True)
             owner.process(node.pid, f"mininet switch shell {s.short}")
         for l in topo.links:
             net.addLink(topo.nodes[l.a].short, topo.nodes[l.b].short, port1=l.a_port, port2=l.b_port)
         net.build()
+        group_links(root_intfs(topo), owner.link_group)  # the proof, for cleanup, that these veths are ours
         net.start()
     except BaseException:
         net.stop()
         raise
-    # The run id on every bridge: an orphan stays recognisable as ours even if its record is lost.
-    tag = []
-    for s in switches:
-        tag += ["--", "set", "bridge", s, f"external_ids:{BRIDGE_TAG}={owner.run_id}"]
-    run(["ovs-vsctl", *tag])
     return net
+
+
+def group_links(ifnames: list[str], group: int) -> None:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        for name in ifnames:
+            for idx in ipr.link_lookup(ifname=name):
+                ipr.link("set", index=idx, group=group)
 
 
 def delete_links(ifnames: list[str], group: int) -> int:
@@ -70,10 +80,9 @@ def delete_links(ifnames: list[str], group: int) -> int:
     """
     from pyroute2 import IPRoute
 
+    group_links(ifnames, group)
     with IPRoute() as ipr:
         ours = {i for name in ifnames for i in ipr.link_lookup(ifname=name)}
-        for idx in ours:
-            ipr.link("set", index=idx, group=group)
         members = {m["index"] for m in ipr.get_links() if m.get_attr("IFLA_GROUP") == group}
         if not ours or members != ours:
             raise RuntimeError(f"link group {group} holds interfaces this run did not create; not deleting it")

@@ -39,13 +39,13 @@ PARENT_MINOR = 0x1
 
 
 class PfcSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     enabled: bool = True
     poll_ms: float | Literal["auto"] = Field("auto", description="agent poll period; auto: 5 ms for the 8-host "
                                                               "HPN's 128 switch ports, longer in proportion")
-    xoff_bytes: int | None = Field(None, gt=0, description="default from rate and poll period")
-    xon_bytes: int | None = Field(None, ge=0)
-    headroom_bytes: int | None = Field(None, ge=0)
+    xoff_bytes: int | None = Field(None, gt=0, le=1 << 30, description="default from rate and poll period")
+    xon_bytes: int | None = Field(None, ge=0, le=1 << 30)
+    headroom_bytes: int | None = Field(None, ge=0, le=1 << 30)
     frames: bool = Field(False, description="also emit 802.1Qbb PAUSE frames (scapy) for captures")
     pause_rate_fraction: float = Field(1 / 16, gt=0, lt=1, description="what a paused class still sends")
 
@@ -58,33 +58,33 @@ class PfcSpec(BaseModel):
 
 
 class QosSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     scale: float | Literal["auto"] = Field(10_000.0, description="emulated rate = topology rate / scale; auto: "
                                                               "from the offered load and this machine's budget")
-    buffer_ms: float = Field(20.0, gt=0, description="lossy queue limit, in ms at the port rate")
-    min_buffer_bytes: int = Field(16 * MTU, gt=0)
+    buffer_ms: float = Field(20.0, gt=0, le=10_000, description="lossy queue limit, in ms at the port rate")
+    min_buffer_bytes: int = Field(16 * MTU, gt=0, le=1 << 30)
     scheduling: Literal["strict", "weighted"] = "strict"
     weights: dict[str, float] = Field(default_factory=lambda: {"high": 10, "lossless": 60, "default": 30})
     lossless_dscp: int = Field(26, ge=0, le=63)
     high_dscp: int = Field(48, ge=0, le=63)
     roce_udp_port: int = Field(4791, ge=1, le=65535)
     ack_priority: bool = Field(True, description="TCP segments under 128 bytes (pure ACKs) ride the high class")
-    delay_ms: float | None = Field(None, gt=0, description="needs netem")
+    delay_ms: float | None = Field(None, gt=0, le=10_000, description="needs netem")
     loss_pct: float | None = Field(None, gt=0, le=100, description="needs netem")
     pfc: PfcSpec = Field(default_factory=PfcSpec)
 
     @model_validator(mode="after")
     def _check(self) -> QosSpec:
-        if self.scale != "auto" and not 1 <= self.scale < float("inf"):
-            raise InputError("scale must be at least 1 (or auto)", "e.g. scale: 20000, or scale: auto",
+        if self.scale != "auto" and not 1 <= self.scale <= 1e9:
+            raise InputError("scale must be 1 to 1e9 (or auto)", "e.g. scale: 20000, or scale: auto",
                              field="qos.scale", value=self.scale)
         if set(self.weights) != set(CLASS_IDS):
             raise InputError("weights must name exactly the classes high, lossless, default",
                              "e.g. weights: {high: 10, lossless: 60, default: 30}", field="qos.weights",
                              value=sorted(self.weights))
-        if any(w <= 0 for w in self.weights.values()):
-            raise InputError("weights must be positive", "give every class a weight > 0", field="qos.weights",
-                             value=self.weights)
+        if any(not 0 < w <= 1e6 for w in self.weights.values()):
+            raise InputError("weights must be positive (at most 1e6)", "give every class a weight > 0",
+                             field="qos.weights", value=self.weights)
         if self.lossless_dscp == self.high_dscp:
             raise InputError("the lossless and high classes need different DSCPs", "e.g. lossless 26, high 48",
                              field="qos.lossless_dscp", value=self.lossless_dscp)

@@ -3,10 +3,15 @@
 A run writes a record under /run/hpnlab/<run-id>.json *before* it creates each
 thing (bridges, root-namespace interfaces, network namespaces) and right after
 it starts each process (with the process start time, so a reused PID is never
-killed). `undo()` removes exactly what the record lists; `hpnlab clean` undoes
-the records of runs whose owner process is gone, plus any OVS bridge tagged
-with an hpnlab run id that has no record any more. Nothing is found or killed
-by a broad name.
+killed). `undo()` removes what the record lists *and can prove is the run's*:
+a bridge carries the run id in its external_ids from the moment it is created,
+a root-namespace interface sits in the run's own link group (or on one of its
+bridges), a network namespace is named `hpnlab-<run-id>-...`, a process has the
+recorded start time. A record is only a list of candidates: a stale or edited
+one naming `lo`, another run's bridge or a live PID removes nothing of theirs.
+`hpnlab clean` undoes the records of runs whose owner process is gone, plus any
+OVS bridge tagged with an hpnlab run id that has no record any more. Nothing is
+found or killed by a broad name.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -21,7 +27,9 @@ import time
 import uuid
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from .capabilities import ovs_db_target
 
@@ -29,6 +37,29 @@ log = logging.getLogger(__name__)
 
 RUN_DIR = Path(os.environ.get("HPNLAB_RUN_DIR", "/run/hpnlab"))
 BRIDGE_TAG = "hpnlab-run"
+RUN_ID = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"  # also a file name and a glob prefix: no '.', '/', '*', '?', '['
+IFNAME = r"[A-Za-z0-9_.:-]{1,15}"
+
+
+class _Process(BaseModel):
+    model_config = ConfigDict(strict=True)
+    pid: int = Field(gt=1)
+    start: int | None
+    what: str = ""
+
+
+class RunRecord(BaseModel):
+    """What a record file must hold to be acted on at all."""
+
+    model_config = ConfigDict(strict=True)
+    run_id: str = Field(pattern=f"^{RUN_ID}$")
+    owner_pid: int
+    owner_start: int | None = None
+    started: float = 0.0
+    bridges: list[Annotated[str, Field(pattern=f"^{IFNAME}$")]] = []
+    interfaces: list[Annotated[str, Field(pattern=f"^{IFNAME}$")]] = []
+    netns: list[Annotated[str, Field(pattern=f"^{IFNAME}{{0,4}}$", max_length=64)]] = []
+    processes: list[_Process] = []
 
 
 def _proc_start(pid: int) -> int | None:
@@ -105,11 +136,11 @@ class Ownership:
         return alive(self.data["owner_pid"], self.data.get("owner_start"))
 
     def undo(self) -> list[str]:
-        """Remove everything recorded; idempotent; returns what was actually removed."""
+        """Remove what the record lists and this run provably made; idempotent; returns what was removed."""
         done: list[str] = []
         killed = []
         for p in self.data["processes"]:
-            if alive(p["pid"], p["start"]):
+            if p.get("start") is not None and alive(p["pid"], p["start"]):  # no start time: no proof it is ours
                 try:
                     os.kill(p["pid"], signal.SIGKILL)
                     done.append(f"process {p['pid']} ({p['what']})")
@@ -120,27 +151,32 @@ class Ownership:
         while killed and time.monotonic() < deadline:  # gone, not just signalled, before we report done
             killed = [p for p in killed if alive(p["pid"], p["start"]) and not _zombie(p["pid"])]
             time.sleep(0.01)
-        bridges = self.data["bridges"]
+        # Decide what is ours before removing anything: deleting a bridge detaches its ports.
+        tags = tagged_bridges() if self.data["bridges"] else {}
+        bridges = [b for b in self.data["bridges"] if tags.get(b) == self.run_id]
+        interfaces = _proven_interfaces(self.data["interfaces"], self.link_group, bridges)
         if bridges:
-            existing = set(_vsctl("list-br").stdout.split())
-            gone = [b for b in bridges if b in existing]
-            if gone:
-                args: list[str] = []
-                for b in gone:
-                    args += ["--", "--if-exists", "del-br", b]
-                _vsctl(*args)
-                done += [f"bridge {b}" for b in gone]
-        for ifname in self.data["interfaces"] + self.data["bridges"]:
-            # Userspace bridges leave a tap named like the bridge; veth peers die with their pair.
+            args: list[str] = []
+            for b in bridges:
+                args += ["--", "--if-exists", "del-br", b]
+            _vsctl(*args)
+            done += [f"bridge {b}" for b in bridges]
+        # Userspace bridges leave a tap named like the bridge; veth peers die with their pair.
+        for ifname in interfaces + [b for b in bridges if Path(f"/sys/class/net/{b}").exists()]:
             if Path(f"/sys/class/net/{ifname}").exists():
                 _sh("ip", "link", "del", ifname)
                 done.append(f"interface {ifname}")
         for ns in self.data["netns"]:
-            if Path(f"/run/netns/{ns}").exists():
+            if ns.startswith(f"hpnlab-{self.run_id}-") and Path(f"/run/netns/{ns}").exists():
                 _sh("ip", "netns", "del", ns)
                 done.append(f"netns {ns}")
+        skipped = (set(self.data["bridges"]) - set(bridges)) | (set(self.data["interfaces"]) - set(interfaces))
+        if skipped:
+            log.warning("run %s: left %s, not provably this run's (no tag or link group of it)", self.run_id,
+                        ", ".join(sorted(n for n in skipped if Path(f"/sys/class/net/{n}").exists())) or "nothing")
         for f in RUN_DIR.glob(f"{self.run_id}.*"):  # the record and its companions (e.g. PFC state)
-            f.unlink(missing_ok=True)
+            if f.name.split(".", 1)[0] == self.run_id and not f.is_symlink():
+                f.unlink(missing_ok=True)
         return done
 
     @classmethod
@@ -152,10 +188,28 @@ class Ownership:
             if f.name.count(".") != 1:  # <run>.pfc.json, <run>.qos.json: companions, not records
                 continue
             try:
-                out.append(cls(data=json.loads(f.read_text())))
-            except (OSError, ValueError, KeyError):
-                log.warning("unreadable run record %s", f)
+                rec = RunRecord.model_validate(json.loads(f.read_text()))
+                if rec.run_id != f.stem:
+                    raise ValueError(f"run_id {rec.run_id!r} is not its file's name")
+            except (OSError, ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
+                log.warning("ignoring run record %s: %s", f, str(exc).splitlines()[0][:120])
+                continue
+            out.append(cls(data=rec.model_dump()))
         return out
+
+
+def _proven_interfaces(names: list[str], group: int, bridges: list[str]) -> list[str]:
+    """The named root-namespace interfaces that sit in this run's link group or on one of its bridges."""
+    from pyroute2 import IPRoute
+
+    on_bridges = {p for b in bridges for p in _vsctl("list-ifaces", b).stdout.split()}
+    out = []
+    with IPRoute() as ipr:
+        for name in names:
+            idx = ipr.link_lookup(ifname=name)
+            if idx and (name in on_bridges or ipr.get_links(idx[0])[0].get_attr("IFLA_GROUP") == group):
+                out.append(name)
+    return out
 
 
 def tagged_bridges() -> dict[str, str]:
@@ -182,9 +236,13 @@ def clean(force: bool = False) -> tuple[list[str], list[str]]:
             skipped.append(f"{rec.run_id} (pid {rec.data['owner_pid']} still running)")
             continue
         removed += rec.undo()
-    orphans = [b for b, run in tagged_bridges().items() if run not in known or force]
-    if orphans:
-        removed += Ownership(data={"run_id": "orphans", "owner_pid": -1, "bridges": orphans, "interfaces": [],
+    orphans: dict[str, list[str]] = {}
+    for b, run in tagged_bridges().items():
+        if (run not in known or force) and re.fullmatch(RUN_ID, run):
+            orphans.setdefault(run, []).append(b)
+    for run, bridges in orphans.items():  # each under its own run id, so the tag proves it; ports go with them
+        ports = [p for b in bridges for p in _vsctl("list-ifaces", b).stdout.split()]
+        removed += Ownership(data={"run_id": run, "owner_pid": -1, "bridges": bridges, "interfaces": ports,
                                    "netns": [], "processes": []}).undo()
     return removed, skipped
 

@@ -54,3 +54,52 @@ def test_second_run_is_refused_while_one_is_live(no_leftovers, hpnlab):
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
+
+
+def _record(run_id: str, **kw) -> dict:
+    return {"run_id": run_id, "owner_pid": 2**22 + 7, "owner_start": 1, "started": 0.0, "bridges": [],
+            "interfaces": [], "netns": [], "processes": [], **kw}
+
+
+def test_clean_touches_only_what_a_record_can_prove(no_leftovers, hpnlab, tmp_path):
+    """A stale (or edited) record naming a live run's bridge and veth, `lo`, and the live run's PID without a
+    start time: `clean` removes the record and nothing it names."""
+    import json
+    import os
+
+    from testbed.system.ownership import RUN_DIR
+
+    p = start_holder()
+    try:
+        live = [r for r in os.listdir(RUN_DIR) if r.endswith(".json") and r.count(".") == 1]
+        live_bridges = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout.split()
+        bridge = next(b for b in live_bridges if b.startswith("t"))
+        veth = next(i for i in os.listdir("/sys/class/net") if i.startswith(f"{bridge}-eth"))
+        stale = RUN_DIR / "stale-run.json"
+        stale.write_text(json.dumps(_record("stale-run", bridges=[bridge], interfaces=["lo", veth],
+                                            netns=["default"], processes=[{"pid": p.pid, "start": None,
+                                                                           "what": "x"}])))
+        (RUN_DIR / "list-run.json").write_text("[1, 2, 3]")  # crashed clean, up and qos show
+        (RUN_DIR / "star.json").write_text(json.dumps(_record("*")))
+        (RUN_DIR / "dots.json").write_text(json.dumps(_record("../x")))
+        bystander = RUN_DIR.parent / "x.pfc.json"
+        bystander.write_text("{}")
+        try:
+            r = hpnlab("clean")
+            assert r.returncode == 0, r.stderr
+            assert "removed bridge" not in r.stdout and "removed interface" not in r.stdout, r.stdout
+            assert "removed process" not in r.stdout, r.stdout
+            assert bridge in subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout.split()
+            assert os.path.exists(f"/sys/class/net/{veth}") and os.path.exists("/sys/class/net/lo")
+            assert p.poll() is None  # the live run's owner was not killed
+            assert not stale.exists()  # the stale record itself is gone
+            assert bystander.exists() and set(live) <= set(os.listdir(RUN_DIR))
+            r = hpnlab("up", "hpn", "--no-cli")  # refused because of the live run, not a crash on the list
+            assert r.returncode == 2 and "another hpnlab network is running" in r.stderr, r.stderr
+        finally:
+            bystander.unlink(missing_ok=True)
+            for f in ("list-run.json", "star.json", "dots.json"):
+                (RUN_DIR / f).unlink(missing_ok=True)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)

@@ -47,3 +47,30 @@ def test_calibrate_refuses_a_probe_size_it_cannot_build(hpnlab):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("hpnlab: error: hosts=12") \
         and "--hosts 8, 16" in lines[0]
+
+
+@pytest.mark.parametrize("text,field", [
+    ("name: t\nworkload: {collective: {op: allsmash}}\n", "workload.collective.op="),
+    ("name: t\nworkload: {collective: {size: 1.2.3GB}}\n", "workload.collective.size="),
+    ("name: t\nworkload: {collective: {ranks: 'h99:0,h0:0'}}\n", "workload.collective.ranks="),
+    ("name: t\nworkload: {collective: {iters: 100000000000}}\n", "workload.collective.iters="),
+    ("name: t\nhorizon_s: .inf\nworkload: {collective: {}}\n", "horizon_s="),
+    ("name: ../../x\nworkload: {collective: {}}\n", "name="),
+    ("name: t\nworkload: {simai: /etc/shadow}\n", "workload.simai="),
+    ("name: t\ntopology: {params: {rails: 300}}\nworkload: {collective: {}}\n", "rails="),
+    ("name: t\ntopology: {params: {pods: 100000}}\nworkload: {collective: {}}\n", "pods="),
+])
+def test_validate_refuses_in_one_line_what_run_would(hpnlab, tmp_path, text, field):
+    f = tmp_path / "e.yaml"
+    f.write_text(text)
+    r = hpnlab("validate", str(f))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_validate_prints_what_would_run(hpnlab):
+    r = hpnlab("validate", "experiments/link_flapping.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "failure event(s)" in r.stdout and "valid" in r.stdout

@@ -122,3 +122,27 @@ def test_lab2_polarization_step_reads_the_links_the_run_used(tmp_path):
     checks = {c.name: c for c in lab2(Evidence(work, results))}
     assert checks["one seed everywhere left aggregation-to-ToR links idle that per-switch seeds used"].ok
     assert checks["answer 'polarized_links'"].ok and checks["answer 'seeded_links'"].ok
+
+
+def test_prepare_never_writes_through_a_link(tmp_path):
+    """`lab start` runs as root: a dangling symlink where the answers file goes must not become a file elsewhere."""
+    target = tmp_path / "elsewhere" / "owned-by-root"
+    (tmp_path / "elsewhere").mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "lab1.yaml").symlink_to(target)
+    lab5_file = get(5).files[0]
+    (work / lab5_file).symlink_to(tmp_path / "elsewhere" / "policy")
+    assert prepare(get(1), work) == [] and prepare(get(5), work) == []
+    assert not target.exists() and not (tmp_path / "elsewhere" / "policy").exists()
+
+
+def test_answers_files_are_read_as_untrusted_input(tmp_path):
+    ev = Evidence(tmp_path, results=tmp_path / "results")
+    (tmp_path / "lab1.yaml").write_text("a: &a [1, 2]\n" + "".join(
+        f"{k}: &{k} [" + ", ".join([f"*{p}"] * 10) + "]\n" for p, k in zip("abcdef", "bcdefg", strict=True)))
+    with pytest.raises(InputError, match="expands to more than"):
+        ev.answers(1)
+    (tmp_path / "results" / "x-lab-demo").mkdir(parents=True)
+    (tmp_path / "results" / "x-lab-demo" / "results.json").write_text('{"experiment": {"na')
+    assert ev.latest_run("lab-demo") is None  # a truncated record is no evidence, and no crash

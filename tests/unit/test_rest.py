@@ -162,11 +162,13 @@ def test_a_stalled_client_is_dropped(server, monkeypatch):
     monkeypatch.setattr(rest._Handler, "timeout", 0.5)
     s = socket.create_connection(("127.0.0.1", port))
     s.sendall(b"POST /flows HTTP/1.1\r\nContent-Length: 100\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\n\r\n")
-    s.settimeout(5)
+    s.settimeout(10)
     t = time.monotonic()
-    answer = s.recv(4096)
+    answer = b""
+    while chunk := s.recv(4096):  # headers and body may come in separate segments
+        answer += chunk
     s.close()
-    assert time.monotonic() - t < 3
+    assert time.monotonic() - t < 5  # dropped after its 0.5 s, not held forever
     assert answer.startswith(b"HTTP/1.0 408") and b"not sent within" in answer
 
 

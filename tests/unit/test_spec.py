@@ -163,3 +163,85 @@ def test_injector_reports_the_events_the_traffic_ended_before():
         time.sleep(0.01)
     assert inj.stop() == [{"planned_t": 30.0, "up": True, "links": ["a"], "cause": "up a"}]
     assert net.calls == [("a", False)] and len(inj.log) == 1
+
+
+# -- what `hpnlab validate` refuses: everything `run` would reject or choke on, one line each ------------
+@pytest.mark.parametrize("extra,field", [
+    ("workload: {collective: {op: allsmash}}\n", "workload.collective.op"),
+    ("workload: {collective: {size: -5}}\n", "workload.collective.size"),
+    ("workload: {collective: {size: 1.2.3GB}}\n", "workload.collective.size"),
+    ("workload: {collective: {size: 2PB}}\n", "workload.collective.size"),
+    ("workload: {collective: {iters: 100000000000}}\n", "workload.collective.iters"),
+    ("workload: {collective: {iters: 2.5}}\n", "workload.collective.iters"),
+    ("workload: {collective: {iters: true}}\n", "workload.collective.iters"),
+    ("horizon_s: .inf\n", "horizon_s"),
+    ("seed: -1\n", "seed"),
+    ("qos: {scale: .inf}\n", "qos.scale"),
+    ("qos: {buffer_ms: .nan}\n", "qos.buffer_ms"),
+    ("failures: [{at: 1, link: 'h0:nic0:p0', action: flap, period: 0.5, count: 100000000}]\n", "failures.0.count"),
+    ("random_failures: {link_down_per_min: 1.0e9}\n", "random_failures.link_down_per_min"),
+    ("variants: [{label: ../../etc}]\n", "variants[0].label"),
+    ("variants: [{label: a, routing: ecmp}, {label: a, routing: precise}]\n", "variants[1].label"),
+])
+def test_validate_refuses_what_run_would(tmp_path, extra, field):
+    from testbed.experiment.runner import prepare
+
+    text = BASE + extra if not extra.startswith("workload") else "name: t\n" + extra
+    with pytest.raises(InputError) as exc:
+        exp = load(write(tmp_path, text))
+        prepare(exp, tmp_path)
+    assert exc.value.field == field, exc.value.line()
+    assert "\n" not in exc.value.line() and len(exc.value.line()) < 300
+
+
+@pytest.mark.parametrize("text,field", [
+    ("name: ../../tmp/x\n" + BASE[8:], "name"),
+    ("name: 'a/b'\n" + BASE[8:], "name"),
+    ("name: .hidden\n" + BASE[8:], "name"),
+    ("name: t\njobs: [{name: A, collective: {op: allreduce}}, {name: A, collective: {op: allreduce}}]\n",
+     "jobs[].name"),
+    ("name: t\njobs: [{name: ../x, collective: {op: allreduce}}]\n", "jobs.0.name"),
+])
+def test_names_are_safe_and_unique(tmp_path, text, field):
+    with pytest.raises(InputError) as exc:
+        load(write(tmp_path, text)).expand()
+    assert exc.value.field == field, exc.value.line()
+
+
+def test_unknown_ranks_and_huge_failure_schedules_are_caught_by_validate(tmp_path):
+    from testbed.experiment.runner import prepare
+
+    with pytest.raises(InputError) as exc:
+        prepare(load(write(tmp_path, "name: t\nworkload: {collective: {ranks: 'h99:0,h1:0'}}\n")), tmp_path)
+    assert exc.value.field == "workload.collective.ranks"
+    t = time.monotonic()
+    with pytest.raises(InputError, match="failure schedule would hold") as exc:
+        prepare(load(write(tmp_path, BASE + "random_failures: {link_down_per_min: 60, repair_after: 0.01, kinds: "
+                                            "[host-tor, tor-agg]}\nhorizon_s: 86400\n")), tmp_path)
+    assert time.monotonic() - t < 5  # refused from the closed form, not after drawing millions of events
+
+
+def test_workload_files_stay_in_the_experiment_folder(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "w.yaml").write_text("ops: [{op: allreduce, size: 1MB}]\n")
+    (tmp_path / "link.yaml").symlink_to("/etc/hostname")
+    assert load(write(tmp_path, "name: t\nworkload: {file: sub/w.yaml}\n")).workload.yaml_file == "sub/w.yaml"
+    for name in ("/etc/hostname", "../../etc/hostname", "link.yaml", "sub/../../x"):
+        with pytest.raises(InputError, match="outside the experiment file's folder") as exc:
+            load(write(tmp_path, f"name: t\nworkload: {{file: '{name}'}}\n"))
+        assert exc.value.field == "workload.file"
+
+
+def test_yaml_alias_bombs_are_refused_small(tmp_path):
+    bomb = "name: t\n" + BASE[8:] + "paper:\n  a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for i, prev in zip("bcdefgh", "abcdefg", strict=True):
+        bomb += f"  {i}: &{i} [" + ", ".join([f"*{prev}"] * 10) + "]\n"
+    assert len(bomb) < 1000
+    with pytest.raises(InputError, match="expands to more than"):
+        load(write(tmp_path, bomb))
+    with pytest.raises(InputError, match="refers to itself"):
+        load(write(tmp_path, BASE + "paper: &p {x: *p}\n"))
+    with pytest.raises(InputError, match="not UTF-8"):
+        f = tmp_path / "latin.yaml"
+        f.write_bytes(BASE.encode() + b"description: caf\xe9\n")
+        load(f)

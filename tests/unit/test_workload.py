@@ -65,7 +65,7 @@ def test_simai_errors_give_the_line(tmp_path):
     bad_type.write_text(head + "1\nlayer -1 1 ALLMIX 100 1 NONE 0 1 NONE 0 100\n")
     with pytest.raises(InputError, match="line 3") as exc:
         load_simai(bad_type)
-    assert exc.value.field == "comm_type" and exc.value.value == "ALLMIX"
+    assert exc.value.field == "file" and "ALLMIX" not in str(exc.value)  # never the file's text
     short = tmp_path / "b.txt"
     short.write_text(head + "2\nlayer -1 1 ALLREDUCE 100 1 NONE 0 1 NONE 0 100\nbroken -1 1\n")
     with pytest.raises(InputError, match="line 4"):
@@ -74,7 +74,48 @@ def test_simai_errors_give_the_line(tmp_path):
     count.write_text(head + "3\nlayer -1 1 ALLREDUCE 100 1 NONE 0 1 NONE 0 100\n")
     with pytest.raises(InputError) as exc:
         load_simai(count)
-    assert exc.value.field == "count"
+    assert "announces 3 rows" in str(exc.value)
+
+
+SECRET = "root:$y$j9T$secret-hash:19000:0:99999:7:::"
+
+
+@pytest.mark.parametrize("text", [
+    SECRET + "\n" + SECRET + "\n",  # any file root can read: its text is never echoed
+    "HYBRID model_parallel_NPU_group: 0 ep: 1 pp: 1 all_gpus: 16\n1\n",  # was a ZeroDivisionError
+    "HYBRID model_parallel_NPU_group: 8 ep: 1 pp: 0 all_gpus: 16\n1\n",
+    "HYBRID model_parallel_NPU_group: 8 ep: 1 pp: 1 all_gpus: 4\n1\n",
+    "HYBRID model_parallel_NPU_group: -8 ep: 1 pp: 1 all_gpus: 16\n1\n",
+    "HYBRID model_parallel_NPU_group: 8 ep: 1 pp: 1 all_gpus: 16\n1\nl -1 1 ALLREDUCE 99999999999999999999 1 NONE 0 1 "
+    "NONE 0 100\n",
+])
+def test_bad_simai_files_give_one_line_errors(tmp_path, text):
+    f = tmp_path / "w.txt"
+    f.write_text(text)
+    with pytest.raises(InputError) as exc:
+        load_simai(f)
+    assert "secret" not in str(exc.value) and "\n" not in str(exc.value) and exc.value.value == str(f)
+
+
+def test_non_utf8_fifo_and_huge_files_are_refused(tmp_path):
+    import os
+
+    from topos import inputs
+
+    f = tmp_path / "latin1.txt"
+    f.write_bytes(b"HYBRID model_parallel_NPU_group: 8\n\xe9\xff\n")
+    with pytest.raises(InputError, match=r"not UTF-8 text \(line 2\)"):
+        load_simai(f)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        load_yaml(fifo)
+    with pytest.raises(InputError, match="not a regular file"):
+        load_simai("/dev/zero")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b" " * 2048)
+    with pytest.raises(InputError, match="more than the 1024"):
+        inputs.read_text(big, "file", max_bytes=1024)
 
 
 def test_groups_on_the_fabric():

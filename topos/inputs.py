@@ -1,0 +1,109 @@
+"""Reading input files a user (or someone else) wrote: bounded, confined, and never echoed back.
+
+The testbed runs as root on machines shared with students, so an input file is
+read as if hostile: only regular files of bounded size, only UTF-8, YAML with
+its alias expansion bounded, paths named in a spec kept inside the spec's own
+folder, and errors that name the file and the line but never print what the
+file holds (it could be any file root can read). Lives in the lowest layer so
+every parser (experiments, workloads, labs) goes through the same door.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import yaml
+
+from .errors import InputError
+
+MAX_FILE_BYTES = 64 << 20  # the largest SimAI workload we know is ~1 MB
+MAX_YAML_NODES = 200_000  # after alias expansion; a shipped experiment has a few hundred
+
+
+def read_text(path: str | Path, field: str, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The text of a regular file of at most `max_bytes`, as UTF-8."""
+    p = Path(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the open
+    except OSError as exc:
+        raise InputError(f"cannot open it ({exc.strerror})", "give the path of a readable file", field=field,
+                         value=str(p)) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError("not a regular file", "give the path of a file", field=field, value=str(p))
+        if st.st_size > max_bytes:
+            raise InputError(f"{st.st_size} bytes, more than the {max_bytes} an input file may have",
+                             "give a smaller file", field=field, value=str(p))
+        raw = f.read(max_bytes + 1)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise InputError(f"not UTF-8 text (line {line})", "save it as UTF-8", field=field, value=str(p)) from None
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int], active: set[int], limit: int) -> int:
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if key in active:
+        raise InputError("a YAML alias refers to itself", "remove the recursive anchor", field="file", value=None)
+    active.add(key)
+    if isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    elif isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    else:
+        children = []
+    size = 1
+    for c in children:
+        size += _expanded_size(c, memo, active, limit)
+        if size > limit:
+            break
+    active.discard(key)
+    memo[key] = size
+    return size
+
+
+def load_yaml(text: str, field: str, max_nodes: int = MAX_YAML_NODES) -> object:
+    """YAML (safe types only) whose aliases expand to at most `max_nodes` nodes.
+
+    PyYAML shares an aliased object, but everything downstream (validation, copies,
+    the results record) expands it: a 345-byte file of nested aliases became 210 MB.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_size(node, {}, set(), max_nodes)
+        if size > max_nodes:
+            raise InputError(f"expands to more than {max_nodes} YAML nodes (aliases)",
+                             "write the values out, or use fewer nested aliases", field=field, value=None)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise InputError(f"not valid YAML ({problem}{where})", "fix the syntax", field=field, value=None) from None
+    except RecursionError:
+        raise InputError("nested too deeply", "flatten the file", field=field, value=None) from None
+    finally:
+        loader.dispose()
+
+
+def confined(name: str, base: Path, field: str) -> Path:
+    """`name` (relative to `base`) resolved, symlinks included, to a path inside `base`."""
+    if not name or "\x00" in name:
+        raise InputError("empty or invalid path", "give a file name relative to the experiment file", field=field,
+                         value=name)
+    root = base.resolve()
+    p = (root / name).resolve()
+    if not p.is_relative_to(root):
+        raise InputError("points outside the experiment file's folder",
+                         "copy the file next to the experiment file (or into a folder below it)", field=field,
+                         value=name)
+    return p
