@@ -75,7 +75,11 @@ class HpnController(BaseApp):
         if port:
             from .rest import RestServer
 
-            self.rest = RestServer(self, port, read_token(os.environ["HPNLAB_REST_TOKEN_FILE"]))
+            token_file = os.environ.get("HPNLAB_REST_TOKEN_FILE")
+            if not token_file:
+                raise RuntimeError("HPNLAB_REST_PORT is set but HPNLAB_REST_TOKEN_FILE is not: the REST API needs a "
+                                   "token file (mode 0600) and never runs open")
+            self.rest = RestServer(self, port, read_token(token_file))
             self.rest.start()
         log.info("hpnlab controller (%s) mode=%s, %d switches expected", FRAMEWORK, self.state.mode,
                  len(self.topo.switches))

@@ -228,8 +228,10 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
                 v_rep = v.model_copy(update={"seed": v.seed + rep})
                 runs.append(run_one(label, v_rep, base, outdir / f"{label}-rep{rep}", rep,
                                     progress=lambda: prog.advance(task)))
-    (outdir / "results.json").write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs},
-                                                    indent=1))
+    # written whole or not at all: a run stopped mid-write leaves no truncated record behind
+    tmp = outdir / "results.json.tmp"
+    tmp.write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs}, indent=1))
+    tmp.replace(outdir / "results.json")
     write_reports(outdir, exp, runs)
     return outdir
 
