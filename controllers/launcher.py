@@ -28,8 +28,11 @@ ECHO_UNREPLIED = 5
 LISTEN_WAIT_S = 10.0
 
 
-def fail(message: str) -> None:
+def fail(message: str, remove: tuple[str, ...] = ()) -> None:
     print(f"hpnlab controller: {message}", file=sys.stderr)
+    for f in remove:
+        with contextlib.suppress(OSError):
+            os.unlink(f)
     logging.shutdown()
     os._exit(2)
 
@@ -37,12 +40,13 @@ def fail(message: str) -> None:
 def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = False, hashing: str = "ovs",
         token_file: str | None = None, remove_at_exit: tuple[str, ...] = ()) -> None:
     if rest_port and not token_file:
-        fail("--token-file: the REST API needs a token file (mode 0600; 'hpnlab controller' makes one)")
+        fail("--token-file: the REST API needs a token file (mode 0600; 'hpnlab controller' makes one)",
+             remove_at_exit)
     if token_file:
         try:
             read_token(token_file)
         except (OSError, ValueError) as exc:
-            fail(f"--token-file={token_file}: {exc}")
+            fail(f"--token-file={token_file}: {exc}", remove_at_exit)
     os.environ.update(HPNLAB_TOPOLOGY=os.path.abspath(topology), HPNLAB_MODE=mode, HPNLAB_REST_PORT=str(rest_port),
                       HPNLAB_HASHING=hashing, HPNLAB_REST_TOKEN_FILE=os.path.abspath(token_file or ""))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
@@ -70,14 +74,15 @@ def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = 
     try:
         mgr.instantiate_apps(**mgr.create_contexts())
     except OSError as exc:  # the REST port is bound in the app's constructor
-        fail(f"--rest-port={rest_port}: cannot listen on 127.0.0.1 ({exc.strerror}); choose a free port")
+        fail(f"--rest-port={rest_port}: cannot listen on 127.0.0.1 ({exc.strerror}); choose a free port",
+             remove_at_exit)
     # os-ken listens for OpenFlow in a thread of its own and only logs a failed bind:
     # a controller whose port another process holds would run on with no switch able to reach it.
     deadline = time.monotonic() + LISTEN_WAIT_S
     while not own_listener(of_port):
         if time.monotonic() > deadline:
             fail(f"--of-port={of_port}: not listening on 127.0.0.1 after {LISTEN_WAIT_S:.0f} s (another process "
-                 f"holds the port?); choose a free port")
+                 f"holds the port?); choose a free port", remove_at_exit)
         time.sleep(0.05)
     stop = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
