@@ -4,7 +4,12 @@
 
     ops:
       - {op: allreduce, size: 64MB, group: dp, algorithm: ring, repeat: 2}
-      - {op: alltoall,  size: 8MB,  group: [h0:0, h1:0, h2:0, h3:0]}
+      - {op: alltoall,  size: 8MB,  group: [h0:0, h1:0, h2:0, h3:0], compute: 5ms}
+      - {compute: 20ms}                              # compute only
+      - {op: allreduce, size: 1GB, group: dp, compute: 30ms, overlap: true}
+
+    `compute` is every rank's compute before the op's communication (real time,
+    s/ms/us); `overlap: true` lets the communication run on under what follows.
 
 (b) `from_plan(...)`: one training iteration's communication from a
     parallelism plan (TP, PP, DP, EP sizes, model size);
@@ -17,7 +22,10 @@ once (as on a rail-optimized fabric); a TP group that fits in a host stays there
 (NVLink: no network bytes), a larger one spans consecutive hosts, rail-aligned;
 PP pairs neighbouring hosts.
 Sizes are real bytes; `scaled(scale)` divides them by the bandwidth scale so
-completion times stay comparable with the real fabric.
+completion times stay comparable with the real fabric. Compute is not scaled:
+it stays real time, as communication times do after scaling. `Workload.iteration`
+is the iteration with its compute, in SimAI's order (traffic/iteration.py);
+`Workload.ops` is its communication alone.
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ from topos import inputs
 from topos.errors import InputError
 
 from .collectives import ALGORITHMS, Rank
+from .iteration import Step, transformer_order
+from .iteration import scaled as scaled_steps
 
 UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KIB": 1024, "MIB": 1 << 20, "GIB": 1 << 30}
 GROUPS = ("tp", "dp", "ep", "pp")
@@ -72,9 +82,36 @@ class Workload:
     name: str
     ops: list[Op] = field(default_factory=list)
     plan: dict[str, int] = field(default_factory=dict)
+    iteration: list[Step] = field(default_factory=list)  # with compute; empty: the ops back to back
 
     def scaled(self, scale: float) -> Workload:
-        return Workload(self.name, [replace(o, size=max(1, int(o.size / scale))) for o in self.ops], dict(self.plan))
+        def op(o: Op) -> Op:
+            return replace(o, size=max(1, int(o.size / scale)))
+
+        return Workload(self.name, [op(o) for o in self.ops], dict(self.plan), scaled_steps(self.iteration, op))
+
+    @property
+    def compute_s(self) -> float:
+        return sum(s.compute_s for s in self.iteration)
+
+
+DURATION_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+MAX_COMPUTE_S = 3600.0
+
+
+def parse_duration(value: Any, where: str = "compute") -> float:
+    """Seconds from 5ms, 200us, 1.5s or a number of seconds; at most an hour."""
+    m = re.fullmatch(r"\s*([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*(s|ms|us|ns)\s*", value) if type(value) is str else None
+    if type(value) in (int, float) and math.isfinite(value):
+        t = float(value)
+    elif m:
+        t = float(m.group(1)) * DURATION_UNITS[m.group(2)]
+    else:
+        raise InputError("not a duration", "write seconds or a number with s/ms/us/ns, e.g. 5ms", field=where,
+                         value=value)
+    if not 0 <= t <= MAX_COMPUTE_S:
+        raise InputError(f"a compute time is 0 to {MAX_COMPUTE_S:.0f} s", "e.g. 5ms", field=where, value=value)
+    return t
 
 
 
@@ -93,16 +130,24 @@ def load_yaml(path: str | Path) -> Workload:
     unknown = set(data) - {"name", "ops"}
     if unknown:
         raise InputError("unknown key in workload", "use name and ops", field=sorted(unknown)[0], value=None)
-    ops = []
+    ops: list[Op] = []
+    steps: list[Step] = []
     for i, raw in enumerate(data["ops"]):
         where = f"ops[{i}]"
         if not isinstance(raw, dict):
             raise InputError("each op is a mapping", "e.g. {op: allreduce, size: 8MB, group: dp}", field=where,
                              value=raw)
-        bad = set(raw) - {"op", "size", "group", "algorithm", "repeat", "label"}
+        bad = set(raw) - {"op", "size", "group", "algorithm", "repeat", "label", "compute", "overlap"}
         if bad:
-            raise InputError("unknown key in op", "use op, size, group, algorithm, repeat, label",
+            raise InputError("unknown key in op", "use op, size, group, algorithm, repeat, label, compute, overlap",
                              field=f"{where}.{sorted(bad)[0]}", value=raw[sorted(bad)[0]])
+        compute = parse_duration(raw.get("compute", 0), f"{where}.compute")
+        overlap = raw.get("overlap", False)
+        if type(overlap) is not bool:
+            raise InputError("overlap is true or false", "e.g. overlap: true", field=f"{where}.overlap", value=overlap)
+        if set(raw) <= {"compute", "label"} and "compute" in raw:  # compute only
+            steps.append(Step(compute, None, layer=_label(raw, where)))
+            continue
         _check_op(raw.get("op"), f"{where}.op")
         group = raw.get("group", "dp")
         if isinstance(group, list):
@@ -111,12 +156,29 @@ def load_yaml(path: str | Path) -> Workload:
             raise InputError("unknown group", f"use one of {', '.join(GROUPS)} or a list like [h0:0, h1:0]",
                              field=f"{where}.group", value=group)
         repeat = raw.get("repeat", 1)
-        if not isinstance(repeat, int) or repeat < 1:
-            raise InputError("repeat must be a positive integer", "e.g. repeat: 3", field=f"{where}.repeat",
+        if type(repeat) is not int or not 1 <= repeat <= MAX_REPEAT:
+            raise InputError(f"repeat is an integer 1..{MAX_REPEAT}", "e.g. repeat: 3", field=f"{where}.repeat",
                              value=repeat)
-        ops.append(Op(raw["op"], parse_size(raw.get("size"), f"{where}.size"), group, raw.get("algorithm"),
-                      repeat, str(raw.get("label", ""))))
-    return Workload(str(data.get("name", Path(path).stem)), ops)
+        algorithm = raw.get("algorithm")
+        if algorithm is not None and type(algorithm) is not str:
+            raise InputError("algorithm is a name", "e.g. algorithm: ring", field=f"{where}.algorithm",
+                             value=algorithm)
+        op = Op(raw["op"], parse_size(raw.get("size"), f"{where}.size"), group, algorithm, repeat,
+                _label(raw, where))
+        ops.append(op)
+        single = replace(op, repeat=1)
+        steps += [Step(compute if k == 0 else 0.0, single, overlap) for k in range(repeat)]
+    return Workload(str(data.get("name", Path(path).stem))[:64], ops, iteration=steps)
+
+
+MAX_REPEAT = 10_000
+
+
+def _label(raw: dict, where: str) -> str:
+    label = raw.get("label", "")
+    if type(label) not in (str, int) or len(str(label)) > 128:
+        raise InputError("a label is a short text", "at most 128 characters", field=f"{where}.label", value=label)
+    return str(label)
 
 
 def parse_rank(text: Any, where: str) -> Rank:
@@ -146,12 +208,18 @@ def select_ranks(spec: str, topo, where: str = "ranks") -> list[Rank]:
 
 # -- (b) parallelism plan --------------------------------------------------------------
 def from_plan(tp: int, pp: int, dp: int, ep: int = 1, params_b: float = 7.0, layers: int = 32, hidden: int = 4096,
-              seq: int = 4096, micro_batch: int = 1, bytes_per_param: int = 2) -> Workload:
+              seq: int = 4096, micro_batch: int = 1, bytes_per_param: int = 2, tflops: float | None = None) -> Workload:
     """One iteration of a Megatron-style transformer: per layer TP all-gather/reduce-scatter (fwd and bwd),
-    PP activations between stages, EP all-to-all (MoE) and a DP gradient reduce-scatter + all-gather."""
-    for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep)):
-        if not isinstance(v, int) or v < 1:
+    PP activations between stages, EP all-to-all (MoE) and a DP gradient reduce-scatter + all-gather.
+
+    With `tflops` (what one GPU achieves), each layer gets its compute: 2 x parameters x tokens FLOPs
+    forward, as much again for the input and for the weight gradients, shared by the TP x PP ranks."""
+    for name, v in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep), ("layers", layers)):
+        if type(v) is not int or not 1 <= v <= 1 << 16:
             raise InputError("parallelism sizes are positive integers", "e.g. tp=8 pp=1 dp=8", field=name, value=v)
+    if tflops is not None and not (type(tflops) in (int, float) and 0 < tflops <= 1e5):
+        raise InputError("tflops is what one GPU achieves, in TFLOP/s", "e.g. tflops=150", field="tflops",
+                         value=tflops)
     act = seq * micro_batch * hidden * bytes_per_param  # one layer's activation
     grads = int(params_b * 1e9 * bytes_per_param / (tp * pp))  # gradient bytes per DP rank
     ops: list[Op] = []
@@ -166,7 +234,23 @@ def from_plan(tp: int, pp: int, dp: int, ep: int = 1, params_b: float = 7.0, lay
     if dp > 1:
         ops += [Op("reducescatter", grads, "dp", label="dp gradients"),
                 Op("allgather", grads, "dp", label="dp parameters")]
-    return Workload(f"plan-tp{tp}-pp{pp}-dp{dp}-ep{ep}", ops, {"tp": tp, "pp": pp, "dp": dp, "ep": ep})
+    flops = 2 * params_b * 1e9 / layers * seq * micro_batch / (tp * pp)  # one layer's forward, per rank
+    c = 0.0 if tflops is None else flops / (tflops * 1e12)
+    by = {o.label: replace(o, repeat=1) for o in ops}
+    steps: list[Step] = []
+    # a stage's layers forward, then backward in reverse; per layer and pass one TP all-gather, one
+    # reduce-scatter and one EP all-to-all (the counts of `ops`)
+    tp_ep = [Step(0.0, by.get("tp bwd")), Step(0.0, by.get("moe dispatch/combine"))]
+    for k in range(per_stage):
+        steps += [Step(c, by.get("tp fwd"), phase="fwd", layer=f"layer{k}"), *tp_ep]
+    steps.append(Step(0.0, by.get("pp activations/gradients")))
+    for k in reversed(range(per_stage)):
+        steps += [Step(c, by.get("tp fwd"), phase="ig", layer=f"layer{k}"), *tp_ep,
+                  Step(c, None, phase="wg", layer=f"layer{k}")]
+    steps += [Step(0.0, by.get("pp activations/gradients")), Step(0.0, by.get("dp gradients")),
+              Step(0.0, by.get("dp parameters"))]
+    steps = [s for s in steps if s.op is not None or s.compute_s > 0]
+    return Workload(f"plan-tp{tp}-pp{pp}-dp{dp}-ep{ep}", ops, {"tp": tp, "pp": pp, "dp": dp, "ep": ep}, steps)
 
 
 # -- (c) SimAI / AICB -----------------------------------------------------------------
@@ -224,6 +308,7 @@ def load_simai(path: str | Path) -> Workload:
         raise InputError(f"line 2 announces {count} rows, the file has {len(rows)}",
                          "fix the count or the rows", field="file", value=str(path))
     ops: list[Op] = []
+    layers = []  # (name, fwd, ig, wg), each phase (compute seconds, op or None)
     for lineno, line in enumerate(lines[2:], start=3):
         if not line.strip():
             continue
@@ -231,21 +316,28 @@ def load_simai(path: str | Path) -> Workload:
         if len(f) < 11:
             raise InputError(f"line {lineno}: {len(f)} fields, need at least 11",
                              "name, reserved, then 3 x (time, type, bytes)", field="file", value=str(path))
-        name = f[0]
-        for phase, (_compute_col, ci, bi), group in (("fwd", (2, 3, 4), "tp"), ("ig", (5, 6, 7), "tp"),
+        name = f[0][:64]
+        phases = []
+        for phase, (tc, ci, bi), group in (("fwd", (2, 3, 4), "tp"), ("ig", (5, 6, 7), "tp"),
                                            ("wg", (8, 9, 10), "dp")):
             kind = _simai_type(f[ci], group, path, lineno)
-            try:
-                nbytes = int(f[bi]) if len(f[bi]) <= 16 else MAX_SIZE + 1
-                if nbytes > MAX_SIZE:
-                    raise ValueError
-            except ValueError:
-                raise InputError(f"line {lineno}: {phase} bytes is not an integer", "a byte count",
-                                 field="file", value=str(path)) from None
-            if kind is None or nbytes <= 0:
-                continue
-            ops.append(Op(kind[0], nbytes, kind[1], label=f"{name}:{phase}"))
-    return Workload(path.stem, ops, plan)
+            nbytes = _simai_int(f[bi], MAX_SIZE, f"line {lineno}: {phase} bytes", path)
+            # nanoseconds; SimAI writes 1 where no compute was recorded
+            ns = _simai_int(f[tc], int(MAX_COMPUTE_S * 1e9), f"line {lineno}: {phase} compute time", path)
+            op = Op(kind[0], nbytes, kind[1], label=f"{name}:{phase}") if kind is not None and nbytes > 0 else None
+            if op is not None:
+                ops.append(op)
+            phases.append((ns * 1e-9 if ns > 1 else 0.0, op))
+        layers.append((name, *phases))
+    return Workload(path.stem, ops, plan, transformer_order(layers))
+
+
+def _simai_int(text: str, most: int, what: str, path: Path) -> int:
+    """A non-negative integer column (bytes, nanoseconds) up to `most`."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 18 and int(text) <= most):
+        raise InputError(f"{what} is not an integer 0..{most}", "a count in the file's units", field="file",
+                         value=str(path))
+    return int(text)
 
 
 # -- placing groups on the emulated fabric ---------------------------------------------
