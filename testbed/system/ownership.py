@@ -58,7 +58,7 @@ class RunRecord(BaseModel):
     started: float = 0.0
     bridges: list[Annotated[str, Field(pattern=f"^{IFNAME}$")]] = []
     interfaces: list[Annotated[str, Field(pattern=f"^{IFNAME}$")]] = []
-    netns: list[Annotated[str, Field(pattern=f"^{IFNAME}{{0,4}}$", max_length=64)]] = []
+    netns: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]] = []
     processes: list[_Process] = []
 
 
@@ -171,9 +171,10 @@ class Ownership:
                 _sh("ip", "netns", "del", ns)
                 done.append(f"netns {ns}")
         skipped = (set(self.data["bridges"]) - set(bridges)) | (set(self.data["interfaces"]) - set(interfaces))
-        if skipped:
+        left = sorted(n for n in skipped if Path(f"/sys/class/net/{n}").exists())
+        if left:
             log.warning("run %s: left %s, not provably this run's (no tag or link group of it)", self.run_id,
-                        ", ".join(sorted(n for n in skipped if Path(f"/sys/class/net/{n}").exists())) or "nothing")
+                        ", ".join(left))
         for f in RUN_DIR.glob(f"{self.run_id}.*"):  # the record and its companions (e.g. PFC state)
             if f.name.split(".", 1)[0] == self.run_id and not f.is_symlink():
                 f.unlink(missing_ok=True)
