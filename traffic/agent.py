@@ -24,7 +24,9 @@ has them all.
 A `plan` is this rank's whole part of a collective (traffic/plan.py): its
 flows run per lane (a thread each, so lanes run concurrently), in the given
 order, each as soon as every flow in its `after` list has been received here,
-with no word from the coordinator in between (no barrier per step). A lane is
+with no word from the coordinator in between (no barrier per step). A flow
+with `compute_until` (wall time) waits until then too: the rank's compute
+before the op, as a timed wait. A lane is
 one connection (`sport`), or, when a flow lists `sports` (several connections
 to the same peer) and its `lane`, the flow goes on whichever of those
 connections has the fewest bytes outstanding (sent or queued, not yet
@@ -224,11 +226,14 @@ def _send(cmd: dict) -> None:
 
 
 def _run_connection(flows: list[dict]) -> None:
-    """One connection's planned flows, in order, each once what it depends on has arrived here."""
+    """One connection's planned flows, in order, each once what it depends on has arrived here (and, for a
+    rank's first flows of an op, once its compute is done: a timed wait, the GPU being busy)."""
     for cmd in flows:
         after = cmd.get("after") or ()
         with _arrived_cv:
             _arrived_cv.wait_for(lambda after=after: _arrived.issuperset(after))
+        if cmd.get("compute_until"):
+            time.sleep(max(0.0, float(cmd["compute_until"]) - time.time()))
         _send(cmd)
 
 

@@ -53,3 +53,24 @@ class OpResult:
     def scaled_back(self, scale: float) -> dict:
         """The same figures in the real fabric's units (sizes and rates x scale, times unchanged)."""
         return {"size": self.size * scale, "algbw_bps": self.algbw_bps * scale, "busbw_bps": self.busbw_bps * scale}
+
+
+@dataclass(frozen=True)
+class IterationResult:
+    """One training iteration as replayed: wall time, the compute in it, and its ops."""
+
+    seconds: float
+    compute_s: float
+    ops: list[OpResult]
+
+    @property
+    def exposed_comm_s(self) -> float:
+        return max(0.0, self.seconds - self.compute_s)
+
+    @property
+    def gpu_utilization(self) -> float:
+        return min(1.0, self.compute_s / self.seconds) if self.seconds > 0 else 1.0
+
+    @property
+    def bytes_ok(self) -> bool:
+        return all(o.bytes_delivered == o.bytes_expected for o in self.ops)

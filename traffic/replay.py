@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from topos.addressing import PINNED_SPORTS, nic_address
 
 from .collectives import Schedule
-from .metrics import OpResult
+from .metrics import IterationResult, OpResult
 from .plan import pieces, split, step_seconds
 from .transports.tcp import FlowRecord, TcpTransport
 
@@ -125,18 +125,50 @@ class Replayer:
         return min(rates)
 
     def run(self, schedule: Schedule) -> OpResult:
+        return self.finish(self.start(schedule))
+
+    def start(self, schedule: Schedule, compute_s: float = 0.0) -> dict:
+        """Hand an op to the ranks, each to begin after `compute_s` of compute; `finish` waits for it. With a
+        planned transport several ops may be in flight (communication overlapping compute); a stepwise one
+        (rdma) computes here and runs the op before returning."""
         self._connections(schedule)
         self._op = getattr(self, "_op", 0) + 1
         if hasattr(self.transport, "submit"):
-            return self._run_planned(schedule)
-        return self._run_stepwise(schedule)
+            return self._start_planned(schedule, compute_s)
+        time.sleep(compute_s)
+        return {"result": self._run_stepwise(schedule)}
+
+    def finish(self, handle: dict) -> OpResult:
+        return handle["result"] if "result" in handle else self._finish_planned(handle)
+
+    def run_iteration(self, steps: list[tuple]) -> IterationResult:
+        """One training iteration: (Step, its schedule or None) in order. Each step's compute is a timed wait
+        in the ranks before its communication; a blocking step's communication ends before the next step's
+        compute starts, an overlapping one runs on, and the iteration ends when every op is done."""
+        t0 = time.time()
+        ops, pending, carry = [], [], 0.0
+        for step, sched in steps:
+            carry += step.compute_s
+            if sched is None:  # compute only, or communication inside the hosts (NVLink)
+                continue
+            h = self.start(sched, carry)
+            carry = 0.0
+            if step.overlap:
+                pending.append(h)
+            else:
+                ops.append(self.finish(h))
+        time.sleep(carry)  # trailing compute: the ranks are busy, nothing to send
+        ops += [self.finish(h) for h in pending]
+        seconds = time.time() - t0
+        compute = sum(s.compute_s for s, _ in steps)
+        return IterationResult(seconds, compute, ops)
 
     def _result(self, schedule: Schedule, seconds: float, step_times: list[float], delivered: int) -> OpResult:
         return OpResult(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, seconds,
                         self.ideal_busbw(schedule), step_times, delivered, schedule.total_bytes,
                         groups=schedule.groups)
 
-    def _run_planned(self, schedule: Schedule) -> OpResult:
+    def _start_planned(self, schedule: Schedule, compute_s: float) -> dict:
         topo = self.net.topo
         ps = pieces(schedule, self.channels, str(self._op), self.pipeline)
         flows = [{"id": p.id, "src": p.src[0], "dst_ip": nic_address(topo.nodes[p.dst[0]], p.dst[1]).ip,
@@ -144,9 +176,16 @@ class Replayer:
         if self.connection_choice == "least-outstanding":
             for f, p in zip(flows, ps, strict=True):
                 f.update(sports=[self._sports[p.src, p.dst, c] for c in range(self.channels)], lane=p.channel)
-        t_op = time.time()  # the agents stamp their flows with the same clock
+        t_op = time.time() + compute_s  # the agents stamp their flows with the same clock
+        if compute_s > 0:
+            for f in flows:
+                f["compute_until"] = t_op
         self.transport.submit(flows)
-        recs = self.transport.wait([f["id"] for f in flows], self.step_timeout)
+        return {"schedule": schedule, "ps": ps, "ids": [f["id"] for f in flows], "t_op": t_op}
+
+    def _finish_planned(self, h: dict) -> OpResult:
+        schedule, ps, t_op = h["schedule"], h["ps"], h["t_op"]
+        recs = self.transport.wait(h["ids"], self.step_timeout)
         errors = [r for r in recs if r.error]
         if errors:
             raise RuntimeError(f"{len(errors)} flow(s) failed, e.g. {errors[0].error}")

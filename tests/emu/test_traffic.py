@@ -70,6 +70,45 @@ def test_simai_micro_workload_replays_end_to_end(fabric):
         assert r.bytes_delivered == r.bytes_expected == 4 * 2 * 3 * (op.size)
 
 
+SIMAI_WITH_COMPUTE = """HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ep: 1 pp: 1 all_gpus: 16
+2
+layer0\t-1\t300000000\tNONE\t0\t100000000\tNONE\t0\t100000000\tALLREDUCE\t10000000000\t100
+layer1\t-1\t300000000\tNONE\t0\t100000000\tNONE\t0\t100000000\tALLREDUCE\t10000000000\t100
+"""
+
+
+def test_simai_iteration_with_compute_overlaps_weight_gradients(fabric, cpu_window, tmp_path):
+    """1 s of compute per rank (forward 2 x 0.3 s, backward 4 x 0.1 s) and two data-parallel all-reduces of the
+    weight gradients that overlap the backward pass: the iteration takes what SimAI's order predicts."""
+    from traffic.iteration import predict
+    from traffic.metrics import busbw_factor
+
+    f = tmp_path / "two_layers.txt"
+    f.write_text(SIMAI_WITH_COMPUTE)
+    net, tr = fabric("precise")
+    w = load_simai(f).scaled(SCALE)  # 10 GB real: 500 kB emulated per all-reduce
+    hosts = [h.name for h in net.topo.hosts]
+    steps = [(s, None if s.op is None else op_schedule(s.op, hosts, rails=2, plan=w.plan)) for s in w.iteration]
+    rp = Replayer(net, tr, channels=2, routing="precise")
+    rp.run(next(sched for _s, sched in steps if sched is not None))  # warm-up: connections and windows
+    it = rp.run_iteration(steps)
+    rp.close()
+    assert it.compute_s == pytest.approx(1.0) and len(it.ops) == 2
+    assert it.bytes_ok and all(o.bytes_expected == 2 * 2 * 7 * 500_000 for o in it.ops)  # 2 rails, 8-rank rings
+
+    def ideal(op):  # the closed form: ring all-reduce of 8 ranks at two 10 Mbit/s ports
+        return busbw_factor("allreduce", 8) * op.size * 8 / 20e6
+
+    want = predict(w.iteration, ideal)
+    blocking = it.compute_s + sum(ideal(s.op) for s in w.iteration if s.op)
+    print(f"iteration {it.seconds:.3f} s, predicted {want.seconds:.3f} s (all blocking {blocking:.3f} s), "
+          f"GPU utilization {it.gpu_utilization:.1%} (predicted {want.gpu_utilization:.1%})")
+    assert want.seconds == pytest.approx(1.5, rel=0.01)  # the second all-reduce waits for the first
+    assert it.seconds >= want.seconds * 0.9  # the compute really happened, and the exposed comm took its time
+    cpu_window.rates_are_meaningful()
+    assert it.seconds <= want.seconds * 1.15, "the weight gradients did not overlap the backward pass"
+
+
 def test_traffic_run_command_goes_through_the_runner(no_leftovers, hpnlab):
     """`hpnlab traffic run` is a one-job experiment: exact bytes per op, the lossless class on the wire."""
     r = hpnlab("traffic", "run", "--size", "40GB", "--iters", "2", "--scale", "20000", "--ranks", "h0:0,h1:0,h4:0",

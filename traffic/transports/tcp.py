@@ -119,7 +119,7 @@ class TcpTransport:
         """A whole plan at once ({id, src, dst_ip, bytes, sport, after} per flow, optionally `sports` and
         `lane`: see traffic/agent.py): one `plan` per sending host.
 
-        The agents run it by its dependencies (traffic/plan.py); nothing more is sent until it is done.
+        The agents run it by its dependencies (traffic/plan.py), after `compute_until` (wall time) if given.
         """
         recs, by_host = [], {}
         for f in flows:
@@ -128,6 +128,8 @@ class TcpTransport:
                    "tos": self.tos, "after": list(f["after"])}
             if f.get("sports"):  # the agent picks among these connections (least outstanding bytes)
                 cmd.update(sports=list(f["sports"]), lane=f["lane"])
+            if f.get("compute_until"):  # the rank's compute before the op, waited in its agent
+                cmd["compute_until"] = f["compute_until"]
             by_host.setdefault(f["src"], []).append(cmd)
         with self._lock:
             self.records.update({r.id: r for r in recs})
