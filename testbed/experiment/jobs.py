@@ -6,12 +6,13 @@ Pure: schedules are built from the spec and the topology, at the emulated size
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.qos.scale import ScaleChoice, choose_scale, offered_load
 from topos.model import Topology
 from traffic.collectives import Schedule, build_schedule
+from traffic.iteration import Step
 from traffic.replay import op_schedule
 from traffic.workload import Op, load_simai, load_yaml, parse_size, select_ranks
 
@@ -24,7 +25,11 @@ Item = tuple[Op, Schedule | None]  # None: the op stays inside hosts (NVLink) an
 class Job:
     name: str
     dscp: int  # its traffic class on the wire
-    items: list[Item]
+    items: list[Item]  # every op it replays, in order (all iterations)
+    # a training job: one iteration's steps with their schedules (compute, then communication), run
+    # `iterations` times by Replayer.run_iteration; empty: `items` back to back
+    iteration: list[tuple[Step, Schedule | None]] = field(default_factory=list)
+    iterations: int = 1
 
 
 def collective_items(c: CollectiveSpec, scale: float, topo: Topology, where: str = "workload.collective") -> list[Item]:
@@ -33,14 +38,21 @@ def collective_items(c: CollectiveSpec, scale: float, topo: Topology, where: str
     return [(Op(c.op, emu, tuple(sched.ranks), sched.algorithm, label=f"{c.op}/{sched.algorithm}"), sched)] * c.iters
 
 
-def workload_items(exp: Experiment, base: Path, topo: Topology) -> list[Item]:
+def workload_job(exp: Experiment, base: Path, topo: Topology, dscp: int) -> Job:
+    """The spec's workload as one job: a collective's iterations, or a workload file's ops; a file whose
+    iteration has compute (or communication overlapping it) runs as training iterations."""
     wl = exp.workload
     if wl.collective is not None:
-        return collective_items(wl.collective, exp.qos.scale, topo)
+        return Job("job", dscp, collective_items(wl.collective, exp.qos.scale, topo))
     w = load_yaml(resolve(exp, base, "yaml_file")) if wl.yaml_file else load_simai(resolve(exp, base, "simai"))
     w = w.scaled(exp.qos.scale)
     hosts, rails = [h.name for h in topo.hosts], topo.hosts[0].nics
-    return [(o, op_schedule(o, hosts, rails, w.plan)) for o in w.ops for _ in range(o.repeat)]
+    if w.compute_s > 0 or any(s.overlap and s.op is not None for s in w.iteration):
+        steps = [(s, None if s.op is None else op_schedule(s.op, hosts, rails, w.plan)) for s in w.iteration]
+        items = [(s.op, sched) for s, sched in steps if s.op is not None] * wl.iterations
+        return Job("job", dscp, items, steps, wl.iterations)
+    items = [(o, op_schedule(o, hosts, rails, w.plan)) for o in w.ops for _ in range(o.repeat)]
+    return Job("job", dscp, items * wl.iterations)
 
 
 def jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
@@ -50,7 +62,7 @@ def jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
         return [Job(j.name, dscp[j.priority], collective_items(j.collective, exp.qos.scale, topo,
                                                                f"jobs[{i}].collective"))
                 for i, j in enumerate(exp.jobs)]
-    return [Job("job", dscp["lossless"], workload_items(exp, base, topo))]
+    return [workload_job(exp, base, topo, dscp["lossless"])]
 
 
 def offered(job_list: list[Job], topo: Topology) -> float:

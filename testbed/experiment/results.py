@@ -142,6 +142,20 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
                 m, sd = _mean_sd(ts)
                 cells.append(f"{m:.2f} ± {sd:.2f} s ({len(ts)} ops)")
             lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    iters = [(r["variant"], i) for r in runs for i in r.get("iterations", [])]
+    if iters:
+        lines += ["", "Training iterations (compute as timed waits, then communication in SimAI's order; "
+                  "predicted: traffic/iteration.py at the fabric's ideal rate), mean ± sd:", "",
+                  "| variant | job | iterations | time (s) | predicted (s) | exposed comm (s) | GPU utilization "
+                  "| predicted utilization |", "|---|---|---|---|---|---|---|---|"]
+        for v in variants:
+            for j in sorted({i["job"] for vv, i in iters if vv == v}):
+                its = [i for vv, i in iters if vv == v and i["job"] == j]
+                t, ts = _mean_sd([i["seconds"] for i in its])
+                e, _ = _mean_sd([i["exposed_comm_s"] for i in its])
+                u, us = _mean_sd([i["gpu_utilization"] for i in its])
+                lines.append(f"| {v} | {j} | {len(its)} | {t:.3f} ± {ts:.3f} | {its[0]['predicted_s']:.3f} | {e:.3f} "
+                             f"| {u:.1%} ± {us:.1%} | {its[0]['predicted_gpu_utilization']:.1%} |")
     if balance:
         lines += ["", "Load on the two ToR ports facing each receiving NIC (more/less loaded bytes), the deepest "
                   "lossless queue at those ports, and the aggregation-to-ToR links that carried traffic "

@@ -34,6 +34,8 @@ from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
 from topos.inputs import read_text
 from topos.model import Topology
+from traffic.iteration import predict
+from traffic.metrics import busbw_factor
 from traffic.replay import Replayer
 from traffic.transports import choose, make
 
@@ -86,6 +88,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     exit_cleanly_on_signals()
     channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
     rec: dict = {"variant": label, "repetition": rep, "transport": kind, "channels": channels, "ops": [],
+                 "iterations": [],
                  "halted": None, "scale": exp.qos.scale, "scale_auto": choice.why() if choice else None}
     with Network(topo, routing="controller", mode=exp.switch_mode, hashing=exp.hashing, qos=exp.qos,
                  log_dir=None if log_dir is None else str(log_dir)) as net:
@@ -104,6 +107,8 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
         counters0 = net.port_counters()
 
         def run_job(job, rp):
+            if job.iteration:
+                return run_training(job, rp)
             for o, sched in job.items:
                 if sched is None or rec["halted"]:
                     continue
@@ -118,6 +123,29 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                 rec["ops"].append(_op_record(job.name, o.label or f"{r.op}/{r.algorithm}", start, r))
                 if progress:
                     progress()
+
+        def run_training(job, rp):
+            predicted = predict([s for s, _ in job.iteration], _ideal_seconds(job, rp))
+            for k in range(job.iterations):
+                if rec["halted"]:
+                    return
+                start = time.time() - t0
+                try:
+                    it = rp.run_iteration(job.iteration)
+                except (TimeoutError, RuntimeError) as exc:
+                    rec["halted"] = {"at": round(time.time() - t0, 3), "op": f"iteration {k}", "why": str(exc),
+                                     "job": job.name}
+                    log.warning("%s rep %d halted: %s", label, rep, exc)
+                    return
+                rec["iterations"].append({
+                    "job": job.name, "iteration": k, "start": round(start, 4), "seconds": round(it.seconds, 4),
+                    "compute_s": round(it.compute_s, 6), "exposed_comm_s": round(it.exposed_comm_s, 4),
+                    "gpu_utilization": round(it.gpu_utilization, 4), "predicted_s": round(predicted.seconds, 4),
+                    "predicted_gpu_utilization": round(predicted.gpu_utilization, 4), "bytes_ok": it.bytes_ok})
+                for r in it.ops:
+                    rec["ops"].append(_op_record(job.name, f"{r.op}/{r.algorithm}", start, r))
+                    if progress:
+                        progress()
 
         try:
             threads = [threading.Thread(target=run_job, args=(job, rp), daemon=True) for job, _tr, rp in runners]
@@ -147,6 +175,19 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                               calibrated=budget.calibrated)
     rec["fidelity"]["bytes_ok"] = all(o["bytes_delivered"] == o["bytes_expected"] for o in rec["ops"])
     return rec
+
+
+def _ideal_seconds(job, rp):
+    """An op's time alone at the fabric's ideal rate (the closed forms): what `predict` reads an iteration with."""
+    by_op = {id(s.op): sched for s, sched in job.iteration if s.op is not None}
+
+    def seconds(op) -> float:
+        sched = by_op.get(id(op))
+        if sched is None:
+            return 0.0  # stays inside the hosts
+        return busbw_factor(sched.op, len(sched.ranks) // sched.groups) * sched.size * 8 / rp.ideal_busbw(sched)
+
+    return seconds
 
 
 def quick(exp: Experiment) -> Experiment:

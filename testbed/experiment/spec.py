@@ -11,6 +11,7 @@
     nic_port_choice: hash            # hash | round-robin (under ecmp)
     workload:                        # one of: a collective, a YAML workload, a SimAI file
       collective: {op: allreduce, size: 160GB, algorithm: ring, ranks: rail0, iters: 3}
+      # or: {simai: gpt13b.txt, iterations: 2}  (a file with compute replays as training iterations)
     failures:
       - {at: 2.0, link: "tor-p0-s0-r0-a:5-agg-p0-pl0-0:1", action: down}
       - {at: 4.0, node: tor-p0-s1-r0-b, action: down}
@@ -105,6 +106,8 @@ class WorkloadSpec(_Strict):
     collective: CollectiveSpec | None = None
     yaml_file: str | None = Field(None, alias="file", max_length=255)
     simai: str | None = Field(None, max_length=255)
+    iterations: int = Field(1, ge=1, le=1000, description="file/simai: training iterations to replay, each with "
+                                                           "its compute when the workload has some")
 
     @model_validator(mode="after")
     def _one(self) -> WorkloadSpec:
@@ -112,6 +115,9 @@ class WorkloadSpec(_Strict):
         if len(given) != 1:
             raise InputError("give exactly one of collective, file, simai", "e.g. workload: {collective: {op: "
                              "allreduce, size: 160GB}}", field="workload", value=given or None)
+        if self.collective is not None and self.iterations != 1:
+            raise InputError("a collective repeats with its own iters", "use collective.iters",
+                             field="workload.iterations", value=self.iterations)
         return self
 
 

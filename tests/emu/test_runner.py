@@ -54,6 +54,37 @@ def test_experiment_runs_and_leaves_a_results_folder(tmp_path, no_leftovers):
     assert out.name in listed.stdout
 
 
+TRAINING = """
+name: training
+topology: {name: hpn}
+routing: precise
+qos: {scale: 20000}
+workload: {simai: two_layers.txt, iterations: 2}
+"""
+
+
+def test_a_workload_with_compute_runs_as_training_iterations(tmp_path, no_leftovers):
+    """A SimAI file with compute: each iteration's time, exposed communication and GPU utilization recorded
+    beside the closed-form prediction, exact bytes."""
+    import shutil
+
+    shutil.copy(Path(__file__).resolve().parents[1] / "data" / "two_layers_simai.txt", tmp_path / "two_layers.txt")
+    (tmp_path / "training.yaml").write_text(TRAINING)
+    r = subprocess.run([HPNLAB, "run", "training.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = list((tmp_path / "results").iterdir())
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    its = run["iterations"]
+    assert [i["iteration"] for i in its] == [0, 1] and all(i["bytes_ok"] for i in its)
+    assert len(run["ops"]) == 4 and all(o["bytes_delivered"] == o["bytes_expected"] == 2 * 2 * 7 * 500_000
+                                        for o in run["ops"])
+    for i in its:
+        assert i["compute_s"] == pytest.approx(1.0) and i["predicted_s"] == pytest.approx(1.5, rel=0.01)
+        assert i["seconds"] >= 0.9 * i["predicted_s"] and i["gpu_utilization"] == pytest.approx(
+            1.0 / i["seconds"], rel=0.01)
+    assert "Training iterations" in (out / "summary.md").read_text()
+
+
 def test_bad_experiment_is_refused_before_anything_starts(tmp_path, no_leftovers):
     (tmp_path / "bad.yaml").write_text(EXPERIMENT.replace("tor-p0-s0-r0-a:3", "tor-p9-s0-r0-a:3"))
     r = subprocess.run([HPNLAB, "run", "bad.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60)

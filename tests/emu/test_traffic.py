@@ -70,23 +70,17 @@ def test_simai_micro_workload_replays_end_to_end(fabric):
         assert r.bytes_delivered == r.bytes_expected == 4 * 2 * 3 * (op.size)
 
 
-SIMAI_WITH_COMPUTE = """HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ep: 1 pp: 1 all_gpus: 16
-2
-layer0\t-1\t300000000\tNONE\t0\t100000000\tNONE\t0\t100000000\tALLREDUCE\t10000000000\t100
-layer1\t-1\t300000000\tNONE\t0\t100000000\tNONE\t0\t100000000\tALLREDUCE\t10000000000\t100
-"""
+TWO_LAYERS = Path(__file__).resolve().parents[1] / "data" / "two_layers_simai.txt"  # 1 s of compute per rank
 
 
-def test_simai_iteration_with_compute_overlaps_weight_gradients(fabric, cpu_window, tmp_path):
+def test_simai_iteration_with_compute_overlaps_weight_gradients(fabric, cpu_window):
     """1 s of compute per rank (forward 2 x 0.3 s, backward 4 x 0.1 s) and two data-parallel all-reduces of the
     weight gradients that overlap the backward pass: the iteration takes what SimAI's order predicts."""
     from traffic.iteration import predict
     from traffic.metrics import busbw_factor
 
-    f = tmp_path / "two_layers.txt"
-    f.write_text(SIMAI_WITH_COMPUTE)
     net, tr = fabric("precise")
-    w = load_simai(f).scaled(SCALE)  # 10 GB real: 500 kB emulated per all-reduce
+    w = load_simai(TWO_LAYERS).scaled(SCALE)  # 10 GB real: 500 kB emulated per all-reduce
     hosts = [h.name for h in net.topo.hosts]
     steps = [(s, None if s.op is None else op_schedule(s.op, hosts, rails=2, plan=w.plan)) for s in w.iteration]
     rp = Replayer(net, tr, channels=2, routing="precise")
