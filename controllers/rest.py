@@ -8,6 +8,9 @@
     GET    /flows                  declared flows and their paths
     POST   /flows                  {"flows": [{"src","dst","proto","sport","dport"}, ...]}  (precise mode)
     DELETE /flows                  {"flows": [key, ...]} or no body for all
+    POST   /jobs                   {"levels": 2, "jobs": [{"name", "gpus", "compute_s", "overlap", "flows": [{"src",
+                                   "dst", "proto", "sport", "dport", "bytes"}, ...]}, ...]}: Crux's order, priorities,
+                                   lossless levels and paths for these jobs (controllers/crux.py); installs nothing
     GET    /counters/ports         per switch port bytes/packets/drops
     GET    /counters/flows         per declared flow, bytes per switch
     GET    /events                 link-down/up log with times and recompute cost
@@ -29,6 +32,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from .crux import JobDemand
 from .precise import FlowSpec, candidate_paths
 
 log = logging.getLogger("hpnlab.rest")
@@ -78,6 +82,34 @@ def _flow_from(d: object) -> FlowSpec:
             raise ApiError(400, f"flow field {k!r} is required")
     return FlowSpec(src=_text("src", d["src"]), dst=_text("dst", d["dst"]), proto=_text("proto", d.get("proto", "udp")),
                     sport=_port("sport", d.get("sport", 0)), dport=_port("dport", d.get("dport", 0)))
+
+
+def _number(field: str, v: object, low: float, high: float) -> float:
+    if type(v) not in (int, float) or not low <= v <= high:  # bool is not a number here; NaN fails the range
+        raise ApiError(400, f"{field}={_short(v)}: a number {low:g}..{high:g}")
+    return float(v)
+
+
+def _job_from(d: object) -> JobDemand:
+    if not isinstance(d, dict) or not isinstance(d.get("flows"), list):
+        raise ApiError(400, "each job is an object with name, gpus, compute_s, flows (and overlap)")
+    unknown = set(d) - {"name", "gpus", "compute_s", "overlap", "flows"}
+    if unknown:
+        raise ApiError(400, f"unknown job field(s) {_short(sorted(unknown))}; allowed: name, gpus, compute_s, "
+                            "overlap, flows")
+    gpus = d.get("gpus", 1)
+    if type(gpus) is not int or not 1 <= gpus <= 1 << 20:
+        raise ApiError(400, f"gpus={_short(gpus)}: an integer 1..{1 << 20}")
+    flows = []
+    for f in d["flows"]:
+        if not isinstance(f, dict):
+            raise ApiError(400, "each flow is an object with src, dst, bytes (and proto, sport, dport)")
+        nbytes = f.get("bytes")
+        if type(nbytes) is not int or not 1 <= nbytes <= 10**15:
+            raise ApiError(400, f"bytes={_short(nbytes)}: an integer 1..1e15 (per iteration)")
+        flows.append((_flow_from({k: v for k, v in f.items() if k != "bytes"}), nbytes))
+    return JobDemand(_text("name", d.get("name")), gpus, _number("compute_s", d.get("compute_s", 0), 0, 3600),
+                     tuple(flows), _number("overlap", d.get("overlap", 0), 0, 1))
 
 
 def _flow_list(body: object, example: str) -> list:
@@ -302,6 +334,22 @@ class _Handler(BaseHTTPRequestHandler):
             return {"withdrawn": self.app.withdraw(keys)}
         except KeyError as exc:
             raise ApiError(404, str(exc.args[0])) from None
+
+    def post_jobs(self, q):
+        body = self._body()
+        if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not set(body) <= {"jobs", "levels"}:
+            raise ApiError(400, 'send {"levels": 2, "jobs": [{"name": "A", "gpus": 8, "compute_s": 0.5, '
+                                '"flows": [{"src": "h0", "dst": "10.0.0.5", "bytes": 1000000}]}]}')
+        levels = body.get("levels", 1)
+        if type(levels) is not int or not 1 <= levels <= 8:
+            raise ApiError(400, f"levels={_short(levels)}: the lossless priorities, 1..8 (802.1Qbb)")
+        if len(body["jobs"]) > 64 or sum(len(j.get("flows") or []) for j in body["jobs"] if isinstance(j, dict)) \
+                > MAX_FLOWS:
+            raise ApiError(413, f"jobs: at most 64 jobs and {MAX_FLOWS} flows in all per request")
+        jobs = [_job_from(j) for j in body["jobs"]]
+        if len({j.name for j in jobs}) != len(jobs):
+            raise ApiError(400, "jobs: two jobs have the same name")
+        return self.app.state.schedule_jobs(jobs, levels)
 
     def get_counters_ports(self, q):
         return self.app.port_counters()

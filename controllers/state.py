@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from topos.addressing import nic_address
 from topos.model import Link, Topology
 
+from . import crux
+from .crux import JobDemand
 from .precise import Assignment, FlowSpec, Path, assign, loads
 from .routing import RoutingGraph, compute_tables
 from .ruleset import Change, RuleSet
@@ -150,14 +152,7 @@ class ControllerState:
             if self.mode != "precise":
                 raise ValueError(f"mode={self.mode!r}: flows are declared in precise mode")
             for f in flows:
-                if f.src not in self.topo.nodes or self.topo.nodes[f.src].role != "host":
-                    raise ValueError(f"src={f.src!r}: not a host of this topology")
-                if f.dst not in self.ip_owner:
-                    raise ValueError(f"dst={f.dst!r}: not a host address of this topology")
-                if f.proto not in ("tcp", "udp"):
-                    raise ValueError(f"proto={f.proto!r}: use tcp or udp")
-                if not (0 <= f.sport < 65536 and 0 <= f.dport < 65536):
-                    raise ValueError(f"ports={f.sport},{f.dport}: use 0..65535")
+                self._check_flow(f)
             # one entry per key: a flow named twice in one request is one flow (its load counts once)
             new = list({f.key: f for f in flows if f.key not in self.flows}.values())
             for f in new:
@@ -165,6 +160,16 @@ class ControllerState:
                 self.cookies.setdefault(f.key, max(self.cookies.values(), default=0) + 1)
             paths = self.assignment.paths
             return Update(precise_add=self._place(new, dict(paths), old=paths))
+
+    def _check_flow(self, f: FlowSpec) -> None:
+        if f.src not in self.topo.nodes or self.topo.nodes[f.src].role != "host":
+            raise ValueError(f"src={f.src!r}: not a host of this topology")
+        if f.dst not in self.ip_owner:
+            raise ValueError(f"dst={f.dst!r}: not a host address of this topology")
+        if f.proto not in ("tcp", "udp"):
+            raise ValueError(f"proto={f.proto!r}: use tcp or udp")
+        if not (0 <= f.sport < 65536 and 0 <= f.dport < 65536):
+            raise ValueError(f"ports={f.sport},{f.dport}: use 0..65535")
 
     def withdraw(self, keys: list[str] | None = None) -> Update:
         with self.lock:
@@ -181,6 +186,27 @@ class ControllerState:
                 del self.flows[k]
             self.assignment = Assignment(paths=keep, load=loads(self.flows, keep))
             return update
+
+    # -- several jobs (Crux) ----------------------------------------------------
+    def schedule_jobs(self, jobs: list[JobDemand], levels: int) -> dict:
+        """Crux's order, priorities, lossless levels and paths for `jobs` on the current routes (nothing is
+        installed: a job's flows are declared as usual, and its level picks its traffic class)."""
+        with self.lock:
+            for j in jobs:
+                for f, _n in j.flows:
+                    self._check_flow(f)
+            s = crux.schedule(self.graph, self.tables, jobs, self._rate_bps, levels)
+        return {"order": s.order, "levels": levels,
+                "jobs": {n: {"intensity": s.intensity[n], "priority": s.priority[n], "level": s.level[n]}
+                         for n in s.order},
+                "contending": sorted(sorted(pair) for pair in s.contends),
+                "paths": {k: [{"switch": sw, "port": port} for sw, port in p.hops] for k, p in s.paths.paths.items()}}
+
+    def _rate_bps(self, hop) -> float:
+        link = self.port_link.get(hop)
+        if link is None:  # a host's NIC port: its host-tor links all run at the NIC rate
+            link = next(l for l in self.topo.links_of(hop[0]) if l.kind == "host-tor")
+        return link.rate_gbps * 1e9
 
     def flow_view(self, key: str) -> dict:
         f = self.flows[key]

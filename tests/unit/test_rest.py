@@ -253,3 +253,37 @@ def test_client_errors_carry_the_status(server):
     with pytest.raises(ControllerError) as exc:
         ControllerClient(port, "w" * 40).health()
     assert exc.value.status == 401
+
+
+def _job(name, compute, sport, n=2):
+    return {"name": name, "gpus": 4, "compute_s": compute,
+            "flows": [{"src": "h0", "dst": "10.0.0.5", "proto": "tcp", "sport": sport + i, "bytes": 1_000_000}
+                      for i in range(n)]}
+
+
+def test_jobs_get_crux_priorities_through_rest(server):
+    app, port = server
+    status, s = call(port, "POST", "/jobs", {"levels": 2, "jobs": [_job("B", 0.1, 6000), _job("A", 1.0, 5000)]})
+    assert status == 200, s
+    assert s["order"] == ["A", "B"] and s["jobs"]["A"]["level"] == 0 and s["jobs"]["B"]["level"] == 1
+    assert s["contending"] == [["A", "B"]] and len(s["paths"]) == 4
+    assert app.state.flows == {}  # scheduling installs nothing
+
+
+@pytest.mark.parametrize("body", [
+    {"jobs": [_job("A", 1.0, 5000)], "levels": 9},
+    {"jobs": [_job("A", 1.0, 5000)], "levels": True},
+    {"jobs": [_job("A", 1.0, 5000), _job("A", 0.5, 6000)]},
+    {"jobs": [{**_job("A", 1.0, 5000), "gpus": 2.5}]},
+    {"jobs": [{**_job("A", 1.0, 5000), "compute_s": True}]},
+    {"jobs": [{**_job("A", 1.0, 5000), "overlap": 2}]},
+    {"jobs": [{**_job("A", 1.0, 5000), "colour": 1}]},
+    {"jobs": [{"name": "A", "flows": [{"src": "h0", "dst": "10.0.0.5", "bytes": 0}]}]},
+    {"jobs": [{"name": "A", "flows": [{"src": "h9", "dst": "10.0.0.5", "bytes": 10}]}]},
+    {"jobs": [_job(f"J{i}", 1.0, 5000 + 20 * i, n=20) for i in range(60)]},
+    {"jobs": "all"},
+])
+def test_bad_job_requests_are_4xx(server, body):
+    _, port = server
+    status, answer = call(port, "POST", "/jobs", body)
+    assert 400 <= status < 500 and answer["error"], (status, answer)
