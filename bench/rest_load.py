@@ -23,15 +23,8 @@ from pathlib import Path
 
 from controllers.client import ControllerClient, write_token
 from controllers.rest import MAX_FLOWS
+from testbed.net.controller import free_port
 from topos import build
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def client_loop(c: ControllerClient, idx: int, n: int, times: list, errors: list) -> None:

@@ -10,13 +10,13 @@ import time
 import urllib.error
 import urllib.request
 
+from topos.inputs import create_new
+
 
 def write_token(path: str) -> str:
     """A new REST token in a new file only its owner reads (never through an existing file or link)."""
     token = secrets.token_hex(24)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
+    create_new(path, (token + "\n").encode(), 0o600)
     return token
 
 

@@ -28,13 +28,18 @@ ECHO_UNREPLIED = 5
 LISTEN_WAIT_S = 10.0
 
 
-def fail(message: str, remove: tuple[str, ...] = ()) -> None:
-    print(f"hpnlab controller: {message}", file=sys.stderr)
+def leave(status: int, remove: tuple[str, ...]) -> None:
+    """os._exit, after removing the files this process was given to remove (exit handlers never run)."""
     for f in remove:
         with contextlib.suppress(OSError):
             os.unlink(f)
     logging.shutdown()
-    os._exit(2)
+    os._exit(status)
+
+
+def fail(message: str, remove: tuple[str, ...] = ()) -> None:
+    print(f"hpnlab controller: {message}", file=sys.stderr)
+    leave(2, remove)
 
 
 def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = False, hashing: str = "ovs",
@@ -91,11 +96,7 @@ def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = 
     try:
         mgr.close()
     finally:
-        for f in remove_at_exit:
-            with contextlib.suppress(OSError):
-                os.unlink(f)
-        logging.shutdown()
-        os._exit(0)  # switch connection threads are not daemons; nothing else is left to flush
+        leave(0, remove_at_exit)  # switch connection threads are not daemons; nothing else is left to flush
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -174,13 +174,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # route http.server's stderr lines into logging
         log.debug("%s " + fmt, self.address_string(), *args)
 
-    def _reply(self, status: int, body: object, headers: dict[str, str] | None = None) -> None:
+    def _reply(self, status: int, body: object) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

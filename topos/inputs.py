@@ -1,11 +1,14 @@
-"""Reading input files a user (or someone else) wrote: bounded, confined, and never echoed back.
+"""Files on a machine shared with others: input read bounded, confined and never echoed; new files made
+without following links.
 
 The testbed runs as root on machines shared with students, so an input file is
 read as if hostile: only regular files of bounded size, only UTF-8, YAML with
 its alias expansion bounded, paths named in a spec kept inside the spec's own
 folder, and errors that name the file and the line but never print what the
 file holds (it could be any file root can read). Lives in the lowest layer so
-every parser (experiments, workloads, labs) goes through the same door.
+every parser (experiments, workloads, labs) goes through the same door. A file
+the testbed creates (a token, a student's answers template) is created new,
+never through whatever link someone left at its name.
 """
 
 from __future__ import annotations
@@ -107,3 +110,10 @@ def confined(name: str, base: Path, field: str) -> Path:
                          "copy the file next to the experiment file (or into a folder below it)", field=field,
                          value=name)
     return p
+
+
+def create_new(path: str | Path, data: bytes, mode: int) -> None:
+    """A new file holding `data`; FileExistsError if anything (a file, a dangling link) has that name."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)

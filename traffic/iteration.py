@@ -37,20 +37,22 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Prediction:
+class IterationTime:
+    """An iteration's wall time and the compute in it (predicted here, or measured: metrics.IterationResult)."""
+
     seconds: float
     compute_s: float
 
     @property
     def exposed_comm_s(self) -> float:
-        return self.seconds - self.compute_s
+        return max(0.0, self.seconds - self.compute_s)
 
     @property
     def gpu_utilization(self) -> float:
-        return self.compute_s / self.seconds if self.seconds > 0 else 1.0
+        return min(1.0, self.compute_s / self.seconds) if self.seconds > 0 else 1.0
 
 
-def predict(steps: list[Step], comm_seconds: Callable[[Any], float]) -> Prediction:
+def predict(steps: list[Step], comm_seconds: Callable[[Any], float]) -> IterationTime:
     """Iteration time of `steps` when each communication takes `comm_seconds(op)` alone on the fabric."""
     gpu = net = compute = 0.0
     for s in steps:
@@ -62,7 +64,7 @@ def predict(steps: list[Step], comm_seconds: Callable[[Any], float]) -> Predicti
         net = start + comm_seconds(s.op)
         if not s.overlap:
             gpu = net
-    return Prediction(max(gpu, net), compute)
+    return IterationTime(max(gpu, net), compute)
 
 
 def scaled(steps: list[Step], scale_op: Callable[[Any], Any]) -> list[Step]:

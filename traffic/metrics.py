@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .iteration import IterationTime
+
 
 def busbw_factor(op: str, n: int) -> float:
     if op == "allreduce":
@@ -56,20 +58,10 @@ class OpResult:
 
 
 @dataclass(frozen=True)
-class IterationResult:
+class IterationResult(IterationTime):
     """One training iteration as replayed: wall time, the compute in it, and its ops."""
 
-    seconds: float
-    compute_s: float
     ops: list[OpResult]
-
-    @property
-    def exposed_comm_s(self) -> float:
-        return max(0.0, self.seconds - self.compute_s)
-
-    @property
-    def gpu_utilization(self) -> float:
-        return min(1.0, self.compute_s / self.seconds) if self.seconds > 0 else 1.0
 
     @property
     def bytes_ok(self) -> bool:

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -106,6 +106,15 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
         t0, t0_mono = time.time(), time.monotonic()
         counters0 = net.port_counters()
 
+        def halted(job, what: str, exc: Exception) -> None:  # a step that never ends: the job is halted
+            rec["halted"] = {"at": round(time.time() - t0, 3), "op": what, "why": str(exc), "job": job.name}
+            log.warning("%s rep %d halted: %s", label, rep, exc)
+
+        def record(job, name: str, start: float, r) -> None:
+            rec["ops"].append(_op_record(job.name, name, start, r))
+            if progress:
+                progress()
+
         def run_job(job, rp):
             if job.iteration:
                 return run_training(job, rp)
@@ -115,17 +124,14 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                 start = time.time() - t0
                 try:
                     r = rp.run(sched)
-                except (TimeoutError, RuntimeError) as exc:  # a step that never ends: the job is halted
-                    rec["halted"] = {"at": round(time.time() - t0, 3), "op": o.label or o.op, "why": str(exc),
-                                     "job": job.name}
-                    log.warning("%s rep %d halted: %s", label, rep, exc)
-                    return
-                rec["ops"].append(_op_record(job.name, o.label or f"{r.op}/{r.algorithm}", start, r))
-                if progress:
-                    progress()
+                except (TimeoutError, RuntimeError) as exc:
+                    return halted(job, o.label or o.op, exc)
+                record(job, o.label or f"{r.op}/{r.algorithm}", start, r)
 
         def run_training(job, rp):
-            predicted = predict([s for s, _ in job.iteration], _ideal_seconds(job, rp))
+            # the steps with their schedules in place of their ops: compute-only and in-host steps have none
+            predicted = predict([replace(s, op=sched) for s, sched in job.iteration],
+                                lambda sched: _ideal_seconds(sched, rp))
             for k in range(job.iterations):
                 if rec["halted"]:
                     return
@@ -133,19 +139,14 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                 try:
                     it = rp.run_iteration(job.iteration)
                 except (TimeoutError, RuntimeError) as exc:
-                    rec["halted"] = {"at": round(time.time() - t0, 3), "op": f"iteration {k}", "why": str(exc),
-                                     "job": job.name}
-                    log.warning("%s rep %d halted: %s", label, rep, exc)
-                    return
+                    return halted(job, f"iteration {k}", exc)
                 rec["iterations"].append({
                     "job": job.name, "iteration": k, "start": round(start, 4), "seconds": round(it.seconds, 4),
                     "compute_s": round(it.compute_s, 6), "exposed_comm_s": round(it.exposed_comm_s, 4),
                     "gpu_utilization": round(it.gpu_utilization, 4), "predicted_s": round(predicted.seconds, 4),
                     "predicted_gpu_utilization": round(predicted.gpu_utilization, 4), "bytes_ok": it.bytes_ok})
                 for r in it.ops:
-                    rec["ops"].append(_op_record(job.name, f"{r.op}/{r.algorithm}", start, r))
-                    if progress:
-                        progress()
+                    record(job, f"{r.op}/{r.algorithm}", start, r)
 
         try:
             threads = [threading.Thread(target=run_job, args=(job, rp), daemon=True) for job, _tr, rp in runners]
@@ -177,17 +178,10 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     return rec
 
 
-def _ideal_seconds(job, rp):
-    """An op's time alone at the fabric's ideal rate (the closed forms): what `predict` reads an iteration with."""
-    by_op = {id(s.op): sched for s, sched in job.iteration if s.op is not None}
-
-    def seconds(op) -> float:
-        sched = by_op.get(id(op))
-        if sched is None:
-            return 0.0  # stays inside the hosts
-        return busbw_factor(sched.op, len(sched.ranks) // sched.groups) * sched.size * 8 / rp.ideal_busbw(sched)
-
-    return seconds
+def _ideal_seconds(sched, rp) -> float:
+    """A schedule's time alone at the fabric's ideal rate (the closed forms): what `predict` reads an iteration
+    with."""
+    return busbw_factor(sched.op, len(sched.ranks) // sched.groups) * sched.size * 8 / rp.ideal_busbw(sched)
 
 
 def quick(exp: Experiment) -> Experiment:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from topos.errors import InputError
+from topos.inputs import create_new
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES = ROOT / "experiments" / "labs"
@@ -78,12 +78,10 @@ def prepare(lab: Lab, workdir: Path) -> list[Path]:
 
 
 def _create(path: Path, data: bytes) -> bool:
-    """Write a new file; False if anything is at that name already. Never through a link: `lab start` runs as
-    root, and a (dangling) symlink a student left there must not make it write elsewhere."""
+    """False if anything is at that name already: `lab start` runs as root, and a (dangling) symlink a
+    student left there must not make it write elsewhere."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        create_new(path, data, 0o644)
     except FileExistsError:
         return False
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
     return True
