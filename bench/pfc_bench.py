@@ -17,7 +17,7 @@ from pathlib import Path
 
 from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate
 from testbed.net.network import Network
-from testbed.qos.shaper import LEAF_HANDLE
+from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import QosSpec
 from topos import build
 
@@ -38,16 +38,15 @@ def rate_fidelity(reps: int) -> dict:
 
 def traffic(pairs, pfc: bool, seconds: float) -> dict:
     with Network(build("hpn"), qos=QosSpec(pfc={"enabled": pfc})) as net:
-        before = net.qos.stats(LEAF_HANDLE["lossless"])
+        before = net.qos.stats(lossless_leaf(3))
         flows = iperf(net, pairs, duration=seconds, tos=DSCP26)
-        lossless = net.qos.stats(LEAF_HANDLE["lossless"])
+        lossless = net.qos.stats(lossless_leaf(3))
         bottleneck = receiver_bottleneck(net, pairs[0][1], before, lossless)
         plans = {k: p.plan for k, p in net.qos.ports.items()}
         report = net.stop_qos() or {}
     drops = {k: q[0].drops for k, q in lossless.items() if q and q[0].drops}
-    worst = max(((k, q["max_backlog"]) for k, q in report.get("queues", {}).items()  # switch queues: a paused
-                 if not net.topo.nodes[k.split(":")[0]].role == "host"), key=lambda kv: kv[1],  # host holds its data
-                default=(None, 0))
+    worst = max(((k.split("/")[0], q["max_backlog"]) for k, q in report.get("queues", {}).items()  # switch queues:
+                 if not q["host"]), key=lambda kv: kv[1], default=(None, 0))  # a paused host holds its data
     goodput = sum(f["bytes"] for f in flows) * 8 / seconds
     return {
         "pfc": pfc,
@@ -58,7 +57,8 @@ def traffic(pairs, pfc: bool, seconds: float) -> dict:
         "lossless_drops_total": sum(drops.values()),
         "lossless_drops_at_hosts": sum(v for k, v in drops.items() if k.startswith("h")),
         "deepest_queue": {"port": worst[0], "bytes": worst[1],
-                          "xoff_plus_headroom": plans[worst[0]].xoff + plans[worst[0]].headroom if worst[0] else None},
+                          "xoff_plus_headroom": plans[worst[0]].lossless[3].xoff + plans[worst[0]].lossless[3].headroom
+                          if worst[0] else None},
         "agent": {k: report[k] for k in ("poll_period_ms", "agent_cpu_share", "pauses_by_tier", "polls")
                   if k in report},
     }
@@ -74,7 +74,7 @@ def propagation(seconds: float) -> dict:
                         stream=i, tos=DSCP26) for i in range(4)]
     with Network(build("hpn"), qos=QosSpec()) as net:
         r = run_streams(net, specs, tail=2 * seconds)  # the receiver stays until the paused backlog drained
-        lossless = net.qos.stats(LEAF_HANDLE["lossless"])
+        lossless = net.qos.stats(lossless_leaf(3))
         report = net.stop_qos()
     rep = r["receivers"]["h4:7000"]
     sent = sum(s["sent"] for s in r["senders"])

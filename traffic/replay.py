@@ -89,6 +89,12 @@ class Replayer:
                 self.transport.pin(v)
             self._declared += views
 
+    def connect(self, schedules: list[Schedule]) -> None:
+        """Open (and under precise routing, declare) the connections of these schedules now: jobs that connect
+        in a chosen order get their paths placed in that order (Crux's path selection)."""
+        for s in schedules:
+            self._connections(s)
+
     def _place_by_source_port(self, new: list[tuple]) -> None:
         topo, tr = self.net.topo, self.transport
         conns = [(src[0], nic_address(topo.nodes[dst[0]], dst[1]).ip, tr.proto, tr.port) for src, dst, _c in new]

@@ -6,17 +6,19 @@ Pure: schedules are built from the spec and the topology, at the emulated size
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from testbed.qos.scale import ScaleChoice, choose_scale, offered_load
+from topos.addressing import nic_address
+from topos.errors import InputError
 from topos.model import Topology
 from traffic.collectives import Schedule, build_schedule
-from traffic.iteration import Step
+from traffic.iteration import Step, predict
 from traffic.replay import op_schedule
 from traffic.workload import Op, load_simai, load_yaml, parse_size, select_ranks
 
-from .spec import CollectiveSpec, Experiment, resolve
+from .spec import CollectiveSpec, Experiment, JobSpec, WorkloadSpec, resolve
 
 Item = tuple[Op, Schedule | None]  # None: the op stays inside hosts (NVLink) and is not replayed
 
@@ -27,9 +29,14 @@ class Job:
     dscp: int  # its traffic class on the wire
     items: list[Item]  # every op it replays, in order (all iterations)
     # a training job: one iteration's steps with their schedules (compute, then communication), run
-    # `iterations` times by Replayer.run_iteration; empty: `items` back to back
+    # `iterations` times by Replayer.run_iteration; empty: `items` back to back (`iterations` of them)
     iteration: list[tuple[Step, Schedule | None]] = field(default_factory=list)
     iterations: int = 1
+    hosts: list[str] = field(default_factory=list)  # where it runs (every host it sends from or to)
+
+    @property
+    def compute_s(self) -> float:
+        return sum(s.compute_s for s, _sched in self.iteration)
 
 
 def collective_items(c: CollectiveSpec, scale: float, topo: Topology, where: str = "workload.collective") -> list[Item]:
@@ -38,31 +45,95 @@ def collective_items(c: CollectiveSpec, scale: float, topo: Topology, where: str
     return [(Op(c.op, emu, tuple(sched.ranks), sched.algorithm, label=f"{c.op}/{sched.algorithm}"), sched)] * c.iters
 
 
-def workload_job(exp: Experiment, base: Path, topo: Topology, dscp: int) -> Job:
-    """The spec's workload as one job: a collective's iterations, or a workload file's ops; a file whose
-    iteration has compute (or communication overlapping it) runs as training iterations."""
-    wl = exp.workload
+def collective_job(name: str, dscp: int, c: CollectiveSpec, scale: float, topo: Topology, where: str) -> Job:
+    job = Job(name, dscp, collective_items(c, scale, topo, where), iterations=c.iters)
+    job.hosts = sorted({r[0] for _o, sched in job.items for r in sched.ranks})
+    return job
+
+
+def workload_job(wl: WorkloadSpec, exp: Experiment, base: Path, topo: Topology, dscp: int, name: str = "job",
+                 hosts: list[str] | None = None, where: str = "workload") -> Job:
+    """A workload as one job: a collective's iterations, or a workload file's ops on `hosts` (default: every
+    host); a file whose iteration has compute (or communication overlapping it) runs as training iterations."""
     if wl.collective is not None:
-        return Job("job", dscp, collective_items(wl.collective, exp.qos.scale, topo))
-    w = load_yaml(resolve(exp, base, "yaml_file")) if wl.yaml_file else load_simai(resolve(exp, base, "simai"))
+        return collective_job(name, dscp, wl.collective, exp.qos.scale, topo, f"{where}.collective")
+    w = (load_yaml(resolve(wl, base, "yaml_file", where)) if wl.yaml_file
+         else load_simai(resolve(wl, base, "simai", where)))
     w = w.scaled(exp.qos.scale)
-    hosts, rails = [h.name for h in topo.hosts], topo.hosts[0].nics
+    hosts, rails = hosts or [h.name for h in topo.hosts], topo.hosts[0].nics
     if w.compute_s > 0 or any(s.overlap and s.op is not None for s in w.iteration):
         steps = [(s, None if s.op is None else op_schedule(s.op, hosts, rails, w.plan)) for s in w.iteration]
         items = [(s.op, sched) for s, sched in steps if s.op is not None] * wl.iterations
-        return Job("job", dscp, items, steps, wl.iterations)
+        return Job(name, dscp, items, steps, wl.iterations, hosts)
     items = [(o, op_schedule(o, hosts, rails, w.plan)) for o in w.ops for _ in range(o.repeat)]
-    return Job("job", dscp, items * wl.iterations)
+    return Job(name, dscp, items * wl.iterations, iterations=wl.iterations, hosts=hosts)
+
+
+def job_hosts(spec: str, topo: Topology, where: str) -> list[str]:
+    """`h0,h1,...`: distinct hosts of the topology."""
+    hosts = [h.strip() for h in spec.split(",")]
+    for h in hosts:
+        if h not in topo.nodes or topo.nodes[h].role != "host":
+            raise InputError("no such host", "name hosts of this topology, e.g. h0,h1,h2,h3", field=where, value=h)
+    if len(set(hosts)) != len(hosts):
+        raise InputError("a host is named twice", "name each host once", field=where, value=spec)
+    return hosts
+
+
+def dscp_of(exp: Experiment, priority: str | int) -> int:
+    if isinstance(priority, int):
+        return exp.qos.lossless_dscp_of(priority)
+    return {"lossless": exp.qos.lossless_dscp, "high": exp.qos.high_dscp, "default": 0}[priority]
+
+
+def _spec_job(exp: Experiment, base: Path, topo: Topology, i: int, j: JobSpec) -> Job:
+    dscp = dscp_of(exp, j.priority)
+    if j.collective is not None:
+        return collective_job(j.name, dscp, j.collective, exp.qos.scale, topo, f"jobs[{i}].collective")
+    hosts = job_hosts(j.hosts, topo, f"jobs[{i}].hosts") if j.hosts else None
+    return workload_job(j.workload, exp, base, topo, dscp, j.name, hosts, f"jobs[{i}].workload")
 
 
 def jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
     """The experiment's jobs side by side, or its workload as one job in the lossless class."""
-    dscp = {"lossless": exp.qos.lossless_dscp, "high": exp.qos.high_dscp, "default": 0}
     if exp.jobs:
-        return [Job(j.name, dscp[j.priority], collective_items(j.collective, exp.qos.scale, topo,
-                                                               f"jobs[{i}].collective"))
-                for i, j in enumerate(exp.jobs)]
-    return [workload_job(exp, base, topo, dscp["lossless"])]
+        return [_spec_job(exp, base, topo, i, j) for i, j in enumerate(exp.jobs)]
+    return [workload_job(exp.workload, exp, base, topo, exp.qos.lossless_dscp)]
+
+
+def demand(job: Job, index: int, topo: Topology, scale: float, channels: int = 1) -> dict:
+    """A job as the controller's scheduler takes it (POST /jobs): GPUs, compute per iteration, the share of its
+    communication hidden under compute, and one iteration's bytes per (source host, destination NIC, channel)
+    at real size, each with ports of its own (the scheduler keys flows by their 5-tuple).
+
+    The hidden share is 1 - exposed / total communication of the iteration alone at the NICs' rate
+    (traffic/iteration.py's predict): Crux's k_j, the part of a delay in its network time that the job
+    feels."""
+    steps = job.iteration or [(Step(0.0, o), sched) for o, sched in job.items[:len(job.items) // job.iterations]]
+    pairs: dict[tuple[str, str], int] = {}
+    for _step, sched in steps:
+        for st in sched.steps if sched is not None else ():
+            for f in st:
+                key = (f.src[0], nic_address(topo.nodes[f.dst[0]], f.dst[1]).ip)
+                pairs[key] = pairs.get(key, 0) + f.bytes
+    flows = [{"src": src, "dst": dst, "proto": "tcp", "sport": 1 + channels * k + c, "dport": 10_000 + index,
+              "bytes": max(1, int(n * scale / channels))}
+             for k, ((src, dst), n) in enumerate(sorted(pairs.items())) for c in range(channels)]
+
+    def alone_s(sched: Schedule) -> float:
+        return max(sched.sent_by(r) * scale * 8 / nic_bps(topo, r, channels) for r in sched.ranks)
+
+    comm = sum(alone_s(sched) for _s, sched in steps if sched is not None)
+    alone = predict([replace(s, op=sched) for s, sched in steps], alone_s)
+    gpus = len(job.hosts) * max(1, topo.nodes[job.hosts[0]].gpus if job.hosts else 1)
+    return {"name": job.name, "gpus": gpus, "compute_s": round(job.compute_s, 6),
+            "overlap": round(1 - alone.exposed_comm_s / comm, 6) if comm else 0.0, "flows": flows}
+
+
+def nic_bps(topo: Topology, rank: tuple[str, int], channels: int) -> float:
+    """What a rank sends at, real bits/s: its NIC's ports in use (one per channel)."""
+    ports = [l.rate_gbps for l in topo.links_of(rank[0]) if l.kind == "host-tor" and l.nic == rank[1]]
+    return min(ports) * 1e9 * min(channels, len(ports))
 
 
 def offered(job_list: list[Job], topo: Topology) -> float:

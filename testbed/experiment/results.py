@@ -15,6 +15,25 @@ from topos.inputs import read_text
 RESULTS = Path("results")
 
 
+def cluster_utilization(runs: list[dict]) -> dict:
+    """Over runs of one variant: each training job's mean GPU utilization and GPUs, and their GPU-weighted mean
+    (Crux's cluster utilization); a job's class is the lossless priority the scheduler gave it, else its DSCP."""
+    per: dict[str, dict] = {}
+    for r in runs:
+        crux = (r.get("crux") or {}).get("jobs", {})
+        for it in r.get("iterations", []):
+            j = it["job"]
+            info = r.get("jobs", {}).get(j, {"gpus": 1, "dscp": None})
+            cls = f"p{crux[j]['lossless_priority']}" if j in crux else f"DSCP {info['dscp']}"
+            d = per.setdefault(j, {"gpus": info["gpus"], "class": cls, "u": []})
+            d["u"].append(it["gpu_utilization"])
+    jobs = {j: {"gpus": d["gpus"], "class": d["class"], "utilization": sum(d["u"]) / len(d["u"])}
+            for j, d in sorted(per.items())}
+    gpus = sum(d["gpus"] for d in jobs.values())
+    return {"jobs": jobs, "utilization": sum(d["gpus"] * d["utilization"] for d in jobs.values()) / gpus if gpus
+            else 0.0}
+
+
 def _mean_sd(xs: list[float]) -> tuple[float, float]:
     return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (0.0, 0.0)
 
@@ -156,6 +175,14 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
                 u, us = _mean_sd([i["gpu_utilization"] for i in its])
                 lines.append(f"| {v} | {j} | {len(its)} | {t:.3f} ± {ts:.3f} | {its[0]['predicted_s']:.3f} | {e:.3f} "
                              f"| {u:.1%} ± {us:.1%} | {its[0]['predicted_gpu_utilization']:.1%} |")
+        cluster = {v: cluster_utilization([r for r in runs if r["variant"] == v]) for v in variants}
+        if any(len(c["jobs"]) > 1 for c in cluster.values()):
+            lines += ["", "Cluster GPU utilization (each job's mean utilization weighted by its GPUs), and the "
+                      "lossless priority each job got:", "", "| variant | cluster utilization | jobs |",
+                      "|---|---|---|"]
+            lines += [f"| {v} | {c['utilization']:.1%} | " + ", ".join(
+                f"{j} ({d['gpus']} GPUs, {d['utilization']:.1%}, {d['class']})" for j, d in c["jobs"].items()) + " |"
+                for v, c in cluster.items() if c["jobs"]]
     if balance:
         lines += ["", "Load on the two ToR ports facing each receiving NIC (more/less loaded bytes), the deepest "
                   "lossless queue at those ports, and the aggregation-to-ToR links that carried traffic "

@@ -29,7 +29,7 @@ import yaml
 
 from testbed.net.network import Network
 from testbed.qos.scale import ScaleChoice, load_budget
-from testbed.qos.shaper import LEAF_HANDLE, ROOT
+from testbed.qos.shaper import ROOT, leaf_handles
 from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
 from topos.inputs import read_text
@@ -41,7 +41,7 @@ from traffic.transports import choose, make
 
 from .failures import Injector, expand
 from .fidelity import verdict
-from .jobs import items, jobs, offered, resolve_scale
+from .jobs import Job, demand, items, jobs, offered, resolve_scale
 from .measure import Sampler, port_delta
 from .provenance import versions
 from .results import RESULTS, write_reports
@@ -60,9 +60,13 @@ def _op_record(job: str, label: str, start: float, r) -> dict:
 
 
 def _queue_records(net: Network, counters_before: dict) -> dict:
-    """Drops per class anywhere; the bytes each ToR sent down to each host port and that port's queue (a NIC's
-    two-ToR balance); the bytes every switch-to-switch link carried each way, from OVS's counters."""
-    drops = {cls: sum(q[0].drops for q in net.qos.stats(handle).values() if q) for cls, handle in LEAF_HANDLE.items()}
+    """Drops per class anywhere (lossless priorities summed; the PFC report has each); the bytes each ToR sent
+    down to each host port and that port's queue (a NIC's two-ToR balance); the bytes every switch-to-switch
+    link carried each way, from OVS's counters."""
+    drops = {"high": 0, "lossless": 0, "default": 0}
+    for cls, handle in leaf_handles(net.qos.spec).items():
+        n = sum(q[0].drops for q in net.qos.stats(handle).values() if q)
+        drops["lossless" if cls.startswith("lossless") else cls] += n
     down = [p for p in net.qos.ports.values() if not p.is_host and net.topo.nodes[p.peer].role == "host"]
     stats = net.qos.stats(ROOT, down).values()
     rx = {f"{p.peer}:{p.peer_port}": q[0].bytes for p, q in zip(down, stats, strict=True) if q}
@@ -92,6 +96,10 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                  "halted": None, "scale": exp.qos.scale, "scale_auto": choice.why() if choice else None}
     with Network(topo, routing="controller", mode=exp.switch_mode, hashing=exp.hashing, qos=exp.qos,
                  log_dir=None if log_dir is None else str(log_dir)) as net:
+        if exp.scheduler == "crux":
+            rec["crux"] = _crux_classes(net, exp, job_list, topo, channels)
+        rec["jobs"] = {j.name: {"dscp": j.dscp, "hosts": j.hosts, "gpus": demand(j, i, topo, 1)["gpus"]}
+                       for i, j in enumerate(job_list)}
         runners = []
         for i, job in enumerate(job_list):  # each job: own agents, port, source ports, traffic class
             tr = make(kind, net, tos=job.dscp << 2, index=i)
@@ -100,6 +108,10 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                           nic_port_choice=exp.nic_port_choice, step_timeout=exp.step_timeout_s,
                           sport_offset=SPORT_STRIDE * i)
             runners.append((job, tr, rp))
+        if "crux" in rec:  # paths placed job by job, the most important first, around those already placed
+            rank = {n: k for k, n in enumerate(rec["crux"]["order"])}
+            for job, _tr, rp in sorted(runners, key=lambda r: rank[r[0].name]):
+                rp.connect([sched for _o, sched in job.items if sched is not None])
         sampler, injector = Sampler(net), Injector(net, events)
         sampler.start()
         injector.start()
@@ -178,6 +190,20 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     return rec
 
 
+def _crux_classes(net: Network, exp: Experiment, job_list: list[Job], topo: Topology, channels: int) -> dict:
+    """The jobs registered with the controller's Crux-style scheduler; each job's traffic class becomes the
+    lossless priority of the level it got (level 0: the first of qos.lossless)."""
+    body = {"levels": len(exp.qos.lossless),
+            "jobs": [demand(j, i, topo, exp.qos.scale, channels) for i, j in enumerate(job_list)]}
+    ans = net.controller.request("POST", "/jobs", body)
+    for j in job_list:
+        level = ans["jobs"][j.name]["level"]
+        j.dscp = exp.qos.lossless[level].dscp
+        ans["jobs"][j.name]["lossless_priority"] = exp.qos.lossless[level].priority
+    log.info("crux: order %s, levels %s", ans["order"], {n: v["level"] for n, v in ans["jobs"].items()})
+    return {k: ans[k] for k in ("order", "levels", "jobs", "contending")}
+
+
 def _ideal_seconds(sched, rp) -> float:
     """A schedule's time alone at the fabric's ideal rate (the closed forms): what `predict` reads an iteration
     with."""
@@ -198,8 +224,13 @@ def quick(exp: Experiment) -> Experiment:
     def small(c):
         return c.model_copy(update={"size": max(1, parse_size(c.size) // 4), "iters": min(c.iters, 2)})
 
-    upd: dict = {"repetitions": 1, "jobs": [j.model_copy(update={"collective": small(j.collective)})
-                                            for j in exp.jobs]}
+    def small_job(j):
+        if j.collective is not None:
+            return j.model_copy(update={"collective": small(j.collective)})
+        return j.model_copy(update={"workload": j.workload.model_copy(
+            update={"iterations": min(j.workload.iterations, 2)})})
+
+    upd: dict = {"repetitions": 1, "jobs": [small_job(j) for j in exp.jobs]}
     if exp.workload is not None and exp.workload.collective is not None:
         upd["workload"] = exp.workload.model_copy(update={"collective": small(exp.workload.collective)})
     return exp.model_copy(update=upd)

@@ -20,11 +20,17 @@
     repetitions: 2
     seed: 1
 
-Instead of `workload`, `jobs:` runs several collectives side by side, each with
-its own connections and traffic class (`priority: lossless | high | default`):
+Instead of `workload`, `jobs:` runs several jobs side by side, each with its own
+connections and traffic class (`priority: lossless | high | default`, or the
+802.1p number of one of `qos.lossless`); a job is a collective or a workload
+file on its own hosts (a file with compute runs as training iterations):
     jobs:
       - {name: A, collective: {op: allreduce, size: 40GB, ranks: "h0:0,h1:0"}}
       - {name: B, priority: default, collective: {op: allreduce, size: 40GB, ranks: "h2:0,h3:0"}}
+      - {name: C, workload: {simai: gpt.txt, iterations: 3}, hosts: "h4,h5,h6,h7"}
+With `scheduler: crux` the controller's Crux-style scheduler (controllers/crux.py,
+POST /jobs) orders the jobs by GPU intensity and gives each one of the
+lossless priorities (`qos.lossless`, most important first).
 
 Unknown keys are errors; every error names the field path, the value and what
 is allowed. Cross-checks against the topology (link and node names) happen in
@@ -125,8 +131,25 @@ class JobSpec(_Strict):
     """One of several jobs sharing the fabric at once (each its own connections and traffic class)."""
 
     name: Name
-    collective: CollectiveSpec
-    priority: Literal["lossless", "high", "default"] = "lossless"
+    collective: CollectiveSpec | None = None
+    workload: WorkloadSpec | None = Field(None, description="a workload file (file or simai) on `hosts`")
+    hosts: str | None = Field(None, max_length=4096, description="workload: the hosts its ranks map onto, "
+                                                                 "h0,h1,... (default: every host)")
+    priority: Literal["lossless", "high", "default"] | Annotated[int, Field(ge=0, le=7)] = Field(
+        "lossless", description="a class, or the 802.1p priority of one of qos.lossless")
+
+    @model_validator(mode="after")
+    def _one(self) -> JobSpec:
+        if (self.collective is None) == (self.workload is None):
+            raise InputError("a job is either a collective or a workload file", "give collective: or workload:",
+                             field="jobs[].collective", value=None)
+        if self.workload is not None and self.workload.collective is not None:
+            raise InputError("a job's collective goes under collective:", "move it up one level",
+                             field="jobs[].workload.collective", value=None)
+        if self.hosts is not None and self.workload is None:
+            raise InputError("hosts places a workload file's ranks; a collective names its own",
+                             "use collective.ranks", field="jobs[].hosts", value=self.hosts)
+        return self
 
 
 class FailureSpec(_Strict):
@@ -181,6 +204,8 @@ class Experiment(_Strict):
     seed: int = Field(0, ge=0, le=2**32 - 1)
     horizon_s: float = Field(30.0, gt=0, le=DAY_S, description="how far ahead random failures are drawn")
     step_timeout_s: float = Field(60.0, gt=0, le=3600, description="a step stalled this long means the job halted")
+    scheduler: Literal["none", "crux"] = Field(
+        "none", description="crux: jobs get lossless priorities by GPU intensity from the controller (POST /jobs)")
     variants: list[dict[str, Any]] = Field(default_factory=list, max_length=32,
                                            description="runs that override fields, e.g. [{routing: ecmp}]")
     paper: dict[str, Any] = Field(default_factory=dict, description="the paper's figure, shown beside ours")
@@ -204,6 +229,17 @@ class Experiment(_Strict):
         if self.routing == "precise-host" and self.transport == "rdma":
             raise InputError("precise-host routing picks TCP source ports; the rdma transport pins ports itself",
                              "use transport: tcp, or routing: precise", field="transport", value=self.transport)
+        lossless = {c.priority for c in self.qos.lossless}
+        for i, j in enumerate(self.jobs):
+            if isinstance(j.priority, int) and j.priority not in lossless:
+                raise InputError("not one of the lossless priorities", f"use one of {sorted(lossless)}, or add it "
+                                 "to qos.lossless", field=f"jobs[{i}].priority", value=j.priority)
+            if self.scheduler == "crux" and j.priority != "lossless":
+                raise InputError("with scheduler crux the scheduler gives each job its lossless priority",
+                                 "leave priority out", field=f"jobs[{i}].priority", value=j.priority)
+        if self.scheduler == "crux" and len(self.jobs) < 2:
+            raise InputError("the crux scheduler orders several jobs", "give two or more jobs:",
+                             field="scheduler", value=self.scheduler)
         names = [j.name for j in self.jobs]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
@@ -287,24 +323,30 @@ def load(path: str | Path) -> Experiment:
     if not isinstance(data, dict):
         raise InputError("an experiment file is a mapping", "start with 'name: ...'", field="file", value=str(path))
     exp = from_dict(data)
-    wl = exp.workload
-    for attr in ("yaml_file", "simai") if wl is not None else ():
-        if getattr(wl, attr) is not None:
-            f = resolve(exp, p.parent, attr)
-            if not f.is_file():
-                raise InputError("workload file not found", "give a path relative to the experiment file",
-                                 field=_workload_field(attr), value=getattr(wl, attr))
+    for where, wl in workloads(exp):
+        for attr in ("yaml_file", "simai"):
+            if getattr(wl, attr) is not None:
+                f = resolve(wl, p.parent, attr, where)
+                if not f.is_file():
+                    raise InputError("workload file not found", "give a path relative to the experiment file",
+                                     field=_workload_field(attr, where), value=getattr(wl, attr))
     return exp
 
 
-def _workload_field(attr: str) -> str:
-    return f"workload.{'file' if attr == 'yaml_file' else attr}"
+def workloads(exp: Experiment) -> list[tuple[str, WorkloadSpec]]:
+    """(field path, workload) of the experiment's workload and of each job's."""
+    out = [("workload", exp.workload)] if exp.workload is not None else []
+    return out + [(f"jobs[{i}].workload", j.workload) for i, j in enumerate(exp.jobs) if j.workload is not None]
 
 
-def resolve(exp: Experiment, base: Path, attr: str) -> Path:
+def _workload_field(attr: str, where: str = "workload") -> str:
+    return f"{where}.{'file' if attr == 'yaml_file' else attr}"
+
+
+def resolve(wl: WorkloadSpec, base: Path, attr: str, where: str = "workload") -> Path:
     """A workload file named in the spec: inside the spec's folder (a spec may come from someone else, and the
     testbed reads files as root)."""
-    return confined(getattr(exp.workload, attr), base, _workload_field(attr))
+    return confined(getattr(wl, attr), base, _workload_field(attr, where))
 
 
 def check_against(exp: Experiment, topo) -> None:

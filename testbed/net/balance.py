@@ -31,14 +31,17 @@ class NicBalance:
 def nic_balance(rec: dict, min_bytes: int = 1) -> list[NicBalance]:
     """Every dual-homed NIC that received at least `min_bytes`, busiest first."""
     per_nic: dict[str, dict[int, int]] = {}
-    queues = (rec.get("pfc") or {}).get("queues", {})
+    by_port: dict[str, int] = {}  # a port's deepest lossless queue, any priority (keys `node:port/p3`)
+    for key, q in (rec.get("pfc") or {}).get("queues", {}).items():
+        port = key.split("/")[0]
+        by_port[port] = max(by_port.get(port, 0), q["max_backlog"])
     deepest: dict[str, int] = {}
     for port, b in rec.get("host_port_rx", {}).items():
         host, p = port.split(":")
         nic = f"{host}:nic{int(p) // 2}"
         per_nic.setdefault(nic, {})[int(p)] = b
         key = rec.get("host_port_tor", {}).get(port)
-        deepest[nic] = max(deepest.get(nic, 0), queues.get(key, {}).get("max_backlog", 0))
+        deepest[nic] = max(deepest.get(nic, 0), by_port.get(key, 0))
     out = [NicBalance(nic, tuple(v for _p, v in sorted(ports.items())), deepest[nic])
            for nic, ports in per_nic.items() if len(ports) == 2 and sum(ports.values()) >= min_bytes]
     return sorted(out, key=lambda n: -sum(n.port_bytes))

@@ -2,9 +2,12 @@
 
 Every poll the agent reads the backlog of every lossless egress queue (one
 netlink qdisc dump per namespace: the root namespace holds every switch port).
-When the queue of switch S toward port p passes XOFF, S "sends PAUSE" on its
-other ports: the neighbours' egress toward S (switch ports or host NICs) get
-their lossless class throttled to a trickle. Below XON the pause is released.
+Each lossless 802.1p priority has its own queue per port, its own thresholds
+and its own pauses, as in 802.1Qbb: when the priority-p queue of switch S
+toward port p passes XOFF, S "sends PAUSE(p)" on its other ports: the
+neighbours' egress toward S (switch ports or host NICs) get their priority-p
+class throttled to a trickle, and their other priorities run on. Below XON the
+pause is released.
 A paused neighbour's own queue then fills and, past its XOFF, pauses its own
 upstream: the pause walks back to the sending hosts, as real PFC does.
 
@@ -14,12 +17,13 @@ congested port: that is also how PFC head-of-line blocking spreads to innocent
 flows. Host NIC queues never pause anyone (nothing is upstream of a host) and
 are large: a host does not drop its own lossless traffic.
 
-Counted per port: pause events, paused time; per lossless queue: XOFF events
-and the maximum depth; for the agent itself: achieved poll period and CPU.
+Counted per port and priority (keys `node:port/p3`): pause events, paused
+time; per lossless queue: XOFF events and the maximum depth; for the agent
+itself: achieved poll period and CPU.
 
 With `pfc.frames`, each pause and resume is also put on the wire as a real
-802.1Qbb PAUSE frame (built with scapy: MAC Control opcode 0x0101, priority 3,
-pause time 0xFFFF to pause and 0 to resume), sent by the congested switch out
+802.1Qbb PAUSE frame (built with scapy: MAC Control opcode 0x0101, the
+priority's enable bit and timer, pause time 0xFFFF to pause and 0 to resume), sent by the congested switch out
 of its port toward the paused neighbour, so tcpdump or Wireshark on that link
 (a host NIC in a lab) shows PFC as on a real fabric. The frames are for
 watching: the throttling above is what enforces the pause.
@@ -36,18 +40,24 @@ from pathlib import Path
 
 from .netlink import QdiscDumper, dumper_in
 from .ports import Port
-from .shaper import LEAF_HANDLE, Shaper
+from .shaper import Shaper, lossless_leaf
 
 log = logging.getLogger(__name__)
 
-LOSSLESS_LEAF = LEAF_HANDLE["lossless"]
-PRIORITY = 3  # the 802.1p priority the lossless class stands for
+
+def queue_key(port: str, priority: int) -> str:
+    """How a (port, priority) is named in reports: `tor-p0-s0-r0-a:5/p3`."""
+    return f"{port}/p{priority}"
 
 
 @dataclass
 class QueueState:
     port: Port
-    upstream: list[str]  # keys of the egress ports this queue pauses
+    priority: int
+    xoff_at: int
+    xon_at: int
+    headroom: int
+    upstream: list[str]  # keys of the egress ports whose same priority this queue pauses
     xoff: bool = False
     max_backlog: int = 0
     xoff_events: int = 0
@@ -69,16 +79,22 @@ class PfcAgent:
         self.period = self.spec.poll_ms / 1000
         self.state_file = state_file
         self.host_every = host_every  # host queues pause nobody: sampled every Nth poll, for depth only
-        self.queues: dict[str, QueueState] = {}
-        self.pauses: dict[str, PauseState] = {}
+        self.priorities = [c.priority for c in shaper.spec.lossless]
+        self.queues: dict[tuple[str, int], QueueState] = {}
+        self.pauses: dict[tuple[str, int], PauseState] = {}
         by_node: dict[str, list[Port]] = {}
         for p in shaper.ports.values():
             by_node.setdefault(p.node, []).append(p)
         for p in shaper.ports.values():
             # Ingress neighbours of p.node other than the one p sends to, seen from their side.
             ups = [] if p.is_host else [f"{q.peer}:{q.peer_port}" for q in by_node[p.node] if q.key != p.key]
-            self.queues[p.key] = QueueState(p, [u for u in ups if u in shaper.ports])
-            self.pauses[p.key] = PauseState()
+            for prio in self.priorities:
+                plan = p.plan.lossless[prio]
+                self.queues[p.key, prio] = QueueState(p, prio, plan.xoff, plan.xon, plan.headroom,
+                                                      [u for u in ups if u in shaper.ports])
+                self.pauses[p.key, prio] = PauseState()
+        self._leaves = {lossless_leaf(prio): prio for prio in self.priorities}
+        self._handles = frozenset(self._leaves)
         self._by_ifindex = {(p.netns, p.ifindex): p.key for p in shaper.ports.values()}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -102,12 +118,12 @@ class PfcAgent:
         if self.state_file is not None:
             self.state_file.unlink(missing_ok=True)
         now = time.monotonic()
-        for key, st in self.pauses.items():
+        for (key, prio), st in self.pauses.items():
             if st.since is not None:
                 st.paused_s += now - st.since
                 st.since = None
                 try:
-                    self.shaper.set_paused(key, False)
+                    self.shaper.set_paused(key, prio, False)
                 except Exception:  # noqa: BLE001 - the port may be gone already
                     pass
 
@@ -143,13 +159,14 @@ class PfcAgent:
 
     def poll(self, dumpers: dict[str | None, QdiscDumper], include_hosts: bool = True) -> None:
         now = time.monotonic()
-        backlog: dict[str, int] = {}
+        backlog: dict[tuple[str, int], int] = {}
         for netns, d in dumpers.items():
             if netns is not None and not include_hosts:
                 continue
-            for ifindex, b, drops in d.backlogs(LOSSLESS_LEAF):
-                key = self._by_ifindex.get((netns, ifindex))
-                if key is not None:
+            for ifindex, handle, b, drops in d.backlogs(self._handles):
+                port = self._by_ifindex.get((netns, ifindex))
+                if port is not None:
+                    key = port, self._leaves[handle]
                     backlog[key] = b
                     self.queues[key].drops = drops
         for key, b in backlog.items():
@@ -158,45 +175,45 @@ class PfcAgent:
                 qs.max_backlog = b
             if not qs.upstream:
                 continue
-            plan = qs.port.plan
-            if not qs.xoff and b > plan.xoff:
+            if not qs.xoff and b > qs.xoff_at:
                 qs.xoff = True
                 qs.xoff_events += 1
                 for up in qs.upstream:
-                    self._hold(up, key, now)
-            elif qs.xoff and b < plan.xon:
+                    self._hold((up, qs.priority), key, now)
+            elif qs.xoff and b < qs.xon_at:
                 qs.xoff = False
                 for up in qs.upstream:
-                    self._release(up, key, now)
+                    self._release((up, qs.priority), key, now)
         if self.polls % 20 == 0:
-            self.samples.append({"t": now, "backlog": {k: v for k, v in backlog.items() if v},
-                                 "paused": sorted(self.shaper.paused)})
+            self.samples.append({"t": now, "backlog": {queue_key(*k): v for k, v in backlog.items() if v},
+                                 "paused": sorted(queue_key(*k) for k in self.shaper.paused)})
             if self.state_file is not None:
                 self._write_state()
 
-    def _hold(self, port: str, by: str, now: float) -> None:
-        st = self.pauses[port]
+    def _hold(self, target: tuple[str, int], by: tuple[str, int], now: float) -> None:
+        st = self.pauses[target]
         if not st.by:
             st.events += 1
             st.since = now
-            self.shaper.set_paused(port, True)
-            self._frame(port, pause=True)
+            self.shaper.set_paused(*target, True)
+            self._frame(target, pause=True)
         st.by.add(by)
 
-    def _release(self, port: str, by: str, now: float) -> None:
-        st = self.pauses[port]
+    def _release(self, target: tuple[str, int], by: tuple[str, int], now: float) -> None:
+        st = self.pauses[target]
         st.by.discard(by)
         if not st.by and st.since is not None:
             st.paused_s += now - st.since
             st.since = None
-            self.shaper.set_paused(port, False)
-            self._frame(port, pause=False)
+            self.shaper.set_paused(*target, False)
+            self._frame(target, pause=False)
 
-    def _frame(self, port: str, pause: bool) -> None:
+    def _frame(self, target: tuple[str, int], pause: bool) -> None:
         if self._frames is None:
             return
+        port, prio = target
         p = self.shaper.ports[port]  # the paused sender; the frame comes from the switch at the other end
-        self._frames.send(p.peer_ifname, pause)
+        self._frames.send(p.peer_ifname, prio, pause)
         self.frames_sent += 1
 
     # -- reporting -------------------------------------------------------------------
@@ -205,13 +222,20 @@ class PfcAgent:
         the traffic's window, not the network's start-up)."""
         periods = sorted(p for t, p in self.period_samples[1:] if since is None or t >= since) or [0.0]
         tiers: dict[str, dict[str, float]] = {}
-        for key, st in self.pauses.items():
+        by_prio: dict[int, dict[str, float]] = {p: {"pause_events": 0, "paused_s": 0.0, "xoff_events": 0, "drops": 0}
+                                                for p in self.priorities}
+        for (key, prio), st in self.pauses.items():
             t = tiers.setdefault(self.shaper.ports[key].role, {"pause_events": 0, "paused_s": 0.0, "ports_paused": 0})
-            t["pause_events"] += st.events
-            t["paused_s"] += st.paused_s
+            for d in (t, by_prio[prio]):
+                d["pause_events"] += st.events
+                d["paused_s"] += st.paused_s
             t["ports_paused"] += 1 if st.events else 0
+        for (_key, prio), q in self.queues.items():
+            by_prio[prio]["xoff_events"] += q.xoff_events
+            by_prio[prio]["drops"] += q.drops
         return {
-            "priority": PRIORITY,
+            "priorities": self.priorities,
+            "by_priority": {str(p): {k: round(v, 4) for k, v in d.items()} for p, d in by_prio.items()},
             "polls": self.polls,
             "pfc_frames_sent": self.frames_sent,
             "poll_period_ms": {"configured": self.spec.poll_ms,
@@ -220,10 +244,10 @@ class PfcAgent:
                                "max": round(1000 * periods[-1], 3)},
             "agent_cpu_share": round(self.cpu_s / self.wall_s, 4) if self.wall_s else None,
             "pauses_by_tier": tiers,
-            "ports": {k: {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
+            "ports": {queue_key(*k): {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
                       for k, s in self.pauses.items() if s.events},
-            "queues": {k: {"max_backlog": q.max_backlog, "xoff_events": q.xoff_events, "drops": q.drops,
-                           "xoff": q.port.plan.xoff, "headroom": q.port.plan.headroom, "host": q.port.is_host}
+            "queues": {queue_key(*k): {"max_backlog": q.max_backlog, "xoff_events": q.xoff_events, "drops": q.drops,
+                                       "xoff": q.xoff_at, "headroom": q.headroom, "host": q.port.is_host}
                        for k, q in self.queues.items() if q.max_backlog or q.drops},
             # every 20th poll: lossless backlogs (non-zero ones) and the ports paused at that moment
             "samples": [{"t": round(s["t"] - self.samples[0]["t"], 4), "backlog": s["backlog"],
@@ -231,8 +255,8 @@ class PfcAgent:
         }
 
     def _write_state(self) -> None:
-        state = {"paused": sorted(self.shaper.paused),
-                 "pause_events": {k: s.events for k, s in self.pauses.items() if s.events}}
+        state = {"paused": sorted(queue_key(*k) for k in self.shaper.paused),
+                 "pause_events": {queue_key(*k): s.events for k, s in self.pauses.items() if s.events}}
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
@@ -247,15 +271,16 @@ class PauseFrames:
         from scapy.contrib.mac_control import MACControlClassBasedFlowControl
         from scapy.layers.l2 import Ether
 
-        def frame(quanta: int) -> bytes:
+        def frame(prio: int, quanta: int) -> bytes:
             return bytes(Ether(dst="01:80:c2:00:00:01", src="02:00:00:ff:ff:fe", type=0x8808)
-                         / MACControlClassBasedFlowControl(c3_enabled=1, c3_pause_time=quanta))
+                         / MACControlClassBasedFlowControl(**{f"c{prio}_enabled": 1, f"c{prio}_pause_time": quanta}))
 
-        self._bytes = {True: frame(0xFFFF), False: frame(0)}
+        self._bytes = {(prio, pause): frame(prio, 0xFFFF if pause else 0) for prio in range(8)
+                       for pause in (True, False)}
         self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
 
-    def send(self, ifname: str, pause: bool) -> None:
+    def send(self, ifname: str, priority: int, pause: bool) -> None:
         try:
-            self._sock.sendto(self._bytes[pause], (ifname, 0))
+            self._sock.sendto(self._bytes[priority, pause], (ifname, 0))
         except OSError as exc:  # a port going away mid-run is not worth stopping the agent for
             log.debug("PFC frame on %s: %s", ifname, exc)

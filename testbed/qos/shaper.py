@@ -6,12 +6,13 @@ in each host's namespace) gets:
     1:   htb (default 1:40)
     1:1  the link, rate = ceil = topology rate / scale
     1:10 high      -> bfifo 10:   (DSCP 48)
-    1:30 lossless  -> bfifo 30:   (DSCP 26, or UDP dport 4791: RoCEv2)
+    1:33 lossless3 -> bfifo 33:   (DSCP 26, or UDP dport 4791: RoCEv2)
+    1:3p lossless<p> -> bfifo 3p: (each further lossless priority p, by its DSCP)
     1:40 default   -> bfifo 40:   (everything else)
 
-All tc changes go through pyroute2 (netlink). The PFC agent pauses a port's
-lossless class by lowering its rate and ceil to PAUSE_RATE and restores them
-on resume.
+All tc changes go through pyroute2 (netlink). The PFC agent pauses one
+lossless priority of a port by lowering that class's rate and ceil to a
+trickle and restores them on resume; the port's other classes run on.
 
 A pause is a throttle, not a full stop: HTB has no zero rate, and a frame a
 class sends at a tiny rate leaves a token debt of frame/rate that it repays in
@@ -37,7 +38,7 @@ from testbed.system.netns import in_netns
 
 from .netlink import CLASS_ADD, BatchSender, ClassSwitch, QdiscStats, dumper_in, htb_class_message
 from .ports import Port
-from .spec import CLASS_IDS, MTU, PARENT_MINOR, QosSpec
+from .spec import DEFAULT_MINOR, HIGH_MINOR, LOSSLESS_MINOR, MTU, PARENT_MINOR, QosSpec
 
 # pyroute2 knows pfifo but not bfifo; both take the same struct (one u32 limit: packets for
 # pfifo, bytes for bfifo), so bfifo uses pfifo's encoder.
@@ -48,7 +49,15 @@ log = logging.getLogger(__name__)
 ROOT = 0x10000
 HOST_LOSSLESS_LIMIT = 16 << 20  # a host does not drop its own lossless traffic: its "queue" is memory
 ETH_P_IP = 0x0800
-LEAF_HANDLE = {c: m << 16 for c, m in CLASS_IDS.items()}
+
+
+def leaf_handles(spec: QosSpec) -> dict[str, int]:
+    """Class name -> handle of its leaf qdisc (the class's minor id as major)."""
+    return {c: m << 16 for c, m in spec.class_minors().items()}
+
+
+def lossless_leaf(priority: int) -> int:
+    return (LOSSLESS_MINOR + priority) << 16
 
 
 class Shaper:
@@ -60,9 +69,9 @@ class Shaper:
         self.ports: dict[str, Port] = {}
         self._handles: dict[str | None, IPRoute] = {}
         self._lock = threading.Lock()  # netlink sockets are not shared across threads unlocked
-        self.paused: set[str] = set()
+        self.paused: set[tuple[str, int]] = set()  # (port, 802.1p priority)
         self._switches: dict[str | None, ClassSwitch] = {}
-        self._pause_msgs: dict[str, tuple[bytes, bytes]] = {}  # port -> (running, paused)
+        self._pause_msgs: dict[tuple[str, int], tuple[bytes, bytes]] = {}  # -> (running, paused)
 
     def _ipr(self, netns: str | None) -> IPRoute:
         # An IPRoute made while this thread is inside the namespace stays bound to it; pyroute2's
@@ -93,10 +102,11 @@ class Shaper:
                 sender.close()
         for p in self.planned:
             self.ports[p.key] = p
-            lossless = (ROOT | CLASS_IDS["lossless"], ROOT | PARENT_MINOR)
-            self._pause_msgs[p.key] = tuple(
-                htb_class_message(p.ifindex, *lossless, **self._class_args(p, "lossless", paused))
-                for paused in (False, True))
+            for c in self.spec.lossless:
+                handles = (ROOT | LOSSLESS_MINOR + c.priority, ROOT | PARENT_MINOR)
+                self._pause_msgs[p.key, c.priority] = tuple(
+                    htb_class_message(p.ifindex, *handles, **self._class_args(p, c.name, paused))
+                    for paused in (False, True))
             if p.netns not in self._switches:
                 self._switches[p.netns] = in_netns(p.netns, ClassSwitch)
         log.info("qos: %d egress ports shaped (scale 1/%g)", len(self.ports), self.spec.scale)
@@ -113,29 +123,33 @@ class Shaper:
         """The port's qdiscs, classes and filters as netlink requests, in the order the kernel needs them:
         root qdisc, classes (raw encoder, `seqs` numbers them), leaf qdiscs, filters."""
         idx = p.ifindex
-        ipr.tc("add", "htb", idx, handle=ROOT, default=CLASS_IDS["default"])
+        ipr.tc("add", "htb", idx, handle=ROOT, default=DEFAULT_MINOR)
         out = bytes(ipr.batch)
         ipr.reset()
         rate = p.plan.rate_bps
         out += htb_class_message(idx, ROOT | PARENT_MINOR, ROOT, rate, rate, MTU * 2, MTU * 2, MTU, 0,
                                  flags=CLASS_ADD, seq=next(seqs))
-        for cls, minor in CLASS_IDS.items():
+        classes = self.spec.class_minors()
+        for cls, minor in classes.items():
             out += htb_class_message(idx, ROOT | minor, ROOT | PARENT_MINOR, **self._class_args(p, cls),
                                      flags=CLASS_ADD, seq=next(seqs))
-        for cls, minor in CLASS_IDS.items():
+        lossless = {c.name: c.priority for c in self.spec.lossless}
+        for cls, minor in classes.items():
             limit = p.plan.buffer_bytes
-            if cls == "lossless":
-                limit = HOST_LOSSLESS_LIMIT if p.is_host and self.spec.pfc.enabled else p.plan.lossless_limit
-            ipr.tc("add", "bfifo", idx, handle=LEAF_HANDLE[cls], parent=ROOT | minor, limit=limit)
+            if cls in lossless:
+                limit = (HOST_LOSSLESS_LIMIT if p.is_host and self.spec.pfc.enabled
+                         else p.plan.lossless[lossless[cls]].limit)
+            ipr.tc("add", "bfifo", idx, handle=minor << 16, parent=ROOT | minor, limit=limit)
         tos = lambda dscp: f"0x{dscp << 18:08x}/0x00fc0000+0"  # noqa: E731 - TOS byte is the 2nd of word 0
-        filters = [(1, CLASS_IDS["high"], [tos(self.spec.high_dscp)]),
-                   (2, CLASS_IDS["lossless"], [tos(self.spec.lossless_dscp)]),
-                   (3, CLASS_IDS["lossless"], ["0x00110000/0x00ff0000+8",  # protocol UDP
-                                               f"0x{self.spec.roce_udp_port:08x}/0x0000ffff+20"])]
+        first = LOSSLESS_MINOR + self.spec.lossless[0].priority
+        filters = [(HIGH_MINOR, [tos(self.spec.high_dscp)]),
+                   *((LOSSLESS_MINOR + c.priority, [tos(c.dscp)]) for c in self.spec.lossless),
+                   (first, ["0x00110000/0x00ff0000+8",  # protocol UDP
+                            f"0x{self.spec.roce_udp_port:08x}/0x0000ffff+20"])]
         if self.spec.ack_priority:
             # IP total length < 128 (the top 9 bits of the 16-bit length are 0) and protocol TCP
-            filters.insert(0, (0, CLASS_IDS["high"], ["0x00000000/0x0000ff80+0", "0x00060000/0x00ff0000+8"]))
-        for prio, minor, keys in filters:
+            filters.insert(0, (HIGH_MINOR, ["0x00000000/0x0000ff80+0", "0x00060000/0x00ff0000+8"]))
+        for prio, (minor, keys) in enumerate(filters):
             ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=prio + 1, protocol=ETH_P_IP, target=ROOT | minor,
                    keys=keys)
         if self.spec.delay_ms or self.spec.loss_pct:
@@ -145,7 +159,7 @@ class Shaper:
                 args["delay"] = int(self.spec.delay_ms * 1000)
             if self.spec.loss_pct:
                 args["loss"] = self.spec.loss_pct
-            ipr.tc("replace", "netem", idx, handle=LEAF_HANDLE["default"], parent=ROOT | CLASS_IDS["default"],
+            ipr.tc("replace", "netem", idx, handle=DEFAULT_MINOR << 16, parent=ROOT | DEFAULT_MINOR,
                    **args)
         out += bytes(ipr.batch)
         ipr.reset()
@@ -185,8 +199,9 @@ class Shaper:
         return out
 
     # -- pause / resume (PFC) -------------------------------------------------------
-    def set_paused(self, key: str, paused: bool) -> None:
+    def set_paused(self, key: str, priority: int, paused: bool) -> None:
+        """Pause (throttle) or resume one lossless priority of one port."""
         p = self.ports[key]
         with self._lock:
-            self._switches[p.netns].send(self._pause_msgs[key][paused])
-            (self.paused.add if paused else self.paused.discard)(key)
+            self._switches[p.netns].send(self._pause_msgs[key, priority][paused])
+            (self.paused.add if paused else self.paused.discard)((key, priority))

@@ -13,16 +13,17 @@ from pathlib import Path
 from testbed.system.ownership import RUN_DIR, live_runs
 
 from .netlink import dumper_in
-from .spec import CLASS_IDS
-
-LEAF_OF = {m << 16: c for c, m in CLASS_IDS.items()}
+from .pfc import queue_key
+from .spec import class_of_minor, lossless_class
 
 
 def write_ports(run_id: str, ports) -> Path:
     path = RUN_DIR / f"{run_id}.qos.json"
     path.write_text(json.dumps([{"key": p.key, "ifname": p.ifname, "netns": p.netns, "ifindex": p.ifindex,
-                                 "rate_bps": p.plan.rate_bps, "xoff": p.plan.xoff, "xon": p.plan.xon,
-                                 "buffer": p.plan.buffer_bytes, "lossless_limit": p.plan.lossless_limit}
+                                 "rate_bps": p.plan.rate_bps, "buffer": p.plan.buffer_bytes,
+                                 "lossless": {lossless_class(prio): {"priority": prio, "xoff": q.xoff, "xon": q.xon,
+                                                                     "limit": q.limit}
+                                              for prio, q in p.plan.lossless.items()}}
                                 for p in ports]))
     return path
 
@@ -52,13 +53,14 @@ def snapshot(run_id: str | None = None, node: str | None = None) -> list[dict]:
             d.close()
         for q in stats:
             p = idx.get(q.ifindex)
-            cls = LEAF_OF.get(q.handle)
-            if p is None or cls is None:
+            cls = class_of_minor(q.handle >> 16)
+            if p is None or cls is None or q.handle & 0xFFFF:
                 continue
+            lossless = p["lossless"].get(cls)
+            qkey = queue_key(p["key"], lossless["priority"]) if lossless else None
             rows.append({"port": p["key"], "ifname": p["ifname"], "class": cls, "rate_bps": p["rate_bps"],
                          "sent_bytes": q.bytes, "backlog": q.backlog, "drops": q.drops,
-                         "paused": cls == "lossless" and p["key"] in paused,
-                         "pause_events": events.get(p["key"], 0) if cls == "lossless" else 0,
-                         "xoff": p["xoff"] if cls == "lossless" else None})
+                         "paused": qkey in paused, "pause_events": events.get(qkey, 0),
+                         "xoff": lossless["xoff"] if lossless else None})
     rows.sort(key=lambda r: (r["port"], r["class"]))
     return rows

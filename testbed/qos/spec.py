@@ -5,15 +5,19 @@ scale puts a 200G host port at 20 Mbit/s, where 2 cores of userspace OVS keep
 up (see ../shared/DESIGN.md, Scale).
 
 Classes (HTB children of one per-port parent at the link rate):
-    high      DSCP 48 (CNP, control), and TCP pure ACKs (`ack_priority`): a RoCE NIC
-              answers in hardware, not behind its own queued data    strict priority 0
-    lossless  DSCP 26 or UDP dport 4791 (RoCEv2 data, priority 3)   priority 1
-    default   everything else (lossy)          priority 2
-With `scheduling: weighted` all three share one HTB priority and get the link
-in proportion to their weights instead.
+    high         DSCP 48 (CNP, control), and TCP pure ACKs (`ack_priority`): a RoCE NIC
+                 answers in hardware, not behind its own queued data     strict priority 0
+    lossless<p>  one per lossless 802.1p priority p (`lossless`, up to 8; default one,
+                 priority 3 with DSCP 26, which also takes UDP dport 4791: RoCEv2)
+                 each with its own queue, PFC thresholds and pauses      priorities 1.. in list order
+    default      everything else (lossy)                                 last
+With `scheduling: weighted` every class shares one HTB priority and gets the
+link in proportion to its weight (the lossless weight split among the lossless
+priorities by their `weight`).
 
-PFC defaults, from the scaled port rate r and the switch's total ingress rate
-R_in (bytes/s; the sum of its other links) and the agent's poll period T:
+PFC defaults, per lossless priority, from the scaled port rate r and the
+switch's total ingress rate R_in (bytes/s; the sum of its other links) and the
+agent's poll period T:
     headroom = 2 x R_in x T + 2 x MTU  (what can still arrive while a pause takes
                                         effect: one poll to notice, one to act; the
                                         queue sees every ingress, so all of them count)
@@ -21,6 +25,7 @@ R_in (bytes/s; the sum of its other links) and the agent's poll period T:
                                          frames: a batch is a burst, not congestion)
     XON      = XOFF / 2
     lossless queue limit = XOFF + headroom + 2 x MTU  (never reached while PFC works)
+A priority's own xoff_bytes / xon_bytes / headroom_bytes override pfc's.
 """
 
 from __future__ import annotations
@@ -34,8 +39,24 @@ from topos.errors import InputError
 
 MTU = 1514  # bytes on the wire for a full Ethernet frame without FCS
 OVS_BATCH = 32  # NETDEV_MAX_BURST: frames userspace OVS forwards per batch
-CLASS_IDS = {"high": 0x10, "lossless": 0x30, "default": 0x40}  # HTB minor ids under 1:
+HIGH_MINOR, LOSSLESS_MINOR, DEFAULT_MINOR = 0x10, 0x30, 0x40  # HTB minor ids under 1: (lossless: + priority)
 PARENT_MINOR = 0x1
+HTB_LEVELS = 8  # TC_HTB_NUMPRIO: strict scheduling has high, the lossless priorities and default in 8 levels
+
+
+def lossless_class(priority: int) -> str:
+    return f"lossless{priority}"
+
+
+def class_of_minor(minor: int) -> str | None:
+    """The class an HTB minor id (or leaf major) stands for, None for ones this layer does not make."""
+    if minor == HIGH_MINOR:
+        return "high"
+    if minor == DEFAULT_MINOR:
+        return "default"
+    if LOSSLESS_MINOR <= minor < LOSSLESS_MINOR + 8:
+        return lossless_class(minor - LOSSLESS_MINOR)
+    return None
 
 
 class PfcSpec(BaseModel):
@@ -57,6 +78,22 @@ class PfcSpec(BaseModel):
         return self
 
 
+class LosslessPriority(BaseModel):
+    """One lossless 802.1p priority: its DSCP, its share under weighted scheduling, its own PFC thresholds."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    priority: int = Field(ge=0, le=7, description="the 802.1p priority its pauses name")
+    dscp: int = Field(ge=0, le=63)
+    weight: float = Field(1.0, gt=0, le=1e6, description="share of the lossless weight (weighted scheduling)")
+    xoff_bytes: int | None = Field(None, gt=0, le=1 << 30, description="default: pfc.xoff_bytes or derived")
+    xon_bytes: int | None = Field(None, ge=0, le=1 << 30)
+    headroom_bytes: int | None = Field(None, ge=0, le=1 << 30)
+
+    @property
+    def name(self) -> str:
+        return lossless_class(self.priority)
+
+
 class QosSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     scale: float | Literal["auto"] = Field(10_000.0, description="emulated rate = topology rate / scale; auto: "
@@ -65,7 +102,10 @@ class QosSpec(BaseModel):
     min_buffer_bytes: int = Field(16 * MTU, gt=0, le=1 << 30)
     scheduling: Literal["strict", "weighted"] = "strict"
     weights: dict[str, float] = Field(default_factory=lambda: {"high": 10, "lossless": 60, "default": 30})
-    lossless_dscp: int = Field(26, ge=0, le=63)
+    lossless: list[LosslessPriority] = Field(
+        default_factory=lambda: [LosslessPriority(priority=3, dscp=26)], min_length=1, max_length=8,
+        description="lossless priorities, first served first under strict scheduling; the first is the default "
+                    "class of lossless traffic and takes RoCEv2 (UDP 4791)")
     high_dscp: int = Field(48, ge=0, le=63)
     roce_udp_port: int = Field(4791, ge=1, le=65535)
     ack_priority: bool = Field(True, description="TCP segments under 128 bytes (pure ACKs) ride the high class")
@@ -78,17 +118,53 @@ class QosSpec(BaseModel):
         if self.scale != "auto" and not 1 <= self.scale <= 1e9:
             raise InputError("scale must be 1 to 1e9 (or auto)", "e.g. scale: 20000, or scale: auto",
                              field="qos.scale", value=self.scale)
-        if set(self.weights) != set(CLASS_IDS):
+        if set(self.weights) != {"high", "lossless", "default"}:
             raise InputError("weights must name exactly the classes high, lossless, default",
                              "e.g. weights: {high: 10, lossless: 60, default: 30}", field="qos.weights",
                              value=sorted(self.weights))
         if any(not 0 < w <= 1e6 for w in self.weights.values()):
             raise InputError("weights must be positive (at most 1e6)", "give every class a weight > 0",
                              field="qos.weights", value=self.weights)
-        if self.lossless_dscp == self.high_dscp:
-            raise InputError("the lossless and high classes need different DSCPs", "e.g. lossless 26, high 48",
-                             field="qos.lossless_dscp", value=self.lossless_dscp)
+        for what in ("priority", "dscp"):
+            seen = [getattr(c, what) for c in self.lossless]
+            dup = next((v for v in seen if seen.count(v) > 1), None)
+            if dup is not None:
+                raise InputError(f"two lossless priorities have the same {what}", f"give each its own {what}",
+                                 field=f"qos.lossless[].{what}", value=dup)
+        if self.high_dscp in {c.dscp for c in self.lossless}:
+            raise InputError("the high class and a lossless priority have the same DSCP", "e.g. lossless 26, high 48",
+                             field="qos.lossless[].dscp", value=self.high_dscp)
+        if self.scheduling == "strict" and len(self.lossless) > HTB_LEVELS - 2:
+            raise InputError(f"strict scheduling serves high, the lossless priorities and default in HTB's "
+                             f"{HTB_LEVELS} levels", f"give at most {HTB_LEVELS - 2} lossless priorities, or use "
+                             "scheduling: weighted", field="qos.lossless", value=len(self.lossless))
         return self
+
+    @property
+    def lossless_dscp(self) -> int:
+        """The default lossless class's DSCP (the first priority): what lossless traffic uses unless told."""
+        return self.lossless[0].dscp
+
+    def lossless_dscp_of(self, priority: int) -> int:
+        for c in self.lossless:
+            if c.priority == priority:
+                return c.dscp
+        raise KeyError(priority)
+
+    def class_minors(self) -> dict[str, int]:
+        """Class name -> HTB minor id, in the order the classes are served."""
+        return {"high": HIGH_MINOR, **{c.name: LOSSLESS_MINOR + c.priority for c in self.lossless},
+                "default": DEFAULT_MINOR}
+
+
+@dataclass(frozen=True)
+class PfcPlan:
+    """One lossless priority's queue at one port."""
+
+    limit: int  # queue limit in bytes
+    xoff: int
+    xon: int
+    headroom: int
 
 
 @dataclass(frozen=True)
@@ -97,10 +173,7 @@ class PortPlan:
 
     rate_bps: int  # emulated link rate
     buffer_bytes: int  # lossy queue limit
-    lossless_limit: int
-    xoff: int
-    xon: int
-    headroom: int
+    lossless: dict[int, PfcPlan]  # 802.1p priority -> its queue's numbers
     class_rates_bps: dict[str, int]  # guaranteed rate per class (weighted) or the full rate (strict)
     prio: dict[str, int]
 
@@ -115,20 +188,27 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
     r_in = (rate_gbps if ingress_gbps is None else ingress_gbps) * 1e9 / spec.scale / 8
     t = spec.pfc.poll_ms / 1000
     buffer_bytes = max(spec.min_buffer_bytes, int(r * spec.buffer_ms / 1000))
-    headroom = spec.pfc.headroom_bytes if spec.pfc.headroom_bytes is not None else int(2 * r_in * t + 2 * MTU)
-    xoff = spec.pfc.xoff_bytes if spec.pfc.xoff_bytes is not None else max(OVS_BATCH * MTU, int(4 * r * t))
-    xon = spec.pfc.xon_bytes if spec.pfc.xon_bytes is not None else xoff // 2
-    if xon >= xoff:
-        raise InputError("XON must be below XOFF", f"use an xon_bytes below {xoff}", field="qos.pfc.xon_bytes",
-                         value=xon)
-    # Without PFC the lossless class is an ordinary queue: it drops when the buffer is full.
-    lossless_limit = xoff + headroom + 2 * MTU if spec.pfc.enabled else buffer_bytes
+    pfc = spec.pfc
+    lossless = {}
+    for c in spec.lossless:
+        headroom = next(v for v in (c.headroom_bytes, pfc.headroom_bytes, int(2 * r_in * t + 2 * MTU)) if v is not None)
+        xoff = next(v for v in (c.xoff_bytes, pfc.xoff_bytes, max(OVS_BATCH * MTU, int(4 * r * t))) if v is not None)
+        xon = next(v for v in (c.xon_bytes, pfc.xon_bytes, xoff // 2) if v is not None)
+        if xon >= xoff:
+            raise InputError("XON must be below XOFF", f"use an xon_bytes below {xoff}",
+                             field=f"qos.lossless[priority {c.priority}].xon_bytes", value=xon)
+        # Without PFC a lossless class is an ordinary queue: it drops when the buffer is full.
+        lossless[c.priority] = PfcPlan(xoff + headroom + 2 * MTU if pfc.enabled else buffer_bytes, xoff, xon, headroom)
+    classes = spec.class_minors()
     if spec.scheduling == "strict":
         # A 1% floor each; the rest of the link is borrowed in priority order (HTB lends by prio).
-        rates = {c: max(8000, rate_bps // 100) for c in CLASS_IDS}
-        prio = {"high": 0, "lossless": 1, "default": 2}
+        rates = {c: max(8000, rate_bps // 100) for c in classes}
+        prio = {c: i for i, c in enumerate(classes)}
     else:
-        total = sum(spec.weights.values())
-        rates = {c: max(8000, int(rate_bps * spec.weights[c] / total)) for c in CLASS_IDS}
-        prio = {c: 1 for c in CLASS_IDS}
-    return PortPlan(rate_bps, buffer_bytes, lossless_limit, xoff, xon, headroom, rates, prio)
+        share = {"high": spec.weights["high"], "default": spec.weights["default"]}
+        lw = sum(c.weight for c in spec.lossless)
+        share.update({c.name: spec.weights["lossless"] * c.weight / lw for c in spec.lossless})
+        total = sum(share.values())
+        rates = {c: max(8000, int(rate_bps * share[c] / total)) for c in classes}
+        prio = {c: 1 for c in classes}
+    return PortPlan(rate_bps, buffer_bytes, lossless, rates, prio)

@@ -9,7 +9,7 @@ import pytest
 from testbed.experiment.measure import iperf, receiver_bottleneck, shaped_rate
 from testbed.net.naming import root_intfs
 from testbed.net.network import Network
-from testbed.qos.shaper import LEAF_HANDLE
+from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import QosSpec
 from topos import build
 
@@ -33,9 +33,9 @@ def test_single_flow_gets_the_shaped_rate(no_leftovers, cpu_window):
 
 def incast(pfc: bool, seconds: float = 6):
     with Network(build("hpn"), qos=QosSpec(pfc={"enabled": pfc})) as net:
-        before = net.qos.stats(LEAF_HANDLE["lossless"])
+        before = net.qos.stats(lossless_leaf(3))
         flows = iperf(net, [(f"h{i}", "h7") for i in range(7)], duration=seconds, tos=DSCP26)
-        lossless = net.qos.stats(LEAF_HANDLE["lossless"])
+        lossless = net.qos.stats(lossless_leaf(3))
         plans = {k: p.plan for k, p in net.qos.ports.items()}
         bottleneck = receiver_bottleneck(net, "h7", before, lossless)  # h7's ports the flows hashed onto
         report = net.stop_qos()
@@ -48,8 +48,10 @@ def test_incast_lossless_with_pfc_and_lossy_without(no_leftovers, cpu_window):
     goodput, bottleneck, drops, report, plans = incast(pfc=True)
     assert drops == {}, f"lossless queues dropped: {drops}"
     for key, q in report["queues"].items():  # switch queues; a paused host NIC holds its data (no limit)
-        if not key.startswith("h"):
-            assert q["max_backlog"] <= plans[key].xoff + plans[key].headroom, key
+        if not q["host"]:
+            port, prio = key.split("/p")
+            plan = plans[port].lossless[int(prio)]
+            assert q["max_backlog"] <= plan.xoff + plan.headroom, key
     assert report["pauses_by_tier"]["host"]["pause_events"] > 0
     assert bottleneck >= 20e6
 
@@ -67,7 +69,7 @@ def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers):
                         stream=i, tos=DSCP26) for i in range(4)]  # 4 x 9 Mbit/s into 2 x 20, split by hashing
     with Network(build("hpn"), qos=QosSpec()) as net:
         r = run_streams(net, specs, tail=4)
-        lossless = net.qos.stats(LEAF_HANDLE["lossless"])
+        lossless = net.qos.stats(lossless_leaf(3))
         report = net.stop_qos()
     streams = r["receivers"]["h4:7000"]["streams"]
     sent = sum(s["sent"] for s in r["senders"])
@@ -85,6 +87,51 @@ def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers):
     tiers = report["pauses_by_tier"]
     assert tiers["agg"]["pause_events"] > 0
     assert any(k.split(":")[0] in {"h0", "h1", "h2", "h3"} for k in report["ports"]), report["ports"]
+
+
+def test_each_lossless_priority_pauses_alone(no_leftovers):
+    """Two lossless priorities (802.1p 3 and 4) congested in turn by a UDP incast into h4, while a light stream
+    of the other priority crosses the same switches to h5: both lossless, and only the congested one paused."""
+    from testbed.experiment.measure import StreamSpec, run_streams
+    from testbed.qos.show import snapshot
+
+    dscp = {3: 26, 4: 34}
+
+    def phase(hot: int, cold: int, dport: int) -> list[StreamSpec]:
+        # 4 x 14.6 Mbit/s into h4's two 20 Mbit/s ports: congested however the flows hash onto them
+        incast = [StreamSpec(src=f"h{i}", dst="h4", sport=6000 + i, dport=dport, pps=1300, duration=3, size=1400,
+                             stream=i, tos=dscp[hot] << 2) for i in range(4)]
+        light = StreamSpec(src="h1", dst="h5", sport=6100, dport=dport + 1, pps=150, duration=3, size=1400,
+                           stream=9, tos=dscp[cold] << 2)
+        return [*incast, light]
+
+    spec = QosSpec(lossless=[{"priority": p, "dscp": d} for p, d in dscp.items()])
+    with Network(build("hpn"), qos=spec) as net:
+        rows = snapshot(net.owner.run_id, "h0")
+        assert {r["class"] for r in rows} == {"high", "lossless3", "lossless4", "default"}
+        results, counters = [], []
+        for hot, cold, dport in ((3, 4, 7000), (4, 3, 7100)):
+            results.append(run_streams(net, phase(hot, cold, dport), tail=4))
+            counters.append({int(k): v for k, v in net.pfc.report()["by_priority"].items()})
+        drops = {p: sum(q[0].drops for q in net.qos.stats(lossless_leaf(p)).values() if q) for p in dscp}
+        report = net.stop_qos()
+    period = report["poll_period_ms"]
+    if any(drops.values()) and period["max"] > 2 * period["configured"]:
+        pytest.skip(f"lossless drops {drops} while the PFC agent's longest poll gap was {period['max']} ms "
+                    f"(configured {period['configured']} ms): the machine did not give it the CPU")
+    assert drops == {3: 0, 4: 0}, period
+    for r in results:
+        sent = sum(s["sent"] for s in r["senders"])
+        got = sum(s["received"] for rep in r["receivers"].values() for s in rep["streams"].values())
+        assert got == sent  # both priorities lossless, the light stream too
+    first, second = counters
+    print("per-priority counters after each phase:", counters, "drops:", drops)
+    # phase 1: priority 3 congested and paused, priority 4 never; phase 2 the other way round
+    assert first[3]["pause_events"] > 0 and first[3]["xoff_events"] > 0
+    assert first[4]["pause_events"] == 0 and first[4]["xoff_events"] == 0
+    assert second[4]["pause_events"] > 0
+    assert second[3]["pause_events"] == first[3]["pause_events"]  # nothing more for the uncongested one
+    assert all(k.endswith(("/p3", "/p4")) for k in report["ports"])
 
 
 def test_stopping_qos_restores_interface_defaults(no_leftovers):
@@ -117,14 +164,14 @@ def test_raw_dump_agrees_with_pyroute2(no_leftovers):
                                                .get_attr("TCA_STATS_BASIC")["bytes"])
                    for m in ipr.get_qdiscs()}
         after = {(q.ifindex, q.handle): (q.kind, q.bytes) for q in d.dump()}
-        lossless = LEAF_HANDLE["lossless"]  # the PFC agent's lean read of the same queues
-        backlogs = {i for i, _b, _d in d.backlogs(lossless)}
+        lossless = lossless_leaf(3)  # the PFC agent's lean read of the same queues
+        backlogs = {i for i, h, _b, _d in d.backlogs(frozenset((lossless,))) if h == lossless}
         d.close()
         assert backlogs == {i for (i, h) in ref if h == lossless}
         assert before.keys() == ref.keys() == after.keys()
         for k, (kind, nbytes) in ref.items():  # counters only grow between the three reads
             assert before[k][0] == kind and before[k][1] <= nbytes <= after[k][1], k
-        assert sum(1 for (_i, h) in ref if h == LEAF_HANDLE["lossless"]) == len(root_intfs(net.topo))
+        assert sum(1 for (_i, h) in ref if h == lossless_leaf(3)) == len(root_intfs(net.topo))
 
 
 def test_qos_show_reads_the_live_run(no_leftovers, hpnlab):
@@ -139,7 +186,7 @@ def test_qos_show_reads_the_live_run(no_leftovers, hpnlab):
         # Pings are lossy traffic: the default class of h0's ports sent them, lossless sent nothing.
         h0 = {(r["port"], r["class"]): r for r in rows if r["port"].startswith("h0:")}
         assert sum(h0[p, "default"]["sent_bytes"] for p in ("h0:0", "h0:1")) > 0
-        assert sum(h0[p, "lossless"]["sent_bytes"] for p in ("h0:0", "h0:1")) == 0
+        assert sum(h0[p, "lossless3"]["sent_bytes"] for p in ("h0:0", "h0:1")) == 0
     assert hpnlab("qos", "show").returncode == 2
 
 

@@ -167,3 +167,23 @@ def test_shipped_experiment_runs_quick(path, quick_results, no_leftovers):
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert all(o["bytes_delivered"] == o["bytes_expected"] for run in runs for o in run["ops"])
     assert all(run["ops"] or run["halted"] for run in runs)
+
+
+def test_crux_gives_the_most_intense_job_the_first_lossless_priority(quick_results, no_leftovers):
+    """crux_multi_job --quick: the controller orders the jobs by GPU intensity and compresses them onto the two
+    lossless priorities; every job trains on its own hosts, in its class, lossless, with exact bytes."""
+    r, cwd = quick_results("crux_multi_job")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = [p for p in (cwd / "results").iterdir() if "-crux_multi_job-quick-" in p.name]
+    runs = {run["variant"]: run for run in json.loads((out / "results.json").read_text())["runs"]}
+    crux = runs["crux-priorities"]["crux"]
+    assert crux["order"] == ["A", "B", "C", "D"]  # intensity 16.7, 8, 1.6, 0.25 GPU-s per network second
+    assert [crux["jobs"][j]["lossless_priority"] for j in "ABCD"] == [3, 3, 4, 4]
+    assert crux["jobs"]["A"]["intensity"] == pytest.approx(4 * 1.0 / 0.24, rel=1e-3)
+    assert runs["crux-priorities"]["jobs"]["D"]["dscp"] == 34 and runs["ecmp-one-class"]["jobs"]["D"]["dscp"] == 26
+    for run in runs.values():
+        assert {i["job"] for i in run["iterations"]} == set(run["jobs"])
+        assert all(i["bytes_ok"] for i in run["iterations"])
+        assert run["drops"]["lossless"] == 0 or not run["fidelity"]["faithful"]  # PFC kept up, or the run says not
+    summary = (out / "summary.md").read_text()
+    assert "Cluster GPU utilization" in summary and "A (4 GPUs" in summary

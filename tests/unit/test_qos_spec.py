@@ -12,28 +12,46 @@ def test_port_plan_defaults_from_rate_and_poll():
     p = port_plan(200, spec, ingress_gbps=4 * 400 + 3 * 200)  # a ToR port: 4 uplinks + 3 other hosts
     assert p.rate_bps == 20_000_000
     r = 20e6 / 8
-    assert p.xoff == max(32 * MTU, int(4 * r * 0.005)) == 50_000
-    assert p.xon == 25_000
-    assert port_plan(100, spec).xoff == 32 * MTU  # 10 Mbit/s: the OVS batch floor
-    assert p.headroom == int(2 * (2200e9 / 1e4 / 8) * 0.005 + 2 * MTU) == 278_028
-    assert p.lossless_limit == p.xoff + p.headroom + 2 * MTU
+    q = p.lossless[3]
+    assert q.xoff == max(32 * MTU, int(4 * r * 0.005)) == 50_000
+    assert q.xon == 25_000
+    assert port_plan(100, spec).lossless[3].xoff == 32 * MTU  # 10 Mbit/s: the OVS batch floor
+    assert q.headroom == int(2 * (2200e9 / 1e4 / 8) * 0.005 + 2 * MTU) == 278_028
+    assert q.limit == q.xoff + q.headroom + 2 * MTU
     assert p.buffer_bytes == max(16 * MTU, int(r * 0.020))
-    assert p.prio == {"high": 0, "lossless": 1, "default": 2}
+    assert p.prio == {"high": 0, "lossless3": 1, "default": 2}
     assert set(p.class_rates_bps.values()) == {200_000}  # 1% floors under strict priority
 
 
 def test_weighted_and_pfc_off():
     spec = QosSpec(scheduling="weighted", pfc={"enabled": False, "poll_ms": 5})
     p = port_plan(400, spec)
-    assert p.class_rates_bps == {"high": 4_000_000, "lossless": 24_000_000, "default": 12_000_000}
+    assert p.class_rates_bps == {"high": 4_000_000, "lossless3": 24_000_000, "default": 12_000_000}
     assert len(set(p.prio.values())) == 1
-    assert p.lossless_limit == p.buffer_bytes  # without PFC the lossless class is an ordinary queue
+    assert p.lossless[3].limit == p.buffer_bytes  # without PFC the lossless class is an ordinary queue
+
+
+def test_several_lossless_priorities_each_with_its_own_numbers():
+    spec = QosSpec(pfc={"poll_ms": 5}, lossless=[{"priority": 3, "dscp": 26},
+                                                  {"priority": 4, "dscp": 34, "xoff_bytes": 80_000, "weight": 3}])
+    p = port_plan(200, spec)
+    assert p.prio == {"high": 0, "lossless3": 1, "lossless4": 2, "default": 3}  # served in list order
+    assert (p.lossless[3].xoff, p.lossless[4].xoff, p.lossless[4].xon) == (50_000, 80_000, 40_000)
+    assert p.lossless[4].limit == 80_000 + p.lossless[4].headroom + 2 * MTU
+    assert spec.lossless_dscp == 26 and spec.lossless_dscp_of(4) == 34
+    w = port_plan(400, spec.model_copy(update={"scheduling": "weighted"}))
+    # lossless's 60 of 100 split 1:3 between the two priorities
+    assert w.class_rates_bps == {"high": 4_000_000, "lossless3": 6_000_000, "lossless4": 18_000_000,
+                                 "default": 12_000_000}
 
 
 @pytest.mark.parametrize("raw,field", [
     ({"weights": {"high": 1, "lossless": 1}}, "qos.weights"),
     ({"weights": {"high": 1, "lossless": 0, "default": 1}}, "qos.weights"),
-    ({"lossless_dscp": 48}, "qos.lossless_dscp"),
+    ({"lossless": [{"priority": 3, "dscp": 48}]}, "qos.lossless[].dscp"),
+    ({"lossless": [{"priority": 3, "dscp": 26}, {"priority": 3, "dscp": 30}]}, "qos.lossless[].priority"),
+    ({"lossless": [{"priority": 3, "dscp": 26}, {"priority": 4, "dscp": 26}]}, "qos.lossless[].dscp"),
+    ({"lossless": [{"priority": p, "dscp": 10 + p} for p in range(7)]}, "qos.lossless"),
 ])
 def test_bad_qos_names_the_field(raw, field):
     with pytest.raises(InputError) as exc:
@@ -44,6 +62,9 @@ def test_bad_qos_names_the_field(raw, field):
 def test_xon_must_be_below_xoff():
     with pytest.raises(InputError, match="XON"):
         port_plan(200, QosSpec(pfc={"xoff_bytes": 10_000, "xon_bytes": 20_000, "poll_ms": 5}))
+    # seven lossless priorities fit under weighted scheduling (one HTB level for all)
+    assert len(port_plan(200, QosSpec(scheduling="weighted", pfc={"poll_ms": 5}, lossless=[
+        {"priority": p, "dscp": 10 + p} for p in range(7)])).lossless) == 7
 
 
 def test_htb_class_message_decodes_as_pyroute2_reads_it():
@@ -71,7 +92,8 @@ def test_auto_poll_period_grows_with_the_switch_ports_and_must_be_resolved():
     assert pfc_poll_ms(big) == 5.0 * (256 + 2 * 128) / 128  # 64 hosts x 4 ports, 128 uplinks: 20 ms
     spec = resolve(QosSpec(scale="auto"), big, scale=200_000)
     assert (spec.scale, spec.pfc.poll_ms) == (200_000, 20.0)
-    assert port_plan(200, spec).headroom > port_plan(200, resolve(QosSpec(), small)).headroom / 20
+    headroom = [port_plan(200, s).lossless[3].headroom for s in (spec, resolve(QosSpec(), small))]
+    assert headroom[0] > headroom[1] / 20
     with pytest.raises(ValueError, match="resolved"):
         port_plan(200, QosSpec())
     with pytest.raises(InputError):

@@ -1,0 +1,90 @@
+"""Several jobs in one experiment: specs, their hosts and classes, and what the Crux scheduler is told (pure)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from testbed.experiment.jobs import demand, jobs
+from testbed.experiment.spec import from_dict, load
+from topos.errors import InputError
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+SIMAI = "two_layers_simai.txt"  # 1 s of compute per rank, two weight-gradient all-reduces of 10 GB
+
+
+def spec(**over) -> dict:
+    base = {"name": "t", "qos": {"scale": 20_000, "lossless": [{"priority": 3, "dscp": 26},
+                                                                {"priority": 4, "dscp": 34}]},
+            "jobs": [{"name": "big", "workload": {"simai": SIMAI, "iterations": 2}, "hosts": "h0,h1,h2,h3"},
+                     {"name": "small", "collective": {"op": "allreduce", "size": "1GB", "ranks": "h4:0,h5:0"},
+                      "priority": 4}]}
+    base.update(over)
+    return base
+
+
+def test_jobs_with_workload_files_run_on_their_hosts_in_their_class(tmp_path):
+    shutil.copy(DATA / SIMAI, tmp_path)
+    exp = from_dict(spec())
+    topo = exp.topology.build()
+    big, small = jobs(exp, tmp_path, topo)
+    assert big.hosts == ["h0", "h1", "h2", "h3"] and small.hosts == ["h4", "h5"]
+    assert (big.dscp, small.dscp) == (26, 34)  # default lossless class; priority 4's DSCP
+    assert big.compute_s == pytest.approx(1.0) and big.iterations == 2
+    # every flow of the training job stays on its four hosts
+    assert {r[0] for _o, s in big.items for st in s.steps for f in st for r in (f.src, f.dst)} == set(big.hosts)
+
+
+def test_demand_carries_real_bytes_compute_and_overlap(tmp_path):
+    shutil.copy(DATA / SIMAI, tmp_path)
+    exp = from_dict(spec())
+    topo = exp.topology.build()
+    big, small = jobs(exp, tmp_path, topo)
+    d = demand(big, 0, topo, exp.qos.scale)
+    emulated = sum(s.total_bytes for step, s in big.iteration if s is not None)
+    assert sum(f["bytes"] for f in d["flows"]) == pytest.approx(emulated * 20_000, rel=1e-6)
+    assert d["gpus"] == 4 * topo.nodes["h0"].gpus and d["compute_s"] == pytest.approx(1.0)
+    # both all-reduces are weight gradients, but only layer 1's hides (under layer 0's backward compute):
+    # alone at 200G a 4-rank ring all-reduce of 10 GB takes 0.6 s; fwd 0.6 s + ig/wg 0.2 s, then 0.6 s under
+    # 0.2 s of compute, then layer 0's 0.6 s: 2.0 s, 1.0 s exposed of 1.2 s -> 1/6 hidden
+    assert d["overlap"] == pytest.approx(1 / 6, abs=1e-6)
+    # two channels: one flow each with half the bytes; 0.3 s per all-reduce, layer 1's runs 0.8-1.1 s, layer
+    # 0's 1.1-1.4 s: 0.4 s exposed of 0.6 s -> 1/3 hidden
+    two = demand(big, 0, topo, exp.qos.scale, channels=2)
+    assert len(two["flows"]) == 2 * len(d["flows"]) and two["overlap"] == pytest.approx(1 / 3, abs=1e-6)
+    assert len({(f["src"], f["dst"], f["sport"], f["dport"]) for f in d["flows"]}) == len(d["flows"])
+    s = demand(small, 1, topo, exp.qos.scale)
+    assert s["compute_s"] == 0 and s["overlap"] == 0 and {f["dport"] for f in s["flows"]} == {10_001}
+    # one iteration (of 3) of a 2-rank ring all-reduce of 1 GB: each rank sends 500 MB twice
+    assert sum(f["bytes"] for f in s["flows"]) == pytest.approx(2e9, rel=1e-3)
+
+
+@pytest.mark.parametrize("over,field", [
+    ({"jobs": [{"name": "a"}]}, "jobs[].collective"),
+    ({"jobs": [{"name": "a", "collective": {"op": "allreduce"}, "hosts": "h0,h1"}]}, "jobs[].hosts"),
+    ({"jobs": [{"name": "a", "workload": {"collective": {"op": "allreduce"}}}]}, "jobs[].workload.collective"),
+    ({"jobs": [{"name": "a", "collective": {"op": "allreduce"}, "priority": 5}]}, "jobs[0].priority"),
+    ({"scheduler": "crux", "jobs": [{"name": "a", "collective": {"op": "allreduce"}},
+                                    {"name": "b", "collective": {"op": "allreduce"}, "priority": "default"}]},
+     "jobs[1].priority"),
+    ({"scheduler": "crux", "jobs": [{"name": "a", "collective": {"op": "allreduce"}}]}, "scheduler"),
+])
+def test_bad_jobs_name_the_field(over, field):
+    with pytest.raises(InputError) as exc:
+        from_dict(spec(**over))
+    assert exc.value.field == field
+
+
+def test_job_hosts_and_files_are_checked(tmp_path):
+    shutil.copy(DATA / SIMAI, tmp_path)
+    exp = from_dict(spec(jobs=[{"name": "a", "workload": {"simai": SIMAI}, "hosts": "h0,h99"}]))
+    with pytest.raises(InputError) as exc:
+        jobs(exp, tmp_path, exp.topology.build())
+    assert (exc.value.field, exc.value.value) == ("jobs[0].hosts", "h99")
+    f = tmp_path / "e.yaml"
+    f.write_text("name: t\njobs:\n  - {name: a, workload: {simai: missing.txt}}\n")
+    with pytest.raises(InputError) as exc:
+        load(f)
+    assert exc.value.field == "jobs[0].workload.simai"
