@@ -11,7 +11,7 @@ when the transport uses a single connection per peer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .iteration import IterationTime
 
@@ -61,7 +61,8 @@ class OpResult:
 class IterationResult(IterationTime):
     """One training iteration as replayed: wall time, the compute in it, and its ops."""
 
-    ops: list[OpResult]
+    ops: list[OpResult]  # in step order
+    issued_s: list[float] = field(default_factory=list)  # when each op was handed to the ranks (its compute done)
 
     @property
     def bytes_ok(self) -> bool:

@@ -150,24 +150,38 @@ class Replayer:
     def run_iteration(self, steps: list[tuple]) -> IterationResult:
         """One training iteration: (Step, its schedule or None) in order. Each step's compute is a timed wait
         in the ranks before its communication; a blocking step's communication ends before the next step's
-        compute starts, an overlapping one runs on, and the iteration ends when every op is done."""
+        compute starts, an overlapping one runs on under the compute that follows, and the iteration ends
+        when every op is done. A job's ops go over the network one at a time, in order (one communicator,
+        as NCCL's stream and SimAI's model have it; traffic/iteration.py predicts the same)."""
         t0 = time.time()
-        ops, pending, carry = [], [], 0.0
+        ops: list[OpResult] = []  # in step order
+        pending = None  # an overlapping op still running
+        issued = []
+        gpu = net = t0  # when the ranks' compute so far ends, and when the network is done with the ops so far
+
+        def done(h: dict) -> float:  # the op's result kept; when its last byte arrived (not its late report)
+            ops.append(self.finish(h))
+            return h["t_op"] + ops[-1].seconds if "t_op" in h else time.time()
+
         for step, sched in steps:
-            carry += step.compute_s
+            gpu += step.compute_s
             if sched is None:  # compute only, or communication inside the hosts (NVLink)
                 continue
-            h = self.start(sched, carry)
-            carry = 0.0
+            if pending is not None:  # one communicator: an op starts after the one before it (NCCL's stream)
+                net = done(pending)
+                pending = None
+            at = max(gpu, net)
+            issued.append(at - t0)
+            h = self.start(sched, max(0.0, at - time.time()))
             if step.overlap:
-                pending.append(h)
+                pending = h
             else:
-                ops.append(self.finish(h))
-        time.sleep(carry)  # trailing compute: the ranks are busy, nothing to send
-        ops += [self.finish(h) for h in pending]
-        seconds = time.time() - t0
+                net = gpu = done(h)
+        if pending is not None:
+            net = done(pending)
+        time.sleep(max(0.0, gpu - time.time()))  # trailing compute: the ranks are busy, nothing to send
         compute = sum(s.compute_s for s, _ in steps)
-        return IterationResult(seconds, compute, ops)
+        return IterationResult(max(gpu, net) - t0, compute, ops, issued)
 
     def _result(self, schedule: Schedule, seconds: float, step_times: list[float], delivered: int) -> OpResult:
         return OpResult(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, seconds,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from controllers.placement import place
 from testbed.qos.scale import ScaleChoice, choose_scale, offered_load
 from topos.addressing import nic_address
 from topos.errors import InputError
@@ -47,7 +48,7 @@ def collective_items(c: CollectiveSpec, scale: float, topo: Topology, where: str
 
 def collective_job(name: str, dscp: int, c: CollectiveSpec, scale: float, topo: Topology, where: str) -> Job:
     job = Job(name, dscp, collective_items(c, scale, topo, where), iterations=c.iters)
-    job.hosts = sorted({r[0] for _o, sched in job.items for r in sched.ranks})
+    job.hosts = list(dict.fromkeys(r[0] for _o, sched in job.items[:1] for r in sched.ranks))  # in ring order
     return job
 
 
@@ -86,18 +87,33 @@ def dscp_of(exp: Experiment, priority: str | int) -> int:
     return {"lossless": exp.qos.lossless_dscp, "high": exp.qos.high_dscp, "default": 0}[priority]
 
 
-def _spec_job(exp: Experiment, base: Path, topo: Topology, i: int, j: JobSpec) -> Job:
+def _spec_job(exp: Experiment, base: Path, topo: Topology, i: int, j: JobSpec, hosts: list[str] | None) -> Job:
     dscp = dscp_of(exp, j.priority)
     if j.collective is not None:
         return collective_job(j.name, dscp, j.collective, exp.qos.scale, topo, f"jobs[{i}].collective")
-    hosts = job_hosts(j.hosts, topo, f"jobs[{i}].hosts") if j.hosts else None
     return workload_job(j.workload, exp, base, topo, dscp, j.name, hosts, f"jobs[{i}].workload")
+
+
+def placed_hosts(exp: Experiment, topo: Topology) -> dict[str, list[str]]:
+    """Hosts of each job that names them, then of each job given as GPUs, placed in file order by the
+    experiment's policy around the named ones (controllers/placement.py)."""
+    out = {j.name: job_hosts(j.hosts, topo, f"jobs[{i}].hosts") for i, j in enumerate(exp.jobs) if j.hosts}
+    asked = [(j.name, j.gpus) for j in exp.jobs if j.gpus is not None]
+    if asked:
+        try:
+            ranks = place(topo, asked, exp.placement, taken=[h for hs in out.values() for h in hs])
+        except ValueError as exc:
+            raise InputError(str(exc), "ask for fewer GPUs, or a larger topology", field="jobs[].gpus",
+                             value=sum(g for _n, g in asked)) from None
+        out.update({n: list(dict.fromkeys(h for h, _nic in r)) for n, r in ranks.items()})
+    return out
 
 
 def jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
     """The experiment's jobs side by side, or its workload as one job in the lossless class."""
     if exp.jobs:
-        return [_spec_job(exp, base, topo, i, j) for i, j in enumerate(exp.jobs)]
+        hosts = placed_hosts(exp, topo)
+        return [_spec_job(exp, base, topo, i, j, hosts.get(j.name)) for i, j in enumerate(exp.jobs)]
     return [workload_job(exp.workload, exp, base, topo, exp.qos.lossless_dscp)]
 
 
@@ -125,9 +141,12 @@ def demand(job: Job, index: int, topo: Topology, scale: float, channels: int = 1
 
     comm = sum(alone_s(sched) for _s, sched in steps if sched is not None)
     alone = predict([replace(s, op=sched) for s, sched in steps], alone_s)
-    gpus = len(job.hosts) * max(1, topo.nodes[job.hosts[0]].gpus if job.hosts else 1)
-    return {"name": job.name, "gpus": gpus, "compute_s": round(job.compute_s, 6),
+    return {"name": job.name, "gpus": job_gpus(job, topo), "compute_s": round(job.compute_s, 6),
             "overlap": round(1 - alone.exposed_comm_s / comm, 6) if comm else 0.0, "flows": flows}
+
+
+def job_gpus(job: Job, topo: Topology) -> int:
+    return len(job.hosts) * max(1, topo.nodes[job.hosts[0]].gpus) if job.hosts else 1
 
 
 def nic_bps(topo: Topology, rank: tuple[str, int], channels: int) -> float:

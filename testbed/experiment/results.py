@@ -183,6 +183,18 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
             lines += [f"| {v} | {c['utilization']:.1%} | " + ", ".join(
                 f"{j} ({d['gpus']} GPUs, {d['utilization']:.1%}, {d['class']})" for j, d in c["jobs"].items()) + " |"
                 for v, c in cluster.items() if c["jobs"]]
+    if exp.jobs and all(r.get("jobs") for r in runs):
+        lines += ["", "Where the jobs ran (controllers/placement.py: segments spanned, share of the rail rings' hops "
+                  "between segments) and the bytes that crossed segments (up the ToR uplinks, OVS counters), "
+                  "mean over runs:", "", "| variant | cross-segment bytes | job | hosts | segments | ring hops "
+                  "crossing |", "|---|---|---|---|---|---|"]
+        for v in variants:
+            rs = [r for r in runs if r["variant"] == v]
+            up, _ = _mean_sd([sum(l["bytes"] for l in r.get("fabric_links", []) if l["kind"] == "tor-agg"
+                                  and l["from"].startswith("tor")) for r in rs])
+            for j, d in rs[0]["jobs"].items():
+                lines.append(f"| {v} | {up / 1e6:,.1f} MB | {j} | {','.join(d['hosts'])} | {d['segments']} "
+                             f"| {d['ring_hops_crossing']:.0%} |")
     if balance:
         lines += ["", "Load on the two ToR ports facing each receiving NIC (more/less loaded bytes), the deepest "
                   "lossless queue at those ports, and the aggregation-to-ToR links that carried traffic "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from controllers.placement import ring_crossings, segments_spanned
 from testbed.net.network import Network
 from testbed.qos.scale import ScaleChoice, load_budget
 from testbed.qos.shaper import ROOT, leaf_handles
@@ -41,7 +42,7 @@ from traffic.transports import choose, make
 
 from .failures import Injector, expand
 from .fidelity import verdict
-from .jobs import Job, demand, items, jobs, offered, resolve_scale
+from .jobs import Job, demand, items, job_gpus, jobs, offered, resolve_scale
 from .measure import Sampler, port_delta
 from .provenance import versions
 from .results import RESULTS, write_reports
@@ -98,8 +99,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                  log_dir=None if log_dir is None else str(log_dir)) as net:
         if exp.scheduler == "crux":
             rec["crux"] = _crux_classes(net, exp, job_list, topo, channels)
-        rec["jobs"] = {j.name: {"dscp": j.dscp, "hosts": j.hosts, "gpus": demand(j, i, topo, 1)["gpus"]}
-                       for i, j in enumerate(job_list)}
+        rec["jobs"] = {j.name: _job_record(j, topo) for j in job_list}
         runners = []
         for i, job in enumerate(job_list):  # each job: own agents, port, source ports, traffic class
             tr = make(kind, net, tos=job.dscp << 2, index=i)
@@ -188,6 +188,15 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                               calibrated=budget.calibrated)
     rec["fidelity"]["bytes_ok"] = all(o["bytes_delivered"] == o["bytes_expected"] for o in rec["ops"])
     return rec
+
+
+def _job_record(job: Job, topo: Topology) -> dict:
+    """Where a job ran: its class, hosts, GPUs, the segments it spans and the share of its rail rings' hops that
+    cross segments (controllers/placement.py)."""
+    ranks = [(h, n) for h in job.hosts for n in range(topo.nodes[h].nics)]
+    crossing, hops = ring_crossings(topo, ranks)
+    return {"dscp": job.dscp, "hosts": job.hosts, "gpus": job_gpus(job, topo),
+            "segments": segments_spanned(topo, ranks), "ring_hops_crossing": round(crossing / hops, 4) if hops else 0}
 
 
 def _crux_classes(net: Network, exp: Experiment, job_list: list[Job], topo: Topology, channels: int) -> dict:

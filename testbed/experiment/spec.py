@@ -135,6 +135,8 @@ class JobSpec(_Strict):
     workload: WorkloadSpec | None = Field(None, description="a workload file (file or simai) on `hosts`")
     hosts: str | None = Field(None, max_length=4096, description="workload: the hosts its ranks map onto, "
                                                                  "h0,h1,... (default: every host)")
+    gpus: int | None = Field(None, ge=1, le=1 << 20, description="workload: place this many GPUs (host NICs) by "
+                                                                 "the experiment's placement policy instead")
     priority: Literal["lossless", "high", "default"] | Annotated[int, Field(ge=0, le=7)] = Field(
         "lossless", description="a class, or the 802.1p priority of one of qos.lossless")
 
@@ -146,9 +148,13 @@ class JobSpec(_Strict):
         if self.workload is not None and self.workload.collective is not None:
             raise InputError("a job's collective goes under collective:", "move it up one level",
                              field="jobs[].workload.collective", value=None)
-        if self.hosts is not None and self.workload is None:
-            raise InputError("hosts places a workload file's ranks; a collective names its own",
-                             "use collective.ranks", field="jobs[].hosts", value=self.hosts)
+        for what in ("hosts", "gpus"):
+            if getattr(self, what) is not None and self.workload is None:
+                raise InputError(f"{what} places a workload file's ranks; a collective names its own",
+                                 "use collective.ranks", field=f"jobs[].{what}", value=getattr(self, what))
+        if self.hosts is not None and self.gpus is not None:
+            raise InputError("give a job its hosts or its GPUs (placed by the policy), not both",
+                             "drop one of hosts, gpus", field="jobs[].gpus", value=self.gpus)
         return self
 
 
@@ -204,6 +210,9 @@ class Experiment(_Strict):
     seed: int = Field(0, ge=0, le=2**32 - 1)
     horizon_s: float = Field(30.0, gt=0, le=DAY_S, description="how far ahead random failures are drawn")
     step_timeout_s: float = Field(60.0, gt=0, le=3600, description="a step stalled this long means the job halted")
+    placement: Literal["compact", "scattered"] = Field(
+        "compact", description="where jobs given as gpus: go: fewest segments, or dealt across segments "
+                               "(controllers/placement.py)")
     scheduler: Literal["none", "crux"] = Field(
         "none", description="crux: jobs get lossless priorities by GPU intensity from the controller (POST /jobs)")
     variants: list[dict[str, Any]] = Field(default_factory=list, max_length=32,

@@ -187,3 +187,23 @@ def test_crux_gives_the_most_intense_job_the_first_lossless_priority(quick_resul
         assert run["drops"]["lossless"] == 0 or not run["fidelity"]["faithful"]  # PFC kept up, or the run says not
     summary = (out / "summary.md").read_text()
     assert "Cluster GPU utilization" in summary and "A (4 GPUs" in summary
+
+
+def test_compact_placement_keeps_traffic_inside_segments(quick_results, no_leftovers):
+    """placement --quick: compact puts B in one segment and A across two (a third of its ring hops cross);
+    scattered makes every hop cross. OVS's counters on the ToR uplinks say how many bytes crossed."""
+    r, cwd = quick_results("placement")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = [p for p in (cwd / "results").iterdir() if "-placement-quick-" in p.name]
+    runs = {run["variant"]: run for run in json.loads((out / "results.json").read_text())["runs"]}
+    compact, scattered = runs["compact"], runs["scattered"]
+    assert [compact["jobs"][j]["segments"] for j in "AB"] == [2, 1]
+    assert [compact["jobs"][j]["ring_hops_crossing"] for j in "AB"] == [pytest.approx(1 / 3, abs=1e-3), 0]
+    assert [scattered["jobs"][j]["ring_hops_crossing"] for j in "AB"] == [1, 1]
+
+    def crossing(run):
+        return sum(l["bytes"] for l in run["fabric_links"] if l["kind"] == "tor-agg" and l["from"].startswith("tor"))
+
+    # the same bytes in all; a third of A's hops and none of B's cross when compact, all when scattered
+    assert crossing(compact) < 0.5 * crossing(scattered), (crossing(compact), crossing(scattered))
+    assert all(i["bytes_ok"] for run in runs.values() for i in run["iterations"])

@@ -65,6 +65,9 @@ def test_demand_carries_real_bytes_compute_and_overlap(tmp_path):
     ({"jobs": [{"name": "a"}]}, "jobs[].collective"),
     ({"jobs": [{"name": "a", "collective": {"op": "allreduce"}, "hosts": "h0,h1"}]}, "jobs[].hosts"),
     ({"jobs": [{"name": "a", "workload": {"collective": {"op": "allreduce"}}}]}, "jobs[].workload.collective"),
+    ({"jobs": [{"name": "a", "collective": {"op": "allreduce"}, "gpus": 4}]}, "jobs[].gpus"),
+    ({"jobs": [{"name": "a", "workload": {"simai": SIMAI}, "gpus": 4, "hosts": "h0,h1"}]}, "jobs[].gpus"),
+    ({"placement": "random", "jobs": [{"name": "a", "collective": {"op": "allreduce"}}]}, "placement"),
     ({"jobs": [{"name": "a", "collective": {"op": "allreduce"}, "priority": 5}]}, "jobs[0].priority"),
     ({"scheduler": "crux", "jobs": [{"name": "a", "collective": {"op": "allreduce"}},
                                     {"name": "b", "collective": {"op": "allreduce"}, "priority": "default"}]},
@@ -88,3 +91,19 @@ def test_job_hosts_and_files_are_checked(tmp_path):
     with pytest.raises(InputError) as exc:
         load(f)
     assert exc.value.field == "jobs[0].workload.simai"
+
+
+@pytest.mark.parametrize("policy,a_hosts,b_hosts", [
+    ("compact", ["h0", "h1", "h2", "h3", "h4", "h5"], ["h6", "h7"]),  # fullest segment first, then the rest
+    ("scattered", ["h0", "h4", "h1", "h5", "h2", "h6"], ["h3", "h7"]),  # dealt across the two segments
+])
+def test_jobs_given_as_gpus_are_placed_by_the_policy(tmp_path, policy, a_hosts, b_hosts):
+    shutil.copy(DATA / SIMAI, tmp_path)
+    exp = from_dict(spec(placement=policy, jobs=[{"name": "A", "workload": {"simai": SIMAI}, "gpus": 12},
+                                                 {"name": "B", "workload": {"simai": SIMAI}, "gpus": 4}]))
+    a, b = jobs(exp, tmp_path, exp.topology.build())
+    assert (a.hosts, b.hosts) == (a_hosts, b_hosts)
+    with pytest.raises(InputError) as exc:  # 20 GPUs on 8 hosts of 2 NICs: only 16
+        jobs(from_dict(spec(jobs=[{"name": "A", "workload": {"simai": SIMAI}, "gpus": 20}])), tmp_path,
+             exp.topology.build())
+    assert exc.value.field == "jobs[].gpus"
