@@ -67,3 +67,14 @@ class IterationResult(IterationTime):
     @property
     def bytes_ok(self) -> bool:
         return all(o.bytes_delivered == o.bytes_expected for o in self.ops)
+
+
+def cluster_utilization(iterations: list[dict], gpus: dict[str, int]) -> tuple[float, dict[str, float]]:
+    """Crux's cluster GPU utilization from iteration records ({"job", "gpu_utilization"}): each job's mean
+    utilization, and their mean weighted by the jobs' GPUs (`gpus`: job -> GPUs; 1 for a job not in it)."""
+    per: dict[str, list[float]] = {}
+    for it in iterations:
+        per.setdefault(it["job"], []).append(it["gpu_utilization"])
+    means = {j: sum(u) / len(u) for j, u in sorted(per.items())}
+    total = sum(gpus.get(j, 1) for j in means)
+    return (sum(gpus.get(j, 1) * u for j, u in means.items()) / total if total else 0.0), means

@@ -8,30 +8,26 @@ import re
 import statistics
 from pathlib import Path
 
-from testbed.net.balance import links_used, nic_balance, ratio_text
+from testbed.net.balance import cross_segment_bytes, links_used, nic_balance, ratio_text
 from topos.errors import InputError
 from topos.inputs import read_text
+from traffic.metrics import cluster_utilization
 
 RESULTS = Path("results")
 
 
-def cluster_utilization(runs: list[dict]) -> dict:
-    """Over runs of one variant: each training job's mean GPU utilization and GPUs, and their GPU-weighted mean
-    (Crux's cluster utilization); a job's class is the lossless priority the scheduler gave it, else its DSCP."""
-    per: dict[str, dict] = {}
-    for r in runs:
-        crux = (r.get("crux") or {}).get("jobs", {})
-        for it in r.get("iterations", []):
-            j = it["job"]
-            info = r.get("jobs", {}).get(j, {"gpus": 1, "dscp": None})
-            cls = f"p{crux[j]['lossless_priority']}" if j in crux else f"DSCP {info['dscp']}"
-            d = per.setdefault(j, {"gpus": info["gpus"], "class": cls, "u": []})
-            d["u"].append(it["gpu_utilization"])
-    jobs = {j: {"gpus": d["gpus"], "class": d["class"], "utilization": sum(d["u"]) / len(d["u"])}
-            for j, d in sorted(per.items())}
-    gpus = sum(d["gpus"] for d in jobs.values())
-    return {"jobs": jobs, "utilization": sum(d["gpus"] * d["utilization"] for d in jobs.values()) / gpus if gpus
-            else 0.0}
+def _cluster(runs: list[dict]) -> dict:
+    """Over runs of one variant: each training job's GPUs, class and mean utilization, and the GPU-weighted
+    mean (traffic.metrics.cluster_utilization); a job's class is the lossless priority Crux gave it, else
+    its DSCP."""
+    info = {j: d for r in runs for j, d in r.get("jobs", {}).items()}
+    crux = {j: d for r in runs for j, d in (r.get("crux") or {}).get("jobs", {}).items()}
+    total, means = cluster_utilization([i for r in runs for i in r.get("iterations", [])],
+                                       {j: d["gpus"] for j, d in info.items()})
+    return {"utilization": total, "jobs": {
+        j: {"gpus": info.get(j, {}).get("gpus", 1), "utilization": u,
+            "class": f"p{crux[j]['lossless_priority']}" if j in crux else f"DSCP {info.get(j, {}).get('dscp')}"}
+        for j, u in means.items()}}
 
 
 def _mean_sd(xs: list[float]) -> tuple[float, float]:
@@ -175,7 +171,7 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
                 u, us = _mean_sd([i["gpu_utilization"] for i in its])
                 lines.append(f"| {v} | {j} | {len(its)} | {t:.3f} ± {ts:.3f} | {its[0]['predicted_s']:.3f} | {e:.3f} "
                              f"| {u:.1%} ± {us:.1%} | {its[0]['predicted_gpu_utilization']:.1%} |")
-        cluster = {v: cluster_utilization([r for r in runs if r["variant"] == v]) for v in variants}
+        cluster = {v: _cluster([r for r in runs if r["variant"] == v]) for v in variants}
         if any(len(c["jobs"]) > 1 for c in cluster.values()):
             lines += ["", "Cluster GPU utilization (each job's mean utilization weighted by its GPUs), and the "
                       "lossless priority each job got:", "", "| variant | cluster utilization | jobs |",
@@ -190,8 +186,7 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
                   "crossing |", "|---|---|---|---|---|---|"]
         for v in variants:
             rs = [r for r in runs if r["variant"] == v]
-            up, _ = _mean_sd([sum(l["bytes"] for l in r.get("fabric_links", []) if l["kind"] == "tor-agg"
-                                  and l["from"].startswith("tor")) for r in rs])
+            up, _ = _mean_sd([cross_segment_bytes(r) for r in rs])
             for j, d in rs[0]["jobs"].items():
                 lines.append(f"| {v} | {up / 1e6:,.1f} MB | {j} | {','.join(d['hosts'])} | {d['segments']} "
                              f"| {d['ring_hops_crossing']:.0%} |")

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from controllers.precise import FlowSpec, assign, least_loaded, loads
 from controllers.routing import RoutingGraph, compute_tables, trace
-from testbed.net.balance import links_used
+from testbed.net.balance import cross_segment_bytes, links_used
 from topos import build
 from topos.addressing import nic_address
+from traffic.metrics import cluster_utilization
 
 from .evidence import Check, Evidence, answer_check, png_check
 
@@ -178,4 +179,40 @@ def lab5(ev: Evidence) -> list[Check]:
     ]
 
 
-CHECKERS = {1: lab1, 2: lab2, 3: lab3, 4: lab4, 5: lab5}
+def _utilization(runs: list[dict]) -> float:
+    gpus = {j: d["gpus"] for r in runs for j, d in r.get("jobs", {}).items()}
+    return cluster_utilization([i for r in runs for i in r.get("iterations", [])], gpus)[0]
+
+
+def lab6(ev: Evidence) -> list[Check]:
+    a = ev.answers(6)
+    checks = []
+    run = ev.latest_run("crux_multi_job")
+    if run is None:
+        checks.append(_run_missing("crux_multi_job"))
+    else:
+        v = _variants(run)
+        how = f"read the cluster table in 'hpnlab results show {Path(run['_dir']).name}'"
+        first = (v.get("crux-priorities", [{}])[0].get("crux") or {}).get("order", ["?"])[0]
+        one, paths = (_utilization(v.get(k, [])) for k in ("ecmp-one-class", "crux-priorities-paths"))
+        checks += [Check("Crux put the most GPU-intensive job (A) first", first == "A",
+                         f"the scheduler put {first} first: was the run complete? see its results.json"),
+                   Check("Crux priorities and paths raised the cluster's GPU utilization", paths > one,
+                         "not in your run: was it CPU-bound? see its fidelity lines"),
+                   answer_check(a, "first_job", first, how=how),
+                   answer_check(a, "util_one_class", round(one, 3), close=0.02, how=how),
+                   answer_check(a, "util_crux_paths", round(paths, 3), close=0.02, how=how)]
+    run = ev.latest_run("placement")
+    if run is None:
+        return checks + [_run_missing("placement")]
+    v = _variants(run)
+    compact, scattered = (statistics.mean(cross_segment_bytes(r) for r in v.get(k, [{}])) for k in
+                          ("compact", "scattered"))
+    ratio = compact / scattered if scattered else 0.0
+    how = f"divide the two cross-segment byte counts in 'hpnlab results show {Path(run['_dir']).name}'"
+    return checks + [Check("compact placement sent fewer bytes across segments", ratio < 1,
+                           "not in your run: compare the variants' cross-segment bytes"),
+                     answer_check(a, "crossing_ratio", round(ratio, 3), close=0.05, how=how)]
+
+
+CHECKERS = {1: lab1, 2: lab2, 3: lab3, 4: lab4, 5: lab5, 6: lab6}

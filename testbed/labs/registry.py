@@ -50,6 +50,12 @@ LABS = {lab.number: lab for lab in (
                    "pause_events_pfc_on": "pause events with PFC on (all tiers)"}),
     Lab(5, "Write a routing policy", 45, "05-routing-policy.md", mode="precise",
         files=("lab5_policy.py",)),
+    Lab(6, "Several training jobs: Crux priorities and placement", 45, "06-multi-job.md", qos=True,
+        questions={"first_job": "crux_multi_job, crux-priorities: the job the scheduler put first",
+                   "util_one_class": "crux_multi_job, ecmp-one-class: cluster GPU utilization (e.g. 0.19)",
+                   "util_crux_paths": "crux_multi_job, crux-priorities-paths: cluster GPU utilization",
+                   "crossing_ratio": "placement: bytes that crossed segments, compact over scattered "
+                                     "(e.g. 0.5)"}),
 )}
 
 

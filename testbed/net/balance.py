@@ -74,3 +74,10 @@ def describe(rec: dict) -> str:
     return (f"worst NIC {ratio_text(worst)}x, "
             f"{sum(n.imbalance >= 2 for n in nics)}/{len(nics)} NICs >= 2x, "
             f"queue {max(n.deepest_queue for n in nics) / 1e3:.0f} KB, agg-to-ToR links {used}/{total}")
+
+
+def cross_segment_bytes(rec: dict) -> int:
+    """Bytes the ToRs sent up to the aggregation tier: what left the segments (OVS's counters in a run's
+    record)."""
+    return sum(l["bytes"] for l in rec.get("fabric_links", [])
+               if l["kind"] == "tor-agg" and l["from"].startswith("tor"))

@@ -134,3 +134,32 @@ def test_lab4_cli_shows_queues_and_flows_of_a_switch(tmp_path, no_leftovers):
         {"high", "lossless", "default"}
     assert "type=select" in r.stdout and "nw_dst=10.0.0.1" in r.stdout  # the ToR's ECMP group and host rules
     assert "no such switch: 'h0'" in r.stdout
+
+
+def test_lab6_steps_pass(tmp_path, quick_results, no_leftovers):
+    from testbed.net.balance import cross_segment_bytes
+    from traffic.metrics import cluster_utilization
+
+    work = tmp_path / "lab-work"
+    prepare(LABS[6], work)
+    crux = by_variant(student_copy(tmp_path, quick_results, "crux_multi_job"))
+    place = by_variant(student_copy(tmp_path, quick_results, "placement"))
+
+    def util(runs):
+        return cluster_utilization([i for r in runs for i in r["iterations"]],
+                                   {j: d["gpus"] for r in runs for j, d in r["jobs"].items()})[0]
+
+    ratio = cross_segment_bytes(place["compact"][0]) / cross_segment_bytes(place["scattered"][0])
+    answer(work, 6, first_job=crux["crux-priorities"][0]["crux"]["order"][0],
+           util_one_class=round(util(crux["ecmp-one-class"]), 3),
+           util_crux_paths=round(util(crux["crux-priorities-paths"]), 3), crossing_ratio=round(ratio, 3))
+    r = check(tmp_path, 6)
+    # the quick runs are two iterations a job: utilization may not rise in one of them; the rest must pass
+    assert r.returncode == 0 or "FAIL Crux priorities and paths raised" in r.stdout, r.stdout
+    assert "PASS answer 'util_crux_paths'" in r.stdout and "PASS answer 'crossing_ratio'" in r.stdout, r.stdout
+    assert "PASS Crux put the most GPU-intensive job (A) first" in r.stdout
+
+    (work / "lab6.yaml").write_text((work / "lab6.yaml").read_text().replace(f"crossing_ratio: {round(ratio, 3)}",
+                                                                             "crossing_ratio: 1.0"))
+    r = check(tmp_path, 6)
+    assert r.returncode == 1 and "FAIL answer 'crossing_ratio'" in r.stdout, r.stdout

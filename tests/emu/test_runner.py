@@ -200,9 +200,7 @@ def test_compact_placement_keeps_traffic_inside_segments(quick_results, no_lefto
     assert [compact["jobs"][j]["segments"] for j in "AB"] == [2, 1]
     assert [compact["jobs"][j]["ring_hops_crossing"] for j in "AB"] == [pytest.approx(1 / 3, abs=1e-3), 0]
     assert [scattered["jobs"][j]["ring_hops_crossing"] for j in "AB"] == [1, 1]
-
-    def crossing(run):
-        return sum(l["bytes"] for l in run["fabric_links"] if l["kind"] == "tor-agg" and l["from"].startswith("tor"))
+    from testbed.net.balance import cross_segment_bytes as crossing
 
     # the same bytes in all; a third of A's hops and none of B's cross when compact, all when scattered
     assert crossing(compact) < 0.5 * crossing(scattered), (crossing(compact), crossing(scattered))
