@@ -67,6 +67,33 @@ def parse_size(value: Any, where: str = "size") -> int:
     return n
 
 
+MAX_SWEEP = 64  # sizes in one sweep: each is a collective of its own on the fabric
+
+
+def size_sweep(spec: str, where: str = "sizes") -> list[int]:
+    """nccl-tests' -b/-e/-f (or -i) as one string: MIN:MAX:xFACTOR or MIN:MAX:+STEP, e.g. 1MB:1GB:x2."""
+    parts = spec.split(":") if type(spec) is str else []
+    if len(parts) != 3 or parts[2][:1] not in ("x", "+"):
+        raise InputError("a sweep is MIN:MAX:xFACTOR or MIN:MAX:+STEP", "e.g. 1MB:1GB:x2", field=where, value=spec)
+    lo, hi = parse_size(parts[0], where), parse_size(parts[1], where)
+    if hi < lo:
+        raise InputError("the sweep's MAX is below its MIN", "e.g. 1MB:1GB:x2", field=where, value=spec)
+    if parts[2][0] == "x":
+        if not parts[2][1:].isdigit() or int(parts[2][1:]) < 2:
+            raise InputError("the factor is a whole number of 2 or more", "e.g. x2", field=where, value=spec)
+        factor, step = int(parts[2][1:]), 0
+    else:
+        factor, step = 1, parse_size(parts[2][1:], where)
+    out, n = [], lo
+    while n <= hi:
+        out.append(n)
+        if len(out) > MAX_SWEEP:
+            raise InputError(f"a sweep has at most {MAX_SWEEP} sizes", "a larger factor or step, or a narrower "
+                             "range", field=where, value=spec)
+        n = n * factor if factor > 1 else n + step
+    return out
+
+
 @dataclass(frozen=True)
 class Op:
     op: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from pathlib import Path
 
@@ -32,6 +33,8 @@ def _fmt(bps: float) -> str:
 @click.option("--op", default="allreduce", show_default=True)
 @click.option("--algorithm", default=None, help="ring, halving_doubling, hierarchical, pairwise, pipeline, pairs")
 @click.option("--size", default="8GB", show_default=True, help="Real size; the emulation moves size/scale.")
+@click.option("--sizes", default=None, help="A sweep instead of --size, as nccl-tests' -b/-e/-f: MIN:MAX:xFACTOR "
+              "or MIN:MAX:+STEP, e.g. 1MB:1GB:x2; each size --iters times.")
 @click.option("--ranks", "ranks_spec", default="rail0", show_default=True, help="rail0, all, or h0:0,h1:0,...")
 @click.option("--iters", type=int, default=3, show_default=True)
 @click.option("--routing", type=click.Choice(["precise", "precise-host", "ecmp", "shortest"]), default="precise",
@@ -48,15 +51,20 @@ def _fmt(bps: float) -> str:
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
 @click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")
-def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iters, routing, hashing, transport,
-                channels, connection_choice, scale, pfc, workload_file, simai_file) -> None:
+@click.option("--format", "fmt", type=click.Choice(["table", "nccl", "json"]), default="table", show_default=True,
+              help="nccl: nccl-tests' output (header, a row per size, '# Avg bus bandwidth'); json: the run's record.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spec, iters, routing, hashing, transport,
+                channels, connection_choice, scale, pfc, workload_file, simai_file, fmt, as_json) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.fidelity import line as fidelity_line
     from testbed.experiment.jobs import jobs, resolve_scale
     from testbed.experiment.runner import run_one
     from testbed.experiment.spec import from_dict
-    from traffic.workload import parse_size, select_ranks
+    from traffic.report import nccl_tests
+    from traffic.workload import parse_size, select_ranks, size_sweep
 
+    fmt = "json" if as_json else fmt
     if iters < 1:
         raise InputError("iters must be at least 1", "e.g. --iters 3", field="iters", value=iters)
     if workload_file or simai_file:
@@ -65,8 +73,8 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
             if f is not None and not Path(f).is_file():
                 raise InputError("workload file not found", "give the path of an existing file", field=opt, value=f)
     else:
-        workload = {"collective": {"op": op, "size": parse_size(size, "size"), "algorithm": algorithm,
-                                   "ranks": ranks_spec, "iters": iters}}
+        workload = {"collective": {"op": op, "size": size_sweep(sizes) if sizes else parse_size(size, "size"),
+                                   "algorithm": algorithm, "ranks": ranks_spec, "iters": iters}}
     exp = from_dict({"name": f"traffic-{op}", "topology": {"name": topo_name, "preset": preset,
                                                             "params": parse_kv(params)},
                      "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
@@ -82,14 +90,19 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, ranks_spec, iter
     skipped = len(job.items) - len(replayed)
     if "collective" in workload:
         s = replayed[0]
-        title = f"{op} {s.algorithm}, {len(s.ranks)} ranks, {size} (emulated {s.size:,} bytes)"
+        title = (f"{op} {s.algorithm}, {len(s.ranks)} ranks, " + (f"sizes {sizes}" if sizes else
+                                                                 f"{size} (emulated {s.size:,} bytes)"))
     else:
         title = f"workload {Path(workload_file or simai_file).name}"
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as prog:
+                  TimeElapsedColumn(), console=console, transient=True, disable=fmt != "table") as prog:
         task = prog.add_task("replaying", total=len(replayed))
         rec = run_one(routing, exp, Path.cwd(), None, 0, progress=lambda: prog.advance(task))
     scale = rec["scale"]
+    if fmt != "table":  # plain stdout for scripts: no colour, no wrapping
+        click.echo(nccl_tests(rec["ops"], scale, f"{title}, {routing} on {topo_name}") if fmt == "nccl"
+                   else json.dumps(rec, default=str), nl=fmt == "json")
+        raise SystemExit(1 if rec["halted"] else 0)
     if choice is not None:
         console.print(choice.why(), soft_wrap=True)
     t = Table(title=f"{title} — {routing} on {topo_name}, {rec['channels']} channel(s), {rec['transport'].upper()}, "

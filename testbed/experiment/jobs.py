@@ -17,7 +17,7 @@ from topos.model import Topology
 from traffic.collectives import Schedule, build_schedule
 from traffic.iteration import Step, predict
 from traffic.replay import op_schedule
-from traffic.workload import Op, load_simai, load_yaml, parse_size, select_ranks
+from traffic.workload import Op, load_simai, load_yaml, select_ranks
 
 from .spec import CollectiveSpec, Experiment, JobSpec, WorkloadSpec, resolve
 
@@ -41,9 +41,15 @@ class Job:
 
 
 def collective_items(c: CollectiveSpec, scale: float, topo: Topology, where: str = "workload.collective") -> list[Item]:
-    emu = max(1, int(parse_size(c.size, f"{where}.size") / scale))
-    sched = build_schedule(c.op, select_ranks(c.ranks, topo, f"{where}.ranks"), emu, c.algorithm)
-    return [(Op(c.op, emu, tuple(sched.ranks), sched.algorithm, label=f"{c.op}/{sched.algorithm}"), sched)] * c.iters
+    """`iters` of the collective at each of its sizes in turn."""
+    ranks = select_ranks(c.ranks, topo, f"{where}.ranks")
+    out: list[Item] = []
+    for size in c.sizes:
+        emu = max(1, int(size / scale))
+        sched = build_schedule(c.op, ranks, emu, c.algorithm)
+        op = Op(c.op, emu, tuple(sched.ranks), sched.algorithm, label=f"{c.op}/{sched.algorithm}")
+        out += [(op, sched)] * c.iters
+    return out
 
 
 def collective_job(name: str, dscp: int, c: CollectiveSpec, scale: float, topo: Topology, where: str) -> Job:

@@ -225,13 +225,12 @@ def quick(exp: Experiment) -> Experiment:
     An experiment with scheduled failures keeps its traffic: its failures are timed against it, and a
     shrunken job could end before the first one fires (a single-ToR job would then not halt).
     """
-    from traffic.workload import parse_size
-
     if exp.failures or exp.random_failures:
         return exp.model_copy(update={"repetitions": 1})
 
     def small(c):
-        return c.model_copy(update={"size": max(1, parse_size(c.size) // 4), "iters": min(c.iters, 2)})
+        sizes = [max(1, n // 4) for n in c.sizes]
+        return c.model_copy(update={"size": sizes if isinstance(c.size, list) else sizes[0], "iters": min(c.iters, 2)})
 
     def small_job(j):
         if j.collective is not None:

@@ -50,7 +50,7 @@ from testbed.qos.spec import QosSpec
 from topos.errors import InputError
 from topos.inputs import confined, load_yaml, read_text
 from traffic.collectives import ALGORITHMS
-from traffic.workload import parse_size
+from traffic.workload import MAX_SWEEP, parse_size
 
 MAX_SPEC_BYTES = 1 << 20
 DAY_S = 86_400.0
@@ -86,7 +86,8 @@ class TopologySpec(_Strict):
 
 class CollectiveSpec(_Strict):
     op: str = "allreduce"
-    size: str | int = "160GB"
+    size: str | int | list[str | int] = Field("160GB", description="one size, or a list: a sweep, each size "
+                                                                 "`iters` times in turn (nccl-tests' -b/-e/-f)")
     algorithm: str | None = Field(None, max_length=32)
     ranks: str = Field("rail0", max_length=4096)
     iters: int = Field(3, ge=1, le=10_000)
@@ -100,12 +101,19 @@ class CollectiveSpec(_Strict):
 
     @field_validator("size")
     @classmethod
-    def _size(cls, v: str | int) -> str | int:
+    def _size(cls, v: str | int | list[str | int]) -> str | int | list[str | int]:
+        if isinstance(v, list) and not 1 <= len(v) <= MAX_SWEEP:
+            raise _FieldError(InputError(f"a list of 1 to {MAX_SWEEP} sizes", "e.g. [1MB, 2MB, 4MB]", value=len(v)))
         try:
-            parse_size(v)
+            for one in v if isinstance(v, list) else [v]:
+                parse_size(one)
         except InputError as exc:
             raise _FieldError(exc) from None
         return v
+
+    @property
+    def sizes(self) -> list[int]:
+        return [parse_size(one) for one in (self.size if isinstance(self.size, list) else [self.size])]
 
 
 class WorkloadSpec(_Strict):

@@ -115,6 +115,25 @@ def test_simai_iteration_with_compute_overlaps_weight_gradients(fabric, cpu_wind
     assert it.seconds <= it.compute_s + sum(o.seconds for o in it.ops) - 0.05, "no overlap with the backward pass"
 
 
+def test_traffic_run_prints_what_nccl_tests_prints(no_leftovers, hpnlab):
+    """`--format nccl --sizes MIN:MAX:xF`: a row per size in nccl-tests' columns and the average line its users
+    grep for, read back with their regexes; real sizes, every element delivered."""
+    import re
+
+    r = hpnlab("traffic", "run", "--format", "nccl", "--sizes", "4GB:16GB:x2", "--iters", "2", "--scale", "20000",
+               "--ranks", "h0:0,h1:0,h4:0", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = re.compile(r"^\s*(\d+)\s+(\d+)\s+float\s+sum\s+-1\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\d+)\s+")
+    rows = [m for m in (row.match(line) for line in r.stdout.splitlines()) if m]
+    assert [int(m.group(1)) for m in rows] == [4_000_000_000, 8_000_000_000, 16_000_000_000]
+    assert all(m.group(6) == "0" for m in rows)
+    busbw = [float(m.group(5)) for m in rows]
+    avg = float(re.search(r"Avg bus bandwidth\s*:\s*([\d.]+)", r.stdout).group(1))
+    assert avg == pytest.approx(sum(busbw) / 3, rel=1e-3)
+    # two 200G ports per rank (one channel each): busbw can approach 50 GB/s, never pass it
+    assert all(0 < b <= 50.0 * 1.02 for b in busbw), busbw
+
+
 def test_traffic_run_command_goes_through_the_runner(no_leftovers, hpnlab):
     """`hpnlab traffic run` is a one-job experiment: exact bytes per op, the lossless class on the wire."""
     r = hpnlab("traffic", "run", "--size", "40GB", "--iters", "2", "--scale", "20000", "--ranks", "h0:0,h1:0,h4:0",
