@@ -5,23 +5,27 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap lint test test-unit test-emu vm-image vm-test demo clean bench
+.PHONY: bootstrap ryu-venv lint test test-unit test-emu vm-image vm-test demo clean bench
 
 bootstrap:
 	$(SUDO) bash scripts/bootstrap.sh
+
+# The same controller app under ryu-manager, in .venv-ryu (tests/emu/test_controller.py runs it).
+ryu-venv: bootstrap
+	$(SUDO) bash scripts/ryu_venv.sh
 
 # ruff with the configuration in pyproject.toml; part of `make test`.
 lint: bootstrap
 	$(VENV)/bin/ruff check .
 
 # Unit + emulation tests; tests/emu/test_examples.py runs the scripts in examples/.
-test: bootstrap lint
+test: bootstrap lint ryu-venv
 	$(SUDO) $(VENV)/bin/pytest -q tests/unit tests/emu $(PYTEST_ARGS)
 
 test-unit: bootstrap lint
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-test-emu: bootstrap
+test-emu: bootstrap ryu-venv
 	$(SUDO) $(VENV)/bin/pytest -q tests/emu $(PYTEST_ARGS)
 
 # The full-kernel VM (soft-RoCE, kernel OVS, netem, RED): the image is built with

@@ -10,7 +10,7 @@ from .tables import figures_table
 
 def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs", pingall: bool = False,
           fail_links=(), no_cli: bool = False, delay_ms: float | None = None, qos: bool = False, pfc: bool = True,
-          scale: float | str = "auto") -> None:
+          scale: float | str = "auto", controller_runtime: str = "os-ken") -> None:
     """Start `tp`, fail the given links, ping all pairs if asked, then hand the network to the CLI."""
     from testbed.net import Network
     from testbed.qos import QosSpec
@@ -21,7 +21,7 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ov
     exit_cleanly_on_signals()
     qos_spec = QosSpec(scale=scale, pfc={"enabled": pfc}) if qos else None
     with Network(tp, routing=routing, mode=mode, hashing=hashing, delay_ms=delay_ms, log_dir="results/logs",
-                 qos=qos_spec) as net:
+                 qos=qos_spec, controller_runtime=controller_runtime) as net:
         console.print(figures_table(tp))
         console.print(f"network up in {net.timings['start_s']:.1f} s "
                       f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, {routing} routing, "
@@ -66,10 +66,15 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ov
 @click.option("--scale", type=SCALE, default="auto", show_default=True,
               help="With --qos: emulated rate = topology rate / scale (auto: fits every host NIC's load into "
                    "this machine's budget).")
-def up(name, params, preset, routing, mode, hashing, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale) -> None:
+@click.option("--controller-runtime", type=click.Choice(["os-ken", "ryu-manager"]), default="os-ken",
+              show_default=True, help="With --routing controller: the same app under os-ken (the project's launcher) "
+              "or Ryu's own ryu-manager (from .venv-ryu).")
+def up(name, params, preset, routing, mode, hashing, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale,
+       controller_runtime) -> None:
     """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""
     serve(topology_from_args(name, preset, params), routing=routing, mode=mode, hashing=hashing, pingall=pingall,
-          fail_links=fail_links, no_cli=no_cli, delay_ms=delay_ms, qos=qos, pfc=pfc, scale=scale)
+          fail_links=fail_links, no_cli=no_cli, delay_ms=delay_ms, qos=qos, pfc=pfc, scale=scale,
+          controller_runtime=controller_runtime)
 
 
 @click.command()

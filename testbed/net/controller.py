@@ -1,7 +1,13 @@
-"""The controller as its own process (controllers.launcher), OpenFlow and REST on loopback ports picked free."""
+"""The controller as its own process, OpenFlow and REST on loopback ports picked free.
+
+Two runtimes of the same app (controllers/app.py): os-ken through the project's launcher (the default), or
+Ryu's own `ryu-manager controllers.app` from .venv-ryu (requirements-ryu.txt), configured through the
+HPNLAB_* environment the app reads.
+"""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -11,7 +17,16 @@ from pathlib import Path
 from controllers.client import ControllerClient, write_token
 from controllers.peers import own_listener
 from testbed.system.ownership import RUN_DIR, Ownership
+from topos.errors import InputError
 from topos.model import Topology
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIMES = ("os-ken", "ryu-manager")
+
+
+def ryu_manager() -> Path:
+    """The ryu-manager of the project's Ryu venv (or HPNLAB_RYU_MANAGER)."""
+    return Path(os.environ.get("HPNLAB_RYU_MANAGER", ROOT / ".venv-ryu" / "bin" / "ryu-manager"))
 
 
 def free_port() -> int:
@@ -20,9 +35,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def check_runtime(runtime: str) -> None:
+    if runtime not in RUNTIMES:
+        raise InputError("unknown controller runtime", f"use one of: {', '.join(RUNTIMES)}",
+                         field="controller_runtime", value=runtime)
+    if runtime == "ryu-manager" and not os.access(ryu_manager(), os.X_OK):
+        raise InputError("no ryu-manager", "run scripts/bootstrap.sh (it makes .venv-ryu), or set "
+                         "HPNLAB_RYU_MANAGER", field="controller_runtime", value=str(ryu_manager()))
+
+
 class ControllerProcess:
-    def __init__(self, topo: Topology, mode: str, log_dir: Path, hashing: str = "ovs"):
-        self.topo, self.mode, self.hashing = topo, mode, hashing
+    def __init__(self, topo: Topology, mode: str, log_dir: Path, hashing: str = "ovs", runtime: str = "os-ken"):
+        check_runtime(runtime)
+        self.topo, self.mode, self.hashing, self.runtime = topo, mode, hashing, runtime
         self.log_path = log_dir / "controller.log"
         self.proc: subprocess.Popen | None = None
         self.client: ControllerClient | None = None
@@ -40,11 +65,8 @@ class ControllerProcess:
         self._log = open(self.log_path, "w")
         for _ in range(3):  # a port picked free can be taken before the controller binds it; it then exits 2
             self.of_port, rest_port = free_port(), free_port()
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "controllers.launcher", "--topology", topo_file, "--mode", self.mode,
-                 "--hashing", self.hashing, "--of-port", str(self.of_port), "--rest-port", str(rest_port),
-                 "--token-file", str(self.token_file)],
-                stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(self._command(topo_file, rest_port), env=self._env(topo_file, rest_port),
+                                         cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
             owner.process(self.proc.pid, "hpnlab controller")
             self.client = ControllerClient(rest_port, token)
             if self._listening(deadline=time.monotonic() + 30):
@@ -52,6 +74,22 @@ class ControllerProcess:
             if self.proc.poll() != 2:
                 break
         raise RuntimeError(f"controller did not start; see {self.log_path}")
+
+    def _command(self, topo_file: str, rest_port: int) -> list[str]:
+        if self.runtime == "ryu-manager":
+            return [str(ryu_manager()), "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(self.of_port),
+                    "controllers.app"]
+        return [sys.executable, "-m", "controllers.launcher", "--topology", topo_file, "--mode", self.mode,
+                "--hashing", self.hashing, "--of-port", str(self.of_port), "--rest-port", str(rest_port),
+                "--token-file", str(self.token_file)]
+
+    def _env(self, topo_file: str, rest_port: int) -> dict[str, str]:
+        """ryu-manager's configuration is the app's HPNLAB_* environment (the launcher sets the same itself)."""
+        if self.runtime != "ryu-manager":
+            return dict(os.environ)
+        return {**os.environ, "PYTHONPATH": str(ROOT), "HPNLAB_TOPOLOGY": os.path.abspath(topo_file),
+                "HPNLAB_MODE": self.mode, "HPNLAB_HASHING": self.hashing, "HPNLAB_REST_PORT": str(rest_port),
+                "HPNLAB_REST_TOKEN_FILE": str(self.token_file)}
 
     def _listening(self, deadline: float) -> bool:
         while self.alive() and time.monotonic() < deadline:

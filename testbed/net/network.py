@@ -35,7 +35,7 @@ from topos.errors import InputError
 from topos.model import Link, Topology
 
 from . import checks, emulation, links
-from .controller import ControllerProcess
+from .controller import ROOT, ControllerProcess, check_runtime  # ROOT: agents run as `python -m traffic.…` from it
 from .hosts import Hosts
 from .naming import intf_name, root_intfs
 from .preflight import preflight
@@ -45,13 +45,12 @@ from .workdir import Workdir
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]  # agents run as `python -m traffic.…` from the checkout
 
 
 class Network:
     def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs",
                  caps: Capabilities | None = None, delay_ms: float | None = None, log_dir: str | None = None,
-                 qos: QosSpec | None = None):
+                 qos: QosSpec | None = None, controller_runtime: str = "os-ken"):
         if routing not in ("static", "controller"):
             raise InputError("unknown routing", "use static or controller", field="routing", value=routing)
         modes = ("ecmp", "shortest") if routing == "static" else ("ecmp", "precise", "shortest")
@@ -69,6 +68,8 @@ class Network:
         self.delay_ms = delay_ms
         self.log_dir = log_dir
         self.qos_spec = qos
+        check_runtime(controller_runtime)
+        self.controller_runtime = controller_runtime  # os-ken (the launcher) or ryu-manager
         self.graph = RoutingGraph(topo)
         self.down: set[str] = set()
         self.tables: Tables | None = None
@@ -104,7 +105,7 @@ class Network:
         of_port = None
         if self.routing == "controller":
             self._controller = ControllerProcess(self.topo, self.mode, Path(self.log_dir or self.workdir.path),
-                                                 self.hashing)
+                                                 self.hashing, self.controller_runtime)
             of_port = self._controller.start(self.owner, self.workdir.write("topology.json", [self.topo.to_json()]))
         self.net = emulation.build(self.topo, self.caps, self.owner, of_port)
         self.timings["build_s"] = time.monotonic() - t0

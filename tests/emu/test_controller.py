@@ -13,11 +13,16 @@ from testbed.experiment.measure import StreamSpec, host_links_used, port_delta, 
 from testbed.net.network import Network
 from topos import build
 
+FRAMEWORK = {"os-ken": "os-ken", "ryu-manager": "ryu"}
 
-@pytest.mark.parametrize("mode", ["ecmp", "precise", "shortest"])
-def test_modes_reach_all_pairs_with_proxy_arp(no_leftovers, mode):
-    with Network(build("hpn"), routing="controller", mode=mode) as net:
+
+@pytest.mark.parametrize("mode,runtime", [("ecmp", "os-ken"), ("precise", "os-ken"), ("shortest", "os-ken"),
+                                          ("precise", "ryu-manager")])
+def test_modes_reach_all_pairs_with_proxy_arp(no_leftovers, mode, runtime):
+    """Every mode under os-ken; the same app under Ryu's own `ryu-manager controllers.app` (from .venv-ryu)."""
+    with Network(build("hpn"), routing="controller", mode=mode, controller_runtime=runtime) as net:
         h = net.controller.health()
+        assert h["framework"] == FRAMEWORK[runtime]
         assert h["ready"] and h["installed"] == 16
         assert h["lldp"] is None or h["lldp"]["mismatches"] == []
         r = net.pingall()
@@ -29,8 +34,10 @@ def test_modes_reach_all_pairs_with_proxy_arp(no_leftovers, mode):
         assert "FLOOD" not in flows and "ALL" not in flows.replace("ALL_", "")
 
 
-def test_precise_flows_take_the_assigned_disjoint_uplinks(no_leftovers):
-    with Network(build("hpn"), routing="controller", mode="precise") as net:
+@pytest.mark.parametrize("runtime", ["os-ken", "ryu-manager"])
+def test_precise_flows_take_the_assigned_disjoint_uplinks(no_leftovers, runtime):
+    with Network(build("hpn"), routing="controller", mode="precise", controller_runtime=runtime) as net:
+        assert net.controller.health()["framework"] == FRAMEWORK[runtime]
         specs = [StreamSpec(src=f"h{i}", dst=f"h{4 + i}", sport=5000 + i, dport=7000 + i, pps=400, duration=1.5,
                             size=1000, stream=i) for i in range(4)]
         views = net.controller.declare([{"src": s.src, "dst": s.dst_ip(net), "proto": "udp", "sport": s.sport,
