@@ -40,7 +40,7 @@ def check_runtime(runtime: str) -> None:
         raise InputError("unknown controller runtime", f"use one of: {', '.join(RUNTIMES)}",
                          field="controller_runtime", value=runtime)
     if runtime == "ryu-manager" and not os.access(ryu_manager(), os.X_OK):
-        raise InputError("no ryu-manager", "run scripts/bootstrap.sh (it makes .venv-ryu), or set "
+        raise InputError("no ryu-manager", "make ryu-venv (scripts/ryu_venv.sh makes .venv-ryu), or set "
                          "HPNLAB_RYU_MANAGER", field="controller_runtime", value=str(ryu_manager()))
 
 
