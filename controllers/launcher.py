@@ -42,6 +42,12 @@ def fail(message: str, remove: tuple[str, ...] = ()) -> None:
     leave(2, remove)
 
 
+def app_environment(topology: str, mode: str, hashing: str, rest_port: int, token_file: str | None) -> dict[str, str]:
+    """The HPNLAB_* variables controllers/app.py reads its configuration from, under any runtime."""
+    return {"HPNLAB_TOPOLOGY": os.path.abspath(topology), "HPNLAB_MODE": mode, "HPNLAB_HASHING": hashing,
+            "HPNLAB_REST_PORT": str(rest_port), "HPNLAB_REST_TOKEN_FILE": os.path.abspath(token_file or "")}
+
+
 def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = False, hashing: str = "ovs",
         token_file: str | None = None, remove_at_exit: tuple[str, ...] = ()) -> None:
     if rest_port and not token_file:
@@ -52,8 +58,7 @@ def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = 
             read_token(token_file)
         except (OSError, ValueError) as exc:
             fail(f"--token-file={token_file}: {exc}", remove_at_exit)
-    os.environ.update(HPNLAB_TOPOLOGY=os.path.abspath(topology), HPNLAB_MODE=mode, HPNLAB_REST_PORT=str(rest_port),
-                      HPNLAB_HASHING=hashing, HPNLAB_REST_TOKEN_FILE=os.path.abspath(token_file or ""))
+    os.environ.update(app_environment(topology, mode, hashing, rest_port, token_file))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("os_ken", "ryu"):

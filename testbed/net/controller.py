@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from controllers.client import ControllerClient, write_token
+from controllers.launcher import app_environment
 from controllers.peers import own_listener
 from testbed.system.ownership import RUN_DIR, Ownership
 from topos.errors import InputError
@@ -87,9 +88,8 @@ class ControllerProcess:
         """ryu-manager's configuration is the app's HPNLAB_* environment (the launcher sets the same itself)."""
         if self.runtime != "ryu-manager":
             return dict(os.environ)
-        return {**os.environ, "PYTHONPATH": str(ROOT), "HPNLAB_TOPOLOGY": os.path.abspath(topo_file),
-                "HPNLAB_MODE": self.mode, "HPNLAB_HASHING": self.hashing, "HPNLAB_REST_PORT": str(rest_port),
-                "HPNLAB_REST_TOKEN_FILE": str(self.token_file)}
+        return {**os.environ, "PYTHONPATH": str(ROOT),
+                **app_environment(topo_file, self.mode, self.hashing, rest_port, str(self.token_file))}
 
     def _listening(self, deadline: float) -> bool:
         while self.alive() and time.monotonic() < deadline:
