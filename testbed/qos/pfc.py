@@ -41,6 +41,7 @@ from pathlib import Path
 from .netlink import QdiscDumper, dumper_in
 from .ports import Port
 from .shaper import Shaper, lossless_leaf
+from .spec import PfcPlan
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,7 @@ def queue_key(port: str, priority: int) -> str:
 class QueueState:
     port: Port
     priority: int
-    xoff_at: int
-    xon_at: int
-    headroom: int
+    plan: PfcPlan  # the port's numbers for this priority (port.plan.lossless[priority])
     upstream: list[str]  # keys of the egress ports whose same priority this queue pauses
     xoff: bool = False
     max_backlog: int = 0
@@ -88,10 +87,9 @@ class PfcAgent:
         for p in shaper.ports.values():
             # Ingress neighbours of p.node other than the one p sends to, seen from their side.
             ups = [] if p.is_host else [f"{q.peer}:{q.peer_port}" for q in by_node[p.node] if q.key != p.key]
+            ups = [u for u in ups if u in shaper.ports]
             for prio in self.priorities:
-                plan = p.plan.lossless[prio]
-                self.queues[p.key, prio] = QueueState(p, prio, plan.xoff, plan.xon, plan.headroom,
-                                                      [u for u in ups if u in shaper.ports])
+                self.queues[p.key, prio] = QueueState(p, prio, p.plan.lossless[prio], ups)
                 self.pauses[p.key, prio] = PauseState()
         self._leaves = {lossless_leaf(prio): prio for prio in self.priorities}
         self._handles = frozenset(self._leaves)
@@ -175,12 +173,12 @@ class PfcAgent:
                 qs.max_backlog = b
             if not qs.upstream:
                 continue
-            if not qs.xoff and b > qs.xoff_at:
+            if not qs.xoff and b > qs.plan.xoff:
                 qs.xoff = True
                 qs.xoff_events += 1
                 for up in qs.upstream:
                     self._hold((up, qs.priority), key, now)
-            elif qs.xoff and b < qs.xon_at:
+            elif qs.xoff and b < qs.plan.xon:
                 qs.xoff = False
                 for up in qs.upstream:
                     self._release((up, qs.priority), key, now)
@@ -247,7 +245,7 @@ class PfcAgent:
             "ports": {queue_key(*k): {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
                       for k, s in self.pauses.items() if s.events},
             "queues": {queue_key(*k): {"max_backlog": q.max_backlog, "xoff_events": q.xoff_events, "drops": q.drops,
-                                       "xoff": q.xoff_at, "headroom": q.headroom, "host": q.port.is_host}
+                                       "xoff": q.plan.xoff, "headroom": q.plan.headroom, "host": q.port.is_host}
                        for k, q in self.queues.items() if q.max_backlog or q.drops},
             # every 20th poll: lossless backlogs (non-zero ones) and the ports paused at that moment
             "samples": [{"t": round(s["t"] - self.samples[0]["t"], 4), "backlog": s["backlog"],

@@ -38,7 +38,7 @@ from testbed.system.netns import in_netns
 
 from .netlink import CLASS_ADD, BatchSender, ClassSwitch, QdiscStats, dumper_in, htb_class_message
 from .ports import Port
-from .spec import DEFAULT_MINOR, HIGH_MINOR, LOSSLESS_MINOR, MTU, PARENT_MINOR, QosSpec
+from .spec import DEFAULT_MINOR, HIGH_MINOR, MTU, PARENT_MINOR, QosSpec, lossless_minor
 
 # pyroute2 knows pfifo but not bfifo; both take the same struct (one u32 limit: packets for
 # pfifo, bytes for bfifo), so bfifo uses pfifo's encoder.
@@ -57,7 +57,7 @@ def leaf_handles(spec: QosSpec) -> dict[str, int]:
 
 
 def lossless_leaf(priority: int) -> int:
-    return (LOSSLESS_MINOR + priority) << 16
+    return lossless_minor(priority) << 16
 
 
 class Shaper:
@@ -103,7 +103,7 @@ class Shaper:
         for p in self.planned:
             self.ports[p.key] = p
             for c in self.spec.lossless:
-                handles = (ROOT | LOSSLESS_MINOR + c.priority, ROOT | PARENT_MINOR)
+                handles = (ROOT | lossless_minor(c.priority), ROOT | PARENT_MINOR)
                 self._pause_msgs[p.key, c.priority] = tuple(
                     htb_class_message(p.ifindex, *handles, **self._class_args(p, c.name, paused))
                     for paused in (False, True))
@@ -141,11 +141,11 @@ class Shaper:
                          else p.plan.lossless[lossless[cls]].limit)
             ipr.tc("add", "bfifo", idx, handle=minor << 16, parent=ROOT | minor, limit=limit)
         tos = lambda dscp: f"0x{dscp << 18:08x}/0x00fc0000+0"  # noqa: E731 - TOS byte is the 2nd of word 0
-        first = LOSSLESS_MINOR + self.spec.lossless[0].priority
         filters = [(HIGH_MINOR, [tos(self.spec.high_dscp)]),
-                   *((LOSSLESS_MINOR + c.priority, [tos(c.dscp)]) for c in self.spec.lossless),
-                   (first, ["0x00110000/0x00ff0000+8",  # protocol UDP
-                            f"0x{self.spec.roce_udp_port:08x}/0x0000ffff+20"])]
+                   *((classes[c.name], [tos(c.dscp)]) for c in self.spec.lossless),
+                   # RoCEv2 (UDP to roce_udp_port) rides the default lossless class, the first priority
+                   (classes[self.spec.lossless[0].name], ["0x00110000/0x00ff0000+8",  # protocol UDP
+                                                          f"0x{self.spec.roce_udp_port:08x}/0x0000ffff+20"])]
         if self.spec.ack_priority:
             # IP total length < 128 (the top 9 bits of the 16-bit length are 0) and protocol TCP
             filters.insert(0, (HIGH_MINOR, ["0x00000000/0x0000ff80+0", "0x00060000/0x00ff0000+8"]))

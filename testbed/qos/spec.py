@@ -48,6 +48,10 @@ def lossless_class(priority: int) -> str:
     return f"lossless{priority}"
 
 
+def lossless_minor(priority: int) -> int:
+    return LOSSLESS_MINOR + priority
+
+
 def class_of_minor(minor: int) -> str | None:
     """The class an HTB minor id (or leaf major) stands for, None for ones this layer does not make."""
     if minor == HIGH_MINOR:
@@ -153,7 +157,7 @@ class QosSpec(BaseModel):
 
     def class_minors(self) -> dict[str, int]:
         """Class name -> HTB minor id, in the order the classes are served."""
-        return {"high": HIGH_MINOR, **{c.name: LOSSLESS_MINOR + c.priority for c in self.lossless},
+        return {"high": HIGH_MINOR, **{c.name: lossless_minor(c.priority) for c in self.lossless},
                 "default": DEFAULT_MINOR}
 
 
