@@ -39,6 +39,11 @@ class Job:
     def compute_s(self) -> float:
         return sum(s.compute_s for s, _sched in self.iteration)
 
+    @property
+    def one_iteration(self) -> list[tuple[Step, Schedule | None]]:
+        """One iteration's steps with their schedules; a job without compute: its items of one iteration."""
+        return self.iteration or [(Step(0.0, o), sched) for o, sched in self.items[:len(self.items) // self.iterations]]
+
 
 def collective_items(c: CollectiveSpec, scale: float, topo: Topology, where: str = "workload.collective") -> list[Item]:
     """`iters` of the collective at each of its sizes in turn."""
@@ -131,7 +136,7 @@ def demand(job: Job, index: int, topo: Topology, scale: float, channels: int = 1
     The hidden share is 1 - exposed / total communication of the iteration alone at the NICs' rate
     (traffic/iteration.py's predict): Crux's k_j, the part of a delay in its network time that the job
     feels."""
-    steps = job.iteration or [(Step(0.0, o), sched) for o, sched in job.items[:len(job.items) // job.iterations]]
+    steps = job.one_iteration
     pairs: dict[tuple[str, str], int] = {}
     for _step, sched in steps:
         for st in sched.steps if sched is not None else ():

@@ -111,7 +111,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
         if "crux" in rec:  # paths placed job by job, the most important first, around those already placed
             rank = {n: k for k, n in enumerate(rec["crux"]["order"])}
             for job, _tr, rp in sorted(runners, key=lambda r: rank[r[0].name]):
-                rp.connect([sched for _o, sched in job.items if sched is not None])
+                rp.connect([sched for _step, sched in job.one_iteration if sched is not None])
         sampler, injector = Sampler(net), Injector(net, events)
         sampler.start()
         injector.start()
