@@ -5,7 +5,7 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap ryu-venv lint test test-unit test-emu vm-image vm-test demo clean bench
+.PHONY: bootstrap ryu-venv browser lint test test-unit test-emu vm-image vm-test demo clean bench
 
 bootstrap:
 	$(SUDO) bash scripts/bootstrap.sh
@@ -14,18 +14,22 @@ bootstrap:
 ryu-venv: bootstrap
 	$(SUDO) bash scripts/ryu_venv.sh
 
+# Debian's Chromium and Playwright for the web view's browser tests (tests/emu/test_web.py).
+browser: bootstrap
+	$(SUDO) bash scripts/browser.sh
+
 # ruff with the configuration in pyproject.toml; part of `make test`.
 lint: bootstrap
 	$(VENV)/bin/ruff check .
 
 # Unit + emulation tests; tests/emu/test_examples.py runs the scripts in examples/.
-test: bootstrap lint ryu-venv
+test: bootstrap lint ryu-venv browser
 	$(SUDO) $(VENV)/bin/pytest -q tests/unit tests/emu $(PYTEST_ARGS)
 
 test-unit: bootstrap lint
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)
 
-test-emu: bootstrap ryu-venv
+test-emu: bootstrap ryu-venv browser
 	$(SUDO) $(VENV)/bin/pytest -q tests/emu $(PYTEST_ARGS)
 
 # The full-kernel VM (soft-RoCE, kernel OVS, netem, RED): the image is built with

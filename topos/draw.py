@@ -15,7 +15,7 @@ RAIL_MARKERS = ["s", "D", "^", "v", "P", "X", "*", "h"]
 TIER_Y = {"host": 0.0, "tor": 1.0, "agg": 2.0, "core": 3.0}
 
 
-def _positions(topo: Topology) -> dict[str, tuple[float, float]]:
+def positions(topo: Topology) -> dict[str, tuple[float, float]]:
     pos: dict[str, tuple[float, float]] = {}
     hosts = sorted(topo.hosts, key=lambda n: (n.pod, n.segment, n.index))
     for i, h in enumerate(hosts):
@@ -42,7 +42,7 @@ def draw(topo: Topology, path: str | Path, title: str | None = None) -> Path:
     from matplotlib.collections import LineCollection
     from matplotlib.lines import Line2D
 
-    pos = _positions(topo)
+    pos = positions(topo)
     big = len(topo.nodes) > 80
     fig, ax = plt.subplots(figsize=(14, 6), dpi=110)
     segs, cols = [], []

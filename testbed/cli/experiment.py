@@ -3,18 +3,19 @@ results folders."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 from rich.table import Table
 
 from .common import console
+from .web import live_view, serve_results, web_opts
 
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
     """Check an experiment file as `run` does (topology, names, workload, schedules) without running it."""
-    from pathlib import Path
-
     from testbed.experiment.runner import prepare
     from testbed.experiment.spec import load
 
@@ -28,11 +29,16 @@ def validate(file: str) -> None:
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--quick", is_flag=True, help="Reduced size: 1 repetition, 1/4 of the sizes, at most 2 iterations.")
-def run_cmd(file: str, quick: bool) -> None:
+@web_opts
+def run_cmd(file: str, quick: bool, web: bool, web_port: int) -> None:
     """Run an experiment file; writes results/<date>-<name>-<hash>/."""
-    from testbed.experiment.runner import run
+    from testbed.experiment.runner import prepare, run
+    from testbed.experiment.spec import load
 
-    out = run(file, reduced=quick)
+    if web:
+        prepare(load(file), Path(file).parent, quick)  # a bad file is refused before the server starts
+    with live_view(web, web_port) as hub:
+        out = run(file, reduced=quick, watch=hub)
     console.print((out / "summary.md").read_text())
     console.print(f"results: {out}")
 
@@ -56,9 +62,16 @@ def results_list() -> None:
 
 @results.command("show")
 @click.argument("run")
-def results_show(run: str) -> None:
-    from testbed.experiment.results import summary
+@click.option("--web", is_flag=True, help="Open the run in the web view (topology, summary, plots, timeline) "
+                                          "on 127.0.0.1 until Ctrl-C.")
+@click.option("--web-port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="With --web: the port (0: any free one).")
+def results_show(run: str, web: bool, web_port: int) -> None:
+    """A run's summary (or, with --web, the whole folder in the browser)."""
+    from testbed.experiment.results import find, summary
 
+    if web:
+        return serve_results(find(run), web_port)
     console.print(summary(run), markup=False)
 
 

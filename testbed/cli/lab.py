@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .common import hashing_opt
 from .up import serve
+from .web import web_opts
 
 console = Console(soft_wrap=True)  # a hint is one line, also in a pipe or a test
 WORKDIR = click.option("--workdir", type=click.Path(file_okay=False), default="lab-work", show_default=True,
@@ -42,7 +43,9 @@ def lab_list() -> None:
 @click.option("--no-cli", is_flag=True, help="Prepare the work folder and check the network starts; no CLI.")
 @click.option("--single-plane", is_flag=True, help="Both ToRs of a pair in one plane (lab 2's polarization step).")
 @hashing_opt
-def lab_start(number: int, workdir: str, no_cli: bool, single_plane: bool, hashing: str) -> None:
+@web_opts
+def lab_start(number: int, workdir: str, no_cli: bool, single_plane: bool, hashing: str, web: bool,
+              web_port: int) -> None:
     """Prepare your work folder, build the lab's network and open the Mininet CLI."""
     from testbed.labs.registry import get, prepare
     from topos import build
@@ -54,7 +57,8 @@ def lab_start(number: int, workdir: str, no_cli: bool, single_plane: bool, hashi
     console.print("Extra CLI commands: paths A B, fail LINK, restore LINK, queues [SWITCH], flows SWITCH. "
                   f"When done: hpnlab lab check {lb.number}")
     topo = build(lb.topology, dual_plane=False) if single_plane else build(lb.topology)
-    serve(topo, routing="controller", mode=lb.mode, hashing=hashing, pingall=no_cli, no_cli=no_cli, qos=lb.qos)
+    serve(topo, routing="controller", mode=lb.mode, hashing=hashing, pingall=no_cli, no_cli=no_cli, qos=lb.qos,
+          web=web, web_port=web_port)
 
 
 @lab.command("check")

@@ -6,12 +6,16 @@ import click
 
 from .common import SCALE, console, hashing_opt, preset_opt, topology_from_args
 from .tables import figures_table
+from .web import live_view, web_opts
 
 
 def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs", pingall: bool = False,
           fail_links=(), no_cli: bool = False, delay_ms: float | None = None, qos: bool = False, pfc: bool = True,
-          scale: float | str = "auto", controller_runtime: str = "os-ken") -> None:
-    """Start `tp`, fail the given links, ping all pairs if asked, then hand the network to the CLI."""
+          scale: float | str = "auto", controller_runtime: str = "os-ken", web: bool = False,
+          web_port: int = 0) -> None:
+    """Start `tp`, fail the given links, ping all pairs if asked, then hand the network to the CLI (and, with
+    `web`, show it live in the browser meanwhile)."""
+    from testbed.experiment.watch import Watch
     from testbed.net import Network
     from testbed.qos import QosSpec
     from testbed.system.ownership import exit_cleanly_on_signals
@@ -20,32 +24,44 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ov
         tp.find_link(link)  # a bad name is refused before anything starts
     exit_cleanly_on_signals()
     qos_spec = QosSpec(scale=scale, pfc={"enabled": pfc}) if qos else None
-    with Network(tp, routing=routing, mode=mode, hashing=hashing, delay_ms=delay_ms, log_dir="results/logs",
-                 qos=qos_spec, controller_runtime=controller_runtime) as net:
-        console.print(figures_table(tp))
-        console.print(f"network up in {net.timings['start_s']:.1f} s "
-                      f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, {routing} routing, "
-                      f"mode {mode}, hashing {hashing}, run {net.owner.run_id})")
-        if net.scale_choice is not None:
-            console.print(net.scale_choice.why(), soft_wrap=True)
-        if net.controller is not None:
-            console.print(f"controller REST API: {net.controller.base}, token in {net.controller_token_file} "
-                          f"(log: {net.controller_log})", soft_wrap=True)
-        for link in fail_links:
-            net.set_link(link, up=False)
-            console.print(f"failed {link}")
-        if pingall:
-            r = net.pingall()
-            colour = "green" if not r.failures else "red"
-            console.print(f"[{colour}]pingall: {r.received}/{r.sent} replies, {100 * r.loss:.1f}% loss[/]")
-            for src, ip in r.failures[:10]:
-                console.print(f"  no reply {src} -> {ip}")
-            if r.failures and no_cli:
-                raise SystemExit(1)
-        if not no_cli:
-            from .shell import TestbedCLI
+    with live_view(web, web_port) as hub, Network(tp, routing=routing, mode=mode, hashing=hashing,
+                                                  delay_ms=delay_ms, log_dir="results/logs", qos=qos_spec,
+                                                  controller_runtime=controller_runtime) as net:
+        watch = hub or Watch()
+        watch.network_up(net, "")
+        try:
+            _session(net, fail_links, pingall, no_cli)
+        finally:
+            watch.network_down(net)
 
-            TestbedCLI(net)
+
+def _session(net, fail_links, pingall: bool, no_cli: bool) -> None:
+    """What `hpnlab up` does with a running network: report it, fail links, ping, open the CLI."""
+    tp, routing, mode = net.topo, net.routing, net.mode
+    console.print(figures_table(tp))
+    console.print(f"network up in {net.timings['start_s']:.1f} s "
+                  f"({len(tp.switches)} OVS switches, datapath {net.caps.datapath}, {routing} routing, "
+                  f"mode {mode}, hashing {net.hashing}, run {net.owner.run_id})")
+    if net.scale_choice is not None:
+        console.print(net.scale_choice.why(), soft_wrap=True)
+    if net.controller is not None:
+        console.print(f"controller REST API: {net.controller.base}, token in {net.controller_token_file} "
+                      f"(log: {net.controller_log})", soft_wrap=True)
+    for link in fail_links:
+        net.set_link(link, up=False)
+        console.print(f"failed {link}")
+    if pingall:
+        r = net.pingall()
+        colour = "green" if not r.failures else "red"
+        console.print(f"[{colour}]pingall: {r.received}/{r.sent} replies, {100 * r.loss:.1f}% loss[/]")
+        for src, ip in r.failures[:10]:
+            console.print(f"  no reply {src} -> {ip}")
+        if r.failures and no_cli:
+            raise SystemExit(1)
+    if not no_cli:
+        from .shell import TestbedCLI
+
+        TestbedCLI(net)
 
 
 @click.command()
@@ -69,12 +85,13 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ov
 @click.option("--controller-runtime", type=click.Choice(["os-ken", "ryu-manager"]), default="os-ken",
               show_default=True, help="With --routing controller: the same app under os-ken (the project's launcher) "
               "or Ryu's own ryu-manager (from .venv-ryu).")
+@web_opts
 def up(name, params, preset, routing, mode, hashing, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale,
-       controller_runtime) -> None:
+       controller_runtime, web, web_port) -> None:
     """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""
     serve(topology_from_args(name, preset, params), routing=routing, mode=mode, hashing=hashing, pingall=pingall,
           fail_links=fail_links, no_cli=no_cli, delay_ms=delay_ms, qos=qos, pfc=pfc, scale=scale,
-          controller_runtime=controller_runtime)
+          controller_runtime=controller_runtime, web=web, web_port=web_port)
 
 
 @click.command()

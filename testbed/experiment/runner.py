@@ -47,6 +47,7 @@ from .measure import Sampler, port_delta
 from .provenance import versions
 from .results import RESULTS, write_reports
 from .spec import Experiment, check_against, load
+from .watch import Watch
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,10 @@ def _queue_records(net: Network, counters_before: dict) -> dict:
 
 
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
-            progress: Callable[[], None] | None = None) -> dict:
-    """One variant, one repetition, on a network of its own; returns the run's record."""
+            progress: Callable[[], None] | None = None, watch: Watch | None = None) -> dict:
+    """One variant, one repetition, on a network of its own; returns the run's record. `watch` hears of the
+    network, every op and iteration as they happen (the live web view)."""
+    watch = watch or Watch()
     topo = exp.topology.build()
     check_against(exp, topo)
     exp, choice = resolve_scale(exp, base, topo)
@@ -97,6 +100,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                  "halted": None, "scale": exp.qos.scale, "scale_auto": choice.why() if choice else None}
     with Network(topo, routing="controller", mode=exp.switch_mode, hashing=exp.hashing, qos=exp.qos,
                  log_dir=None if log_dir is None else str(log_dir)) as net:
+        watch.network_up(net, label)
         if exp.scheduler == "crux":
             rec["crux"] = _crux_classes(net, exp, job_list, topo, channels)
         rec["jobs"] = {j.name: _job_record(j, topo) for j in job_list}
@@ -124,6 +128,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
 
         def record(job, name: str, start: float, r) -> None:
             rec["ops"].append(_op_record(job.name, name, start, r))
+            watch.op_done({"variant": label, "repetition": rep, **rec["ops"][-1]})
             if progress:
                 progress()
 
@@ -157,6 +162,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                     "compute_s": round(it.compute_s, 6), "exposed_comm_s": round(it.exposed_comm_s, 4),
                     "gpu_utilization": round(it.gpu_utilization, 4), "predicted_s": round(predicted.seconds, 4),
                     "predicted_gpu_utilization": round(predicted.gpu_utilization, 4), "bytes_ok": it.bytes_ok})
+                watch.iteration_done({"variant": label, "repetition": rep, **rec["iterations"][-1]})
                 for r in it.ops:
                     record(job, f"{r.op}/{r.algorithm}", start, r)
 
@@ -181,6 +187,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
             rec["controller_events"] = net.controller.get("/events") if net.controller else []
             rec["timeline"] = sampler.rows
             rec.update(_queue_records(net, counters0))
+            watch.network_down(net)
             rec["pfc"] = net.stop_qos(since=t0_mono)
     budget = load_budget(hosts=len(topo.hosts))
     rec["fidelity"] = verdict(rec["timeline"], rec["pfc"], exp.qos.pfc.enabled, rec["drops"]["lossless"],
@@ -270,11 +277,13 @@ def prepare(exp: Experiment, base: Path, reduced: bool = False) -> list[Prepared
 
 
 def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None = None,
-        results: Path = RESULTS) -> Path:
+        results: Path = RESULTS, watch: Watch | None = None) -> Path:
     """Run an experiment file (or an Experiment built in Python) and return its results folder.
 
-    `base` is where relative workload files are looked up (default: the file's folder, or the current one).
+    `base` is where relative workload files are looked up (default: the file's folder, or the current one);
+    `watch` hears of each network, op and the run's progress (the live web view).
     """
+    watch = watch or Watch()
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     if isinstance(spec, Experiment):
@@ -296,12 +305,18 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ops"),
                   TimeElapsedColumn()) as prog:
         task = prog.add_task(exp.name, total=total)
+
+        def advance() -> None:
+            prog.advance(task)
+            watch.progress(int(prog.tasks[0].completed), total, prog.tasks[0].description)
+
         for label, v in ((p.label, p.exp) for p in variants):
             for rep in range(v.repetitions):
                 prog.update(task, description=f"{exp.name}: {label} rep {rep + 1}/{v.repetitions}")
+                watch.progress(int(prog.tasks[0].completed), total, prog.tasks[0].description)
                 v_rep = v.model_copy(update={"seed": v.seed + rep})
-                runs.append(run_one(label, v_rep, base, outdir / f"{label}-rep{rep}", rep,
-                                    progress=lambda: prog.advance(task)))
+                runs.append(run_one(label, v_rep, base, outdir / f"{label}-rep{rep}", rep, progress=advance,
+                                    watch=watch))
     # written whole or not at all: a run stopped mid-write leaves no truncated record behind
     tmp = outdir / "results.json.tmp"
     tmp.write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs}, indent=1))

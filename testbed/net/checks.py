@@ -1,4 +1,4 @@
-"""Checks and counters on a running network: all-pairs ping, OVS's own port counters."""
+"""Checks and counters on a running network: all-pairs ping, OVS's own port counters, interface states."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from topos.model import Topology
 from .routes import OFCTL, run
 from .workdir import Workdir
 
+_DP_PORT = re.compile(r"^\s*port \d+: ", re.M)
+_DP_BYTES = re.compile(r"RX bytes:(\d+).*?TX bytes:(\d+)")  # "RX bytes:133903945 (127.7 MiB)  TX bytes:..."
 _PORT_STATS = re.compile(r"port\s+(\d+): rx pkts=(\d+), bytes=(\d+), drop=(\d+).*?tx pkts=(\d+), bytes=(\d+), "
                          r"drop=(\d+)", re.S)
 
@@ -68,3 +70,23 @@ def port_counters(topo: Topology) -> dict[str, dict[int, dict[str, int]]]:
                                     "tx_packets": int(m[4]), "tx_bytes": int(m[5]), "tx_dropped": int(m[6])}
                         for m in _PORT_STATS.findall(text)}
     return out
+
+
+def datapath_counters() -> dict[str, tuple[int, int]]:
+    """Interface name -> (rx bytes, tx bytes) of every port of OVS's datapath, in one call (about 10 ms for a
+    few hundred ports, where dump-ports costs a call per bridge)."""
+    out = {}
+    for block in _DP_PORT.split(run(["ovs-appctl", "dpctl/show", "-s"]).stdout)[1:]:
+        m = _DP_BYTES.search(block)
+        if m:
+            out[block.split()[0]] = (int(m[1]), int(m[2]))
+    return out
+
+
+def operstate(ifname: str) -> str:
+    """The kernel's view of a root-namespace interface: "up", "down" (admin-down or no carrier), or "gone"."""
+    try:
+        with open(f"/sys/class/net/{ifname}/operstate") as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return "gone"

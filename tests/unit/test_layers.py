@@ -25,6 +25,7 @@ LAYERS = [
     ("testbed.qos",),
     ("testbed.net",),
     ("testbed.experiment", "testbed.labs"),
+    ("testbed.web",),  # the browser front end, beside the CLI that starts it
     ("testbed.cli",),
     ("testbed",),  # the public API (testbed/__init__.py)
 ]
@@ -106,7 +107,8 @@ def test_no_layer_imports_a_higher_one_or_a_sibling():
 @pytest.mark.parametrize("pure", ["topos", "controllers.routing", "controllers.precise", "controllers.state",
                                   "controllers.ruleset", "traffic.collectives", "traffic.workload",
                                   "testbed.qos.spec", "testbed.qos.ports", "testbed.experiment.spec",
-                                  "testbed.experiment.jobs", "testbed.net.static_routes"])
+                                  "testbed.experiment.jobs", "testbed.net.static_routes",
+                                  "testbed.web.elements"])
 def test_pure_modules_reach_no_mininet(pure):
     """Pure code (topology, routing, placement, schedules, QoS numbers) imports no Mininet, even indirectly."""
     g = graph()

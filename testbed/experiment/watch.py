@@ -1,0 +1,22 @@
+"""What a run tells whoever watches it as it goes (the live web view, the progress bar): a base class whose
+every method does nothing, so the runner calls them unconditionally and a watcher overrides what it shows."""
+
+from __future__ import annotations
+
+
+class Watch:
+    def network_up(self, net, label: str) -> None:
+        """A variant's network is built, routed and shaped."""
+
+    def network_down(self, net) -> None:
+        """That network is about to be taken down."""
+
+    def op_done(self, op: dict) -> None:
+        """One op finished: the runner's op record (job, label, size, seconds, busbw_bps, fraction_of_ideal...)."""
+
+    def iteration_done(self, it: dict) -> None:
+        """One training iteration of a job finished (its record in results.json)."""
+
+    def progress(self, done: int, total: int, text: str) -> None:
+        """Ops done of the whole run, and what runs now."""
+
