@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
+
 import click
 
 from .common import SCALE, console, hashing_opt, preset_opt, topology_from_args
@@ -24,15 +27,50 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ov
         tp.find_link(link)  # a bad name is refused before anything starts
     exit_cleanly_on_signals()
     qos_spec = QosSpec(scale=scale, pfc={"enabled": pfc}) if qos else None
-    with live_view(web, web_port) as hub, Network(tp, routing=routing, mode=mode, hashing=hashing,
-                                                  delay_ms=delay_ms, log_dir="results/logs", qos=qos_spec,
-                                                  controller_runtime=controller_runtime) as net:
+    with live_view(web, web_port) as hub, starting() as progress, \
+            Network(tp, routing=routing, mode=mode, hashing=hashing, delay_ms=delay_ms, log_dir="results/logs",
+                    qos=qos_spec, controller_runtime=controller_runtime, progress=progress) as net:
+        progress.done()
         watch = hub or Watch()
         watch.network_up(net, "")
         try:
             _session(net, fail_links, pingall, no_cli)
         finally:
             watch.network_down(net)
+
+
+class _Stages:
+    """Each start-up stage on one line that the next replaces, with the time so far (a line per stage when the
+    output is not a terminal)."""
+
+    def __init__(self, prog, task):
+        self.prog, self.task, self.t0, self.stage = prog, task, time.monotonic(), None
+
+    def __call__(self, stage: str) -> None:
+        self.stage = stage
+        self.prog.update(self.task, description=stage)
+        if not console.is_terminal:
+            console.print(f"{stage}…", highlight=False)
+
+    def done(self) -> None:
+        self.prog.stop()
+
+
+@contextmanager
+def starting():
+    """Progress of a network's start, stage by stage (a 128-host HPN takes minutes)."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=True) as prog:
+        stages = _Stages(prog, prog.add_task("starting the network", total=None))
+        try:
+            yield stages
+        except BaseException:
+            prog.stop()
+            if stages.stage is not None:
+                console.print(f"[red]stopped while {stages.stage}[/] ({time.monotonic() - stages.t0:.0f} s)")
+            raise
 
 
 def _session(net, fail_links, pingall: bool, no_cli: bool) -> None:

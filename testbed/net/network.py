@@ -24,6 +24,7 @@ import logging
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from controllers.hashing import MODELS as HASH_MODELS
@@ -50,7 +51,8 @@ log = logging.getLogger(__name__)
 class Network:
     def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs",
                  caps: Capabilities | None = None, delay_ms: float | None = None, log_dir: str | None = None,
-                 qos: QosSpec | None = None, controller_runtime: str = "os-ken"):
+                 qos: QosSpec | None = None, controller_runtime: str = "os-ken",
+                 progress: Callable[[str], None] | None = None):
         if routing not in ("static", "controller"):
             raise InputError("unknown routing", "use static or controller", field="routing", value=routing)
         modes = ("ecmp", "shortest") if routing == "static" else ("ecmp", "precise", "shortest")
@@ -84,6 +86,7 @@ class Network:
         self.qos = None  # testbed.qos.shaper.Shaper, while links are shaped
         self.scale_choice = None  # testbed.qos.scale.ScaleChoice, when the spec said scale auto
         self.pfc = None  # testbed.qos.pfc.PfcAgent, while it runs
+        self.progress = progress or (lambda stage: None)  # told each start-up stage (a 128-host start takes minutes)
 
     # -- lifecycle ----------------------------------------------------------
     def __enter__(self) -> Network:
@@ -103,26 +106,36 @@ class Network:
         self.owner = Ownership()
         self.workdir = Workdir()
         of_port = None
+        tp = self.topo
         if self.routing == "controller":
+            self.progress(f"starting the controller ({self.controller_runtime})")
             self._controller = ControllerProcess(self.topo, self.mode, Path(self.log_dir or self.workdir.path),
                                                  self.hashing, self.controller_runtime)
             of_port = self._controller.start(self.owner, self.workdir.write("topology.json", [self.topo.to_json()]))
+        self.progress(f"building {len(tp.switches)} OVS switches, {len(tp.hosts)} hosts and {len(tp.links)} links "
+                      "in Mininet")
         self.net = emulation.build(self.topo, self.caps, self.owner, of_port)
         self.timings["build_s"] = time.monotonic() - t0
+        self.progress(f"turning offloads off on {2 * len(tp.links)} interfaces")
         links.offloads_off(root_intfs(self.topo))
         if self.delay_ms:
             links.delay(root_intfs(self.topo), self.delay_ms)
+        self.progress(f"addressing {len(tp.hosts)} hosts")
         self.hosts = Hosts(self.topo, self.node, self.workdir)
         self.hosts.configure(static_neighbours=self.routing == "static")
         if self._controller is not None:
+            self.progress(f"waiting for the controller to route {len(tp.switches)} switches")
             t1 = time.monotonic()
             health = self._controller.wait_ready(60)
             self.timings["controller_ready_s"] = time.monotonic() - t1
             log.info("controller: %d switches connected and routed", health["installed"])
         self.routes = RouteInstaller(self.topo, self.graph, self.node, self.workdir,
                                      switches=self.routing == "static", mode=self.mode, hashing=self.hashing)
+        self.progress("installing routes" + (f" on {len(tp.switches)} switches" if self.routing == "static" else
+                                             " on the hosts"))
         self.reconcile()
         if self.qos_spec is not None:
+            self.progress(f"shaping {2 * len(tp.links)} ports (HTB, priority classes)")
             self.start_qos(self.qos_spec)
         self.timings["start_s"] = time.monotonic() - t0
         log.info("network up in %.1f s (%d switches, %d hosts)", self.timings["start_s"], len(self.topo.switches),

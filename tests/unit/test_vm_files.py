@@ -20,6 +20,9 @@ def test_vagrantfile_and_image_share_their_provisioning():
     assert image.index("/opt/hpnlab/scripts/vm/kernel.sh") < image.index("/opt/hpnlab/scripts/bootstrap.sh")
     assert re.search(r'config\.vm\.box_version = BOX_VERSION', vagrant) and re.search(r'BOX = "debian/trixie64"',
                                                                                        vagrant)
+    # pinned, overridable when Debian removes the pinned version, and the file says how
+    assert re.search(r'BOX_VERSION = ENV\.fetch\("HPNLAB_BOX_VERSION", "13\.\d{8}\.\d+"\)', vagrant)
+    assert "vagrant cloud box show debian/trixie64" in vagrant
     assert "suite=trixie" in image  # the same release as the box
 
 
