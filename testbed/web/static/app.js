@@ -115,6 +115,7 @@ function applyState(state) {
   $('#ports tbody').innerHTML = ports.length ? ports.map(([k, p]) => `<tr><td>${esc(k)}</td><td>${bytes(p.backlog)}` +
     `</td><td>${p.paused ? '⏸' : ''}</td><td>${p.pause_events}</td><td>${p.drops}</td></tr>`).join('')
     : '<tr><td colspan="5" class="muted">no queue, pause or drop</td></tr>';
+  $('#ports-age').textContent = state.ports_age_s > 1 ? `(read ${state.ports_age_s.toFixed(0)} s ago)` : '';
   drawFlows(state.flows);
   // what the hosts send: the host-to-ToR direction of every host link
   let sent = 0;
