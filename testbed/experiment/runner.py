@@ -81,8 +81,10 @@ def _queue_records(net: Network, counters_before: dict) -> dict:
 
 
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
-            progress: Callable[[], None] | None = None, watch: Watch | None = None) -> dict:
-    """One variant, one repetition, on a network of its own; returns the run's record. `watch` hears of the
+            progress: Callable[[], None] | None = None, watch: Watch | None = None,
+            stage: Callable[[str], None] | None = None) -> dict:
+    """One variant, one repetition, on a network of its own; returns the run's record. `progress` is called
+    after each op, `stage` with each stage of the network's start (minutes at 128 hosts); `watch` hears of the
     network, every op and iteration as they happen (the live web view)."""
     watch = watch or Watch()
     topo = exp.topology.build()
@@ -99,8 +101,10 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                  "iterations": [],
                  "halted": None, "scale": exp.qos.scale, "scale_auto": choice.why() if choice else None}
     with Network(topo, routing="controller", mode=exp.switch_mode, hashing=exp.hashing, qos=exp.qos,
-                 log_dir=None if log_dir is None else str(log_dir)) as net:
+                 log_dir=None if log_dir is None else str(log_dir), progress=stage) as net:
         watch.network_up(net, label)
+        if stage:
+            stage("traffic")
         if exp.scheduler == "crux":
             rec["crux"] = _crux_classes(net, exp, job_list, topo, channels)
         rec["jobs"] = {j.name: _job_record(j, topo) for j in job_list}
@@ -312,11 +316,16 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
 
         for label, v in ((p.label, p.exp) for p in variants):
             for rep in range(v.repetitions):
-                prog.update(task, description=f"{exp.name}: {label} rep {rep + 1}/{v.repetitions}")
-                watch.progress(int(prog.tasks[0].completed), total, prog.tasks[0].description)
+                what = f"{exp.name}: {label} rep {rep + 1}/{v.repetitions}"
+
+                def stage(text: str, what=what) -> None:
+                    prog.update(task, description=f"{what}: {text}")
+                    watch.progress(int(prog.tasks[0].completed), total, f"{what}: {text}")
+
+                stage("starting the network")
                 v_rep = v.model_copy(update={"seed": v.seed + rep})
                 runs.append(run_one(label, v_rep, base, outdir / f"{label}-rep{rep}", rep, progress=advance,
-                                    watch=watch))
+                                    watch=watch, stage=stage))
     # written whole or not at all: a run stopped mid-write leaves no truncated record behind
     tmp = outdir / "results.json.tmp"
     tmp.write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs}, indent=1))
