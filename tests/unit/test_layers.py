@@ -22,7 +22,7 @@ LAYERS = [
     ("topos",),
     ("controllers", "traffic"),
     ("testbed.system",),
-    ("testbed.qos",),
+    ("testbed.qos", "testbed.cluster"),
     ("testbed.net",),
     ("testbed.experiment", "testbed.labs"),
     ("testbed.web",),  # the browser front end, beside the CLI that starts it
@@ -108,7 +108,7 @@ def test_no_layer_imports_a_higher_one_or_a_sibling():
                                   "controllers.ruleset", "traffic.collectives", "traffic.workload",
                                   "testbed.qos.spec", "testbed.qos.ports", "testbed.experiment.spec",
                                   "testbed.experiment.jobs", "testbed.net.static_routes",
-                                  "testbed.web.elements"])
+                                  "testbed.web.elements", "testbed.cluster.spec", "testbed.cluster.placement"])
 def test_pure_modules_reach_no_mininet(pure):
     """Pure code (topology, routing, placement, schedules, QoS numbers) imports no Mininet, even indirectly."""
     g = graph()
