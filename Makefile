@@ -5,7 +5,7 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap ryu-venv browser lint test test-unit test-emu vm-image vm-test demo clean bench
+.PHONY: bootstrap ryu-venv browser lint test test-unit test-emu vm-image vm-test cluster-test demo clean bench
 
 bootstrap:
 	$(SUDO) bash scripts/bootstrap.sh
@@ -40,6 +40,11 @@ vm-image:
 
 vm-test:
 	$(SUDO) bash scripts/vm/run-tests.sh $(VM_PYTEST_ARGS)
+
+# Two VMs from the same image plus SSH and sudo (scripts/vm/cluster-image.sh), joined by a cable on
+# 127.0.0.1; tests/cluster runs on the first against both (issue #18).
+cluster-test:
+	$(SUDO) bash scripts/vm/cluster-test.sh $(CLUSTER_PYTEST_ARGS)
 
 # Build the default HPN, show its table, ping every host NIC from every host,
 # fail one host port and ping again; then the default experiment.

@@ -29,7 +29,7 @@ def validate(file: str) -> None:
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--quick", is_flag=True, help="Reduced size: 1 repetition, 1/4 of the sizes, at most 2 iterations.")
-@web_opts
+@web_opts()
 def run_cmd(file: str, quick: bool, web: bool, web_port: int) -> None:
     """Run an experiment file; writes results/<date>-<name>-<hash>/."""
     from testbed.experiment.runner import prepare, run
@@ -62,10 +62,7 @@ def results_list() -> None:
 
 @results.command("show")
 @click.argument("run")
-@click.option("--web", is_flag=True, help="Open the run in the web view (topology, summary, plots, timeline) "
-                                          "on 127.0.0.1 until Ctrl-C.")
-@click.option("--web-port", type=click.IntRange(0, 65535), default=0, show_default=True,
-              help="With --web: the port (0: any free one).")
+@web_opts("Open the run in the web view (topology, summary, plots, timeline) on 127.0.0.1 until Ctrl-C.")
 def results_show(run: str, web: bool, web_port: int) -> None:
     """A run's summary (or, with --web, the whole folder in the browser)."""
     from testbed.experiment.results import find, summary

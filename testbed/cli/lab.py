@@ -43,7 +43,7 @@ def lab_list() -> None:
 @click.option("--no-cli", is_flag=True, help="Prepare the work folder and check the network starts; no CLI.")
 @click.option("--single-plane", is_flag=True, help="Both ToRs of a pair in one plane (lab 2's polarization step).")
 @hashing_opt
-@web_opts
+@web_opts()
 def lab_start(number: int, workdir: str, no_cli: bool, single_plane: bool, hashing: str, web: bool,
               web_port: int) -> None:
     """Prepare your work folder, build the lab's network and open the Mininet CLI."""

@@ -123,7 +123,7 @@ def _session(net, fail_links, pingall: bool, no_cli: bool) -> None:
 @click.option("--controller-runtime", type=click.Choice(["os-ken", "ryu-manager"]), default="os-ken",
               show_default=True, help="With --routing controller: the same app under os-ken (the project's launcher) "
               "or Ryu's own ryu-manager (from .venv-ryu).")
-@web_opts
+@web_opts()
 def up(name, params, preset, routing, mode, hashing, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale,
        controller_runtime, web, web_port) -> None:
     """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""

@@ -9,12 +9,18 @@ import click
 
 from .common import console
 
+LIVE = "Serve the live web view on 127.0.0.1 (the URL with its token is printed)."
 
-def web_opts(f):
-    f = click.option("--web-port", type=click.IntRange(0, 65535), default=0, show_default=True,
-                     help="With --web: the port on 127.0.0.1 (0: any free one; a fixed one for an SSH tunnel).")(f)
-    return click.option("--web", is_flag=True,
-                        help="Serve the live web view on 127.0.0.1 (the URL with its token is printed).")(f)
+
+def web_opts(what: str = LIVE):
+    """--web (doing `what`) and --web-port."""
+    def add(f):
+        f = click.option("--web-port", type=click.IntRange(0, 65535), default=0, show_default=True,
+                         help="With --web: the port on 127.0.0.1 (0: any free one; a fixed one for an SSH "
+                              "tunnel).")(f)
+        return click.option("--web", is_flag=True, help=what)(f)
+
+    return add
 
 
 @contextmanager

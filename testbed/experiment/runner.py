@@ -287,8 +287,9 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     `base` is where relative workload files are looked up (default: the file's folder, or the current one);
     `watch` hears of each network, op and the run's progress (the live web view).
     """
-    watch = watch or Watch()
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    watch = watch or Watch()
 
     if isinstance(spec, Experiment):
         exp, base = spec, base or Path.cwd()
@@ -310,9 +311,12 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
                   TimeElapsedColumn()) as prog:
         task = prog.add_task(exp.name, total=total)
 
+        def tell() -> None:
+            watch.progress(int(prog.tasks[0].completed), total, prog.tasks[0].description)
+
         def advance() -> None:
             prog.advance(task)
-            watch.progress(int(prog.tasks[0].completed), total, prog.tasks[0].description)
+            tell()
 
         for label, v in ((p.label, p.exp) for p in variants):
             for rep in range(v.repetitions):
@@ -320,7 +324,7 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
 
                 def stage(text: str, what=what) -> None:
                     prog.update(task, description=f"{what}: {text}")
-                    watch.progress(int(prog.tasks[0].completed), total, f"{what}: {text}")
+                    tell()
 
                 stage("starting the network")
                 v_rep = v.model_copy(update={"seed": v.seed + rep})
