@@ -38,9 +38,9 @@ workload:
 class Command:
     """An `hpnlab` command in the background; its output is read line by line as it comes."""
 
-    def __init__(self, args: list[str], cwd: Path):
+    def __init__(self, args: list[str], cwd: Path, preexec_fn=None):
         self.p = subprocess.Popen([HPNLAB, *args], cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, bufsize=1)
+                                  stderr=subprocess.STDOUT, text=True, bufsize=1, preexec_fn=preexec_fn)
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -136,9 +136,10 @@ def test_live_view_draws_the_fabric_and_shows_a_cli_failure_within_2s(tmp_path, 
         assert cmd.finish() == 0, "".join(cmd.seen)[-2000:]
 
 
-def test_run_shows_utilization_flows_and_busbw_then_the_results_folder(tmp_path, browser, no_leftovers):
+def test_run_shows_utilization_flows_and_busbw_then_the_results_folder(tmp_path, browser, no_leftovers,
+                                                                       as_from_a_terminal):
     (tmp_path / "web.yaml").write_text(EXPERIMENT)
-    cmd = Command(["run", "web.yaml", "--web"], tmp_path)
+    cmd = Command(["run", "web.yaml", "--web"], tmp_path, as_from_a_terminal)
     try:
         url = cmd.wait_for(r"web view: (http://127\.0\.0\.1:\d+/\?token=\S+)", 60)[1]
         page, errors = open_page(browser, url)
@@ -177,7 +178,7 @@ def test_run_shows_utilization_flows_and_busbw_then_the_results_folder(tmp_path,
         cmd.finish()
 
     # the same run's folder, after the fact
-    show = Command(["results", "show", out.name, "--web"], tmp_path)
+    show = Command(["results", "show", out.name, "--web"], tmp_path, as_from_a_terminal)  # stopped with Ctrl-C
     try:
         url = show.wait_for(r"(http://127\.0\.0\.1:\d+/\?token=\S+)", 30)[1]
         page, errors = open_page(browser, url)
