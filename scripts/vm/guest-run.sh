@@ -19,6 +19,11 @@ cd /opt/hpnlab
 /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random start >/dev/null 2>&1 \
   || { echo "[vm] Open vSwitch did not start"; exit 4; }
 echo "[vm] ready after $(( $(date +%s) - t0 )) s"
+role=$(cat "$out/role" 2>/dev/null || echo test)  # the cluster tier boots the same image as a server or master
+if [ "$role" != test ]; then
+  bash /mnt/src/scripts/vm/guest-cluster.sh "$role"
+  exit $?
+fi
 args=(tests/vm)
 [ -s "$out/pytest-args" ] && mapfile -t args <"$out/pytest-args"
 .venv/bin/python -m pytest -v -s -p no:cacheprovider --junitxml="$out/junit.xml" "${args[@]}"
