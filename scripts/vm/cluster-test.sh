@@ -13,16 +13,8 @@ if ! command -v ssh-keygen >/dev/null; then  # the run's key is made here
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-client
 fi
 img=$(bash "$here/scripts/vm/cluster-image.sh" | tail -1)
-accel=${HPNLAB_VM_ACCEL:-auto}
-if [ "$accel" = auto ]; then
-  accel=tcg
-  if [ -w /dev/kvm ] && grep -qE '\b(vmx|svm)\b' /proc/cpuinfo; then accel=kvm; fi
-fi
-case "$accel" in
-  kvm) cpu=(-accel kvm -cpu host) ;;
-  tcg) cpu=(-accel tcg -cpu max) ;;
-  *) echo "cluster-test: HPNLAB_VM_ACCEL='$accel' is not kvm, tcg or auto; fix: unset it" >&2; exit 2 ;;
-esac
+. "$here/scripts/vm/accel.sh"
+vm_accel cluster-test
 out="$here/results/cluster-$(date -u +%Y%m%d-%H%M%S)"
 mkdir -p "$out/s1" "$out/s2"
 ssh-keygen -q -t ed25519 -N "" -C "hpnlab cluster test $(basename "$out")" -f "$out/id_cluster"

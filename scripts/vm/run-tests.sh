@@ -11,16 +11,8 @@ t0=$(date +%s)
 img=$(bash "$here/scripts/vm/build-image.sh" | tail -1)
 t_img=$(( $(date +%s) - t0 ))
 
-accel=${HPNLAB_VM_ACCEL:-auto}
-if [ "$accel" = auto ]; then
-  accel=tcg
-  if [ -w /dev/kvm ] && grep -qE '\b(vmx|svm)\b' /proc/cpuinfo; then accel=kvm; fi
-fi
-case "$accel" in
-  kvm) cpu=(-accel kvm -cpu host) ;;
-  tcg) cpu=(-accel tcg -cpu max) ;;
-  *) echo "vm-test: HPNLAB_VM_ACCEL='$accel' is not kvm, tcg or auto; fix: unset it" >&2; exit 2 ;;
-esac
+. "$here/scripts/vm/accel.sh"
+vm_accel vm-test
 
 out="$here/results/vm-$(date -u +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
