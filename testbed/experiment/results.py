@@ -255,12 +255,16 @@ def find(run: str) -> Path:
 
 
 def summary(run: str) -> str:
-    """A run's summary.md (a regular file of that folder, not a link to elsewhere)."""
-    d = find(run)
+    """A run's summary.md, by the run's name."""
+    return folder_summary(find(run))
+
+
+def folder_summary(d: Path) -> str:
+    """The summary.md of a results folder (a regular file of that folder, not a link to elsewhere)."""
     f = d / "summary.md"
     if f.is_symlink() or not f.resolve().is_relative_to(d.resolve()):
         raise InputError("summary.md is not a file of the run's folder", "run the experiment again", field="run",
-                         value=run)
+                         value=d.name)
     return read_text(f, "summary.md")
 
 

@@ -1,5 +1,6 @@
 """A Topology as the page draws it: Cytoscape.js elements placed by tier, plane and rail, as the PNG is
-(topos/draw.py), and the map from each switch port to its link that the fabric's counters are read through.
+(topos/draw.py), the map from each switch port to its link that the fabric's counters are read through, and
+an op as the page's busbw chart takes it (live and from a results folder alike).
 
 Pure: no Mininet, no root.
 """
@@ -12,6 +13,8 @@ from topos.model import Topology
 TIER_GAP_PX = 170  # between hosts, ToRs, aggregation and core
 HOST_GAP_PX = 46  # per host along the bottom row, so labels of a few dozen hosts stay apart
 MIN_WIDTH_PX = 900
+OP_FIELDS = ("variant", "repetition", "job", "label", "op", "size", "start", "seconds", "busbw_bps",
+             "ideal_busbw_bps", "fraction_of_ideal", "bytes_delivered", "bytes_expected")
 
 
 def elements(topo: Topology) -> dict:
@@ -44,3 +47,8 @@ def flow_links(flow: dict, ports: dict[tuple[str, int], tuple[str, str]]) -> lis
         return []
     hops = [(flow["src"], flow["egress"]["port"])] + [(h["switch"], h["port"]) for h in flow["path"]]
     return [ports[h][0] for h in hops if h in ports]
+
+
+def op_row(op: dict) -> dict:
+    """The runner's op record (with its variant and repetition) as the page receives it."""
+    return {k: op.get(k) for k in OP_FIELDS}

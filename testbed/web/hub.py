@@ -15,15 +15,13 @@ from collections import deque
 
 from testbed.experiment.watch import Watch
 
-from .elements import elements
+from .elements import elements, op_row
 from .fabric import FabricProbe
 
 log = logging.getLogger(__name__)
 
 PERIOD_S = 0.5  # two pushes a second: a failed link shows within a second of its operstate changing
 QUEUE_DEPTH = 64  # messages held for a page that reads slowly; past it the page misses states, not events
-OP_FIELDS = ("variant", "repetition", "job", "label", "op", "size", "seconds", "busbw_bps", "ideal_busbw_bps",
-             "fraction_of_ideal", "bytes_delivered", "bytes_expected")
 
 
 class Hub(Watch):
@@ -71,7 +69,7 @@ class Hub(Watch):
         self._event("network-down", f"network {net.owner.run_id} is going down")
 
     def op_done(self, op: dict) -> None:
-        row = {k: op.get(k) for k in OP_FIELDS}
+        row = op_row(op)
         with self._lock:
             self._ops.append(row)
         self._publish("op", row)

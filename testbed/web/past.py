@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from testbed.experiment.results import load_results, summary
+from testbed.experiment.results import folder_summary, load_results
 from testbed.experiment.spec import Experiment
 
-from .elements import elements
-
-OP_FIELDS = ("job", "label", "start", "seconds", "busbw_bps", "fraction_of_ideal")
+from .elements import elements, op_row
 
 
 def results_page(run_dir: Path) -> dict:
@@ -23,12 +21,11 @@ def results_page(run_dir: Path) -> dict:
         "mode": "results", "run": run_dir.name, "experiment": exp.name,
         "network": {"run": run_dir.name, "label": label, "kind": topo.kind, "counts": topo.counts(),
                     "routing": first.routing, "scale": first.qos.scale, "elements": elements(topo)},
-        "summary": summary(run_dir.name),
+        "summary": folder_summary(run_dir),
         "plots": sorted(p.name for p in run_dir.glob("*.png") if p.is_file() and not p.is_symlink()),
         "timeline": [{"series": f"{r['variant']} #{r['repetition']}",
                       "points": [[row["t"], row["host_tx_bps"]] for row in r.get("timeline", [])]} for r in runs],
-        "ops": [{"variant": r["variant"], "repetition": r["repetition"], **{k: o.get(k) for k in OP_FIELDS}}
-                for r in runs for o in r["ops"]],
+        "ops": [op_row({"variant": r["variant"], "repetition": r["repetition"], **o}) for r in runs for o in r["ops"]],
         "failures": [{"series": f"{r['variant']} #{r['repetition']}", "t": f["t"], "up": f["up"], "links": f["links"],
                       "cause": f.get("cause", "")} for r in runs for f in r.get("failures", [])],
     }
