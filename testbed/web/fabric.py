@@ -14,6 +14,7 @@ import time
 
 from testbed.net.checks import datapath_counters, operstate
 from testbed.net.naming import intf_name
+from testbed.qos.show import snapshot
 from topos.model import Topology
 
 from .elements import flow_links, port_links
@@ -81,8 +82,6 @@ class FabricProbe:
     def _queues(self, links: dict, now: float) -> None:
         """Per shaped port with anything to show: backlog (all classes), paused, pause events, drops; each link
         also gets its ends' largest backlog and whether either end is paused."""
-        from testbed.qos.show import snapshot
-
         if now - self._ports_at >= self._ports_cost / QUEUE_SHARE:
             t0 = time.monotonic()
             self._ports = self._read_ports(snapshot(self.run_id))
