@@ -13,7 +13,7 @@ if ! command -v ssh-keygen >/dev/null; then  # the run's key is made here
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-client
 fi
 img=$(bash "$here/scripts/vm/cluster-image.sh" | tail -1)
-. "$here/scripts/vm/accel.sh"
+. "$here/scripts/vm/qemu.sh"
 vm_accel cluster-test
 out="$here/results/cluster-$(date -u +%Y%m%d-%H%M%S)"
 mkdir -p "$out/s1" "$out/s2"
@@ -46,17 +46,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 boot() {  # NAME, then the cluster NIC's socket option
   local s=$1 sock=$2
-  qemu-img create -q -f qcow2 -b "$img/disk.img" -F raw "$out/$s/overlay.qcow2"
-  : >"$out/$s/console.log"
-  qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp 1 -m "${HPNLAB_VM_MEM:-2048}" \
-    -display none -monitor none -serial "file:$out/$s/console.log" -no-reboot -nic none \
-    -netdev "socket,id=cl,$sock" -device "virtio-net-pci,netdev=cl,mac=52:54:00:07:00:0${s#s}" \
-    -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
-    -append "root=/dev/vda rw console=ttyS0 init=/sbin/hpnlab-vm-init panic=-1 quiet loglevel=3" \
-    -drive "file=$out/$s/overlay.qcow2,if=virtio,format=qcow2" \
-    -virtfs "local,path=$here,mount_tag=src,security_model=none,readonly=on" \
-    -virtfs "local,path=$out/$s,mount_tag=out,security_model=none" &
-  pids+=($!)
+  vm_start "$img" "$out/$s" 1 "${HPNLAB_VM_MEM:-2048}" \
+    -netdev "socket,id=cl,$sock" -device "virtio-net-pci,netdev=cl,mac=52:54:00:07:00:0${s#s}"
+  pids+=("$vm_pid")
 }
 log "booting s2 (server) and s1 (master) with $accel; cable: 127.0.0.1:$port"
 boot s2 "listen=127.0.0.1:$port"

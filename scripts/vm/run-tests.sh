@@ -11,7 +11,7 @@ t0=$(date +%s)
 img=$(bash "$here/scripts/vm/build-image.sh" | tail -1)
 t_img=$(( $(date +%s) - t0 ))
 
-. "$here/scripts/vm/accel.sh"
+. "$here/scripts/vm/qemu.sh"
 vm_accel vm-test
 
 out="$here/results/vm-$(date -u +%Y%m%d-%H%M%S)"
@@ -32,16 +32,8 @@ t1=$(date +%s)
 # code with two emulated CPUs; seen once here). A boot that panicked before the tests
 # started, leaving no rc, is tried once more on a fresh overlay; a panic later is the tests' result.
 for attempt in 1 2; do
-  qemu-img create -q -f qcow2 -b "$img/disk.img" -F raw "$overlay"
-  : >"$out/console.log"
-  qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp "${HPNLAB_VM_CPUS:-2}" -m "${HPNLAB_VM_MEM:-3072}" \
-    -display none -monitor none -serial "file:$out/console.log" -no-reboot -nic none \
-    -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
-    -append "root=/dev/vda rw console=ttyS0 init=/sbin/hpnlab-vm-init panic=-1 quiet loglevel=3" \
-    -drive "file=$overlay,if=virtio,format=qcow2" \
-    -virtfs "local,path=$here,mount_tag=src,security_model=none,readonly=on" \
-    -virtfs "local,path=$out,mount_tag=out,security_model=none" &
-  qemu_pid=$!
+  vm_start "$img" "$out" "${HPNLAB_VM_CPUS:-2}" "${HPNLAB_VM_MEM:-3072}"
+  qemu_pid=$vm_pid
   tail -n +1 -f --pid="$qemu_pid" "$out/console.log" &
   if ! timeout "${HPNLAB_VM_TIMEOUT:-2400}" tail --pid="$qemu_pid" -f /dev/null; then
     log "timed out after ${HPNLAB_VM_TIMEOUT:-2400} s"
