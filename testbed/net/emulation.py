@@ -4,6 +4,7 @@ one host per host, one veth per link; each recorded in the run's Ownership as it
 from __future__ import annotations
 
 import os
+import threading
 
 from testbed.system.capabilities import Capabilities
 from testbed.system.ownership import BRIDGE_TAG, Ownership
@@ -18,7 +19,7 @@ def build(topo: Topology, caps: Capabilities, owner: Ownership, of_port: int | N
     from mininet.link import Link as MnLink
     from mininet.log import setLogLevel
     from mininet.net import Mininet
-    from mininet.node import OVSSwitch, RemoteController
+    from mininet.node import Host, OVSSwitch, RemoteController
 
     setLogLevel(os.environ.get("HPNLAB_MININET_LOG", "warning"))
     switches = [s.short for s in topo.switches]
@@ -37,11 +38,14 @@ def build(topo: Topology, caps: Capabilities, owner: Ownership, of_port: int | N
 
             c0 = net.addController(ReadyController("c0", ip="127.0.0.1", port=of_port))
             owner.process(c0.pid, "mininet controller shell c0")
+        class OneCommandHost(OneCommandAtATime, Host):
+            pass
+
         for h in topo.hosts:
             a = nic_address(h, 0)
-            node = net.addHost(h.short, ip=f"{a.ip}/32", mac=a.mac)
+            node = net.addHost(h.short, cls=OneCommandHost, ip=f"{a.ip}/32", mac=a.mac)
             owner.process(node.pid, f"mininet host {h.short}")
-        class TaggedSwitch(OVSSwitch):
+        class TaggedSwitch(OneCommandAtATime, OVSSwitch):
             # The run id on every bridge from the moment it exists: cleanup deletes a bridge only if it
             # carries the id of the record that names it, and an orphan stays recognisable as ours.
             def bridgeOpts(self) -> str:
@@ -60,6 +64,24 @@ def build(topo: Topology, caps: Capabilities, owner: Ownership, of_port: int | N
         net.stop()
         raise
     return net
+
+
+class OneCommandAtATime:
+    """A Mininet node whose shell takes one `cmd` at a time from any thread.
+
+    A node's shell runs one command line at a time, and Mininet asserts that nothing is
+    waiting before it sends the next. The failure injector, the replay's flow pinning and the
+    CLI each call from their own thread; two at once on one node raised a bare AssertionError
+    (a link failure that moved a precise flow while the replay pinned another on the same host).
+    """
+
+    def __init__(self, *args, **kwargs):
+        self._cmd_lock = threading.RLock()
+        super().__init__(*args, **kwargs)
+
+    def cmd(self, *args, **kwargs):
+        with self._cmd_lock:
+            return super().cmd(*args, **kwargs)
 
 
 def group_links(ifnames: list[str], group: int) -> None:

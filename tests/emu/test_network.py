@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from testbed.net.network import Network
@@ -38,10 +40,20 @@ def test_hpn_all_pairs_and_host_port_failover(no_leftovers):
         assert net.pingall().received == 112
 
 
-def test_dcn_plus_baseline_all_pairs(no_leftovers):
+def test_dcn_plus_baseline_all_pairs_and_node_shells_shared_by_threads(no_leftovers):
     with Network(build("dcn_plus")) as net:
         r = net.pingall()
         assert (r.sent, r.received) == (112, 112), r.failures
+
+        # The failure injector, the replay and the CLI each use node shells from their own thread.
+        # Mininet's shell takes one command at a time (unguarded, this raised a bare AssertionError).
+        def echo(node: str, tag: str) -> list[str]:
+            return [net.node(node).cmd(f"sleep 0.005; echo {tag}{i}").strip() for i in range(25)]
+
+        with ThreadPoolExecutor(4) as pool:
+            runs = {(n, t): pool.submit(echo, n, t) for n in ("h0", net.topo.switches[0].name) for t in "ab"}
+        for (node, tag), fut in runs.items():
+            assert fut.result() == [f"{tag}{i}" for i in range(25)], node
 
 
 def test_single_homed_failure_cuts_the_host_off(no_leftovers):
