@@ -144,7 +144,7 @@ def parse_duration(value: Any, where: str = "compute") -> float:
 
 
 def _check_op(op: str, where: str) -> None:
-    if op not in ALGORITHMS:
+    if not isinstance(op, str) or op not in ALGORITHMS:  # YAML may give a list or a mapping here
         raise InputError("unknown collective", f"use one of: {', '.join(ALGORITHMS)}", field=where, value=op)
 
 

@@ -4,6 +4,8 @@
 # interfaces. The run makes an SSH key of its own; s2 serves, s1 runs tests/cluster against both.
 #   HPNLAB_VM_ACCEL=kvm|tcg, HPNLAB_VM_MEM (2048 MiB per VM), HPNLAB_CLUSTER_TIMEOUT (2400 s);
 #   arguments go to pytest on s1 (default tests/cluster).
+#   HPNLAB_CLUSTER_INTERACTIVE=1: no tests; s1 runs what scripts/vm/cluster-cmd.sh hands it, until
+#   `touch <run>/s1/stop` (for developing against the two servers without booting them each time).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 log() { printf '[cluster-test] %s\n' "$*"; }
@@ -34,6 +36,7 @@ servers:
 tunnel: gre
 link_gbps: 1
 YAML
+[ -n "${HPNLAB_CLUSTER_INTERACTIVE:-}" ] && touch "$out/s1/interactive"
 [ "$#" -gt 0 ] && printf '%s\n' "$@" >"$out/s1/pytest-args"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 

@@ -40,6 +40,19 @@ for peer in $(cat "$out/peers"); do
   for _ in $(seq 150); do ssh -n "root@$peer" true 2>/dev/null && break; sleep 2; done
   ssh -n "root@$peer" true || { echo "[cluster] $name: no SSH to $peer"; exit 7; }
 done
+if [ -e "$out/interactive" ]; then  # scripts/vm/cluster-cmd.sh hands commands in through the out share
+  echo "[cluster] $name: every server answers; waiting for commands in $out/cmd"
+  mkdir -p "$out/cmd"
+  while [ ! -e "$out/stop" ]; do
+    for f in "$out"/cmd/*.sh; do
+      [ -e "$f" ] && [ ! -e "${f%.sh}.rc" ] || continue
+      bash "$f" >"${f%.sh}.out" 2>&1
+      echo $? >"${f%.sh}.rc"
+    done
+    sleep 1
+  done
+  exit 0
+fi
 echo "[cluster] $name: every server answers; running tests/cluster"
 args=(tests/cluster)
 [ -s "$out/pytest-args" ] && mapfile -t args <"$out/pytest-args"

@@ -13,6 +13,18 @@ console = Console()
 err_console = Console(stderr=True)
 
 preset_opt = click.option("--preset", default=None, help="Named parameter set (default: mini).")
+cluster_opt = click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False), default=None,
+                           help="Spread the network over the servers in this cluster.yaml (README: Running on "
+                                "several servers).")
+
+
+def load_cluster_arg(path: str | None):
+    """The cluster spec of a --cluster option (None: this machine alone); a bad file is a one-line error."""
+    if path is None:
+        return None
+    from testbed.cluster.spec import load_cluster
+
+    return load_cluster(path)
 
 
 def parse_kv(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -56,3 +56,17 @@ def qos_table(rows: list[dict], title: str) -> Table:
         t.add_row(f"{r['port']} ({r['ifname']})", r["class"], f"{r['rate_bps'] / 1e6:g} Mbit/s",
                   f"{r['sent_bytes']:,}", f"{r['backlog']:,}", f"{r['drops']:,}", pause)
     return t
+
+
+def placement_table(placement, topo) -> Table:
+    """Which server runs what, and what crosses between servers (rates of the real fabric, each way)."""
+    t = Table(title="placement over servers")
+    roles = ("host", "tor", "agg", "core")
+    for col in ("server", "hosts", "ToRs", "aggregation", "core", "crossing links", "crossing Gbit/s"):
+        t.add_column(col, justify="left" if col == "server" else "right")
+    crossing = placement.crossing_gbps()
+    for server in placement.servers:
+        on = [topo.nodes[n].role for n in placement.nodes_on(server)]
+        ends = sum(server in (placement.server_of[l.a], placement.server_of[l.b]) for l in placement.crossing)
+        t.add_row(server, *(str(on.count(r)) for r in roles), str(ends), f"{crossing[server]:,.0f}")
+    return t

@@ -7,15 +7,15 @@ from contextlib import contextmanager
 
 import click
 
-from .common import SCALE, console, hashing_opt, preset_opt, topology_from_args
-from .tables import figures_table
+from .common import SCALE, cluster_opt, console, hashing_opt, load_cluster_arg, preset_opt, topology_from_args
+from .tables import figures_table, placement_table
 from .web import live_view, web_opts
 
 
 def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs", pingall: bool = False,
           fail_links=(), no_cli: bool = False, delay_ms: float | None = None, qos: bool = False, pfc: bool = True,
           scale: float | str = "auto", controller_runtime: str = "os-ken", web: bool = False,
-          web_port: int = 0) -> None:
+          web_port: int = 0, cluster=None) -> None:
     """Start `tp`, fail the given links, ping all pairs if asked, then hand the network to the CLI (and, with
     `web`, show it live in the browser meanwhile)."""
     from testbed.experiment.watch import Watch
@@ -29,7 +29,7 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ov
     qos_spec = QosSpec(scale=scale, pfc={"enabled": pfc}) if qos else None
     with live_view(web, web_port) as hub, starting() as progress, \
             Network(tp, routing=routing, mode=mode, hashing=hashing, delay_ms=delay_ms, log_dir="results/logs",
-                    qos=qos_spec, controller_runtime=controller_runtime, progress=progress) as net:
+                    qos=qos_spec, controller_runtime=controller_runtime, progress=progress, cluster=cluster) as net:
         progress.done()
         watch = hub or Watch()
         watch.network_up(net, "")
@@ -82,6 +82,8 @@ def _session(net, fail_links, pingall: bool, no_cli: bool) -> None:
                   f"mode {mode}, hashing {net.hashing}, run {net.owner.run_id})")
     if net.scale_choice is not None:
         console.print(net.scale_choice.why(), soft_wrap=True)
+    if net.cluster is not None:
+        console.print(placement_table(net.cluster.placement, tp))
     if net.controller is not None:
         console.print(f"controller REST API: {net.controller.base}, token in {net.controller_token_file} "
                       f"(log: {net.controller_log})", soft_wrap=True)
@@ -124,21 +126,25 @@ def _session(net, fail_links, pingall: bool, no_cli: bool) -> None:
               show_default=True, help="With --routing controller: the same app under os-ken (the project's launcher) "
               "or Ryu's own ryu-manager (from .venv-ryu).")
 @web_opts()
+@cluster_opt
 def up(name, params, preset, routing, mode, hashing, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale,
-       controller_runtime, web, web_port) -> None:
+       controller_runtime, web, web_port, cluster_file) -> None:
     """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""
+    cluster = load_cluster_arg(cluster_file)
     serve(topology_from_args(name, preset, params), routing=routing, mode=mode, hashing=hashing, pingall=pingall,
           fail_links=fail_links, no_cli=no_cli, delay_ms=delay_ms, qos=qos, pfc=pfc, scale=scale,
-          controller_runtime=controller_runtime, web=web, web_port=web_port)
+          controller_runtime=controller_runtime, web=web, web_port=web_port, cluster=cluster)
 
 
 @click.command()
 @click.option("--force", is_flag=True, help="Also undo runs whose owner process is still alive.")
-def clean(force: bool) -> None:
-    """Remove what crashed hpnlab runs left behind (only what hpnlab created)."""
+@cluster_opt
+def clean(force: bool, cluster_file: str | None) -> None:
+    """Remove what crashed hpnlab runs left behind (only what hpnlab created); with --cluster, on every server."""
     from testbed.system.capabilities import probe
     from testbed.system.ownership import clean as do_clean
 
+    cluster = load_cluster_arg(cluster_file)
     probe().require_root("cleaning up")
     removed, skipped = do_clean(force=force)
     for r in removed:
@@ -147,3 +153,13 @@ def clean(force: bool) -> None:
         console.print(f"[yellow]left running:[/] {s}")
     if not removed:
         console.print("nothing to clean")
+    if cluster is not None:
+        from testbed.cluster.servers import on_each_server
+        from testbed.net.controller import ROOT
+
+        failed = False
+        for server, (rc, out) in on_each_server(cluster, str(ROOT), "clean" + (" --force" if force else "")).items():
+            console.print(f"[bold]{server}[/]: " + (out or "no output"), highlight=False)
+            failed |= rc != 0
+        if failed:
+            raise SystemExit(1)

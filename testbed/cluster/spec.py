@@ -24,6 +24,9 @@ from topos.params import Params, parse_params
 
 MAX_SERVERS = 16
 TUNNELS = ("vxlan", "gre", "ssh")
+# what each tunnel kind leaves of a 1500-byte frame between servers (VXLAN: 50 bytes of headers, GRE with a
+# key: 42, rounded to VXLAN's); Mininet's SSH tunnel carries whole frames
+TUNNEL_MTU = {"vxlan": 1450, "gre": 1450, "ssh": 1500}
 
 
 class Server(Params):
@@ -41,6 +44,23 @@ class Server(Params):
     @property
     def port(self) -> int:
         return int(self.ssh.rsplit(":", 1)[1]) if self.ssh.count(":") == 1 else 22
+
+    @property
+    def dest(self) -> str:
+        return f"{self.user}@{self.host}"
+
+    def ssh_options(self, control_path: str | None = None, master: bool = False) -> list[str]:
+        """ssh's options for this server. Every connection of a run shares one (the first, `master`): a key
+        exchange per node shell would cost seconds each, and with ControlPersist=no the shared connection
+        ends with the process that opened it, so nothing of ours lingers after the run."""
+        opts = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=15", "-o", "ServerAliveInterval=15",
+                "-p", str(self.port)]
+        if control_path is not None:
+            opts += ["-o", f"ControlPath={control_path}", "-o", f"ControlMaster={'yes' if master else 'no'}",
+                     "-o", "ControlPersist=no"]
+        if self.key:
+            opts += ["-i", self.key, "-o", "IdentitiesOnly=yes"]
+        return opts
 
 
 class ClusterSpec(Params):
@@ -63,6 +83,11 @@ class ClusterSpec(Params):
     @property
     def names(self) -> list[str]:
         return [s.name for s in self.servers]
+
+    @property
+    def mtu(self) -> int:
+        """The hosts' MTU: a frame from a host must fit the tunnel it may cross."""
+        return TUNNEL_MTU[self.tunnel]
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:

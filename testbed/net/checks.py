@@ -50,7 +50,7 @@ def pingall(topo: Topology, node_of, workdir: Workdir, timeout_s: float = 2.0) -
     failures: list[tuple[str, str]] = []
     for h in topo.hosts:
         targets = [a.ip for a in addrs if a.host != h.name]
-        out = node_of(h.name).cmd(f"sh {workdir.write(h.short + '.ping', ping_script(targets, timeout_s))}")
+        out = node_of(h.name).cmd(f"sh {workdir.write(h.short + '.ping', ping_script(targets, timeout_s), h.name)}")
         results = dict(reversed(line.split()) for line in out.splitlines() if line.startswith(("ok ", "fail ")))
         for ip in targets:
             sent += 1

@@ -5,28 +5,56 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from testbed.system.capabilities import Capabilities
-from testbed.system.ownership import BRIDGE_TAG, Ownership
+from testbed.system.ownership import BRIDGE_TAG
+from testbed.system.site import LocalSite
 from topos.addressing import dpid_hex, nic_address
-from topos.model import Topology
+from topos.model import Node, Topology
 
-from .naming import root_intfs
+from .naming import switch_intfs
+
+if TYPE_CHECKING:
+    from testbed.cluster.servers import ClusterRun
 
 
-def build(topo: Topology, caps: Capabilities, owner: Ownership, of_port: int | None):
-    """A built and started Mininet network; `of_port`: the controller's OpenFlow port (None: no controller)."""
+def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | None,
+          cluster: ClusterRun | None = None):
+    """A built and started Mininet network; `of_port`: the controller's OpenFlow port (None: no controller).
+
+    Each node's site (testbed.system.site) records and owns what is made for it: this machine (`local`), or
+    with `cluster` the agent of the server that Mininet's cluster edition places the node on.
+    """
+    site_of = site_resolver(local, cluster)
     from mininet.link import Link as MnLink
     from mininet.log import setLogLevel
     from mininet.net import Mininet
     from mininet.node import Host, OVSSwitch, RemoteController
 
     setLogLevel(os.environ.get("HPNLAB_MININET_LOG", "warning"))
-    switches = [s.short for s in topo.switches]
-    owner.intend("bridges", switches)
-    owner.intend("interfaces", root_intfs(topo))
-    net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
-                  link=MnLink, waitConnected=False)
+    for site, names in by_site(topo.switches, site_of).items():
+        site.intend("bridges", [s.short for s in names])
+        site.intend("interfaces", [i for s in names for i in switch_intfs(topo, s.name)])
+    if cluster is None:
+        host_cls, switch_cls, link_cls, where = Host, OVSSwitch, MnLink, {}
+        net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
+                      link=MnLink, waitConnected=False)
+    else:
+        from mininet.examples.cluster import MininetCluster
+
+        from testbed.cluster.nodes import node_classes
+        from testbed.cluster.tunnel import tunnel_link
+
+        host_cls, switch_cls = node_classes({cluster.mn_server(s): cluster.node_ssh_options(s)
+                                             for s in cluster.spec.names})
+        link_cls = tunnel_link(cluster.spec.tunnel, {cluster.mn_server(s.name): str(s.tunnel_ip)
+                                                      for s in cluster.spec.servers}, cluster.run_id)
+        where = {n: cluster.mn_server(cluster.server_of(n)) for n in topo.nodes}
+        net = MininetCluster(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
+                             link=link_cls, waitConnected=False, precheck=False, user=cluster.spec.servers[0].user,
+                             servers=[cluster.mn_server(s) for s in cluster.spec.names])
     try:
         if of_port is not None:
             class ReadyController(RemoteController):
@@ -36,34 +64,60 @@ def build(topo: Topology, caps: Capabilities, owner: Ownership, of_port: int | N
                 def checkListening(self) -> None:
                     pass
 
-            c0 = net.addController(ReadyController("c0", ip="127.0.0.1", port=of_port))
-            owner.process(c0.pid, "mininet controller shell c0")
-        class OneCommandHost(OneCommandAtATime, Host):
+            ip = "127.0.0.1" if cluster is None else str(cluster.spec.servers[0].tunnel_ip)
+            c0 = net.addController(ReadyController("c0", ip=ip, port=of_port))
+            local.process(c0.pid, "mininet controller shell c0")
+
+        class OneCommandHost(OneCommandAtATime, host_cls):
             pass
 
-        for h in topo.hosts:
-            a = nic_address(h, 0)
-            node = net.addHost(h.short, cls=OneCommandHost, ip=f"{a.ip}/32", mac=a.mac)
-            owner.process(node.pid, f"mininet host {h.short}")
-        class TaggedSwitch(OneCommandAtATime, OVSSwitch):
+        class TaggedSwitch(OneCommandAtATime, switch_cls):
             # The run id on every bridge from the moment it exists: cleanup deletes a bridge only if it
             # carries the id of the record that names it, and an orphan stays recognisable as ours.
             def bridgeOpts(self) -> str:
-                return super().bridgeOpts() + f" external_ids:{BRIDGE_TAG}={owner.run_id}"
+                return super().bridgeOpts() + f" external_ids:{BRIDGE_TAG}={self.params['run_tag']}"
 
+        def placed(node: str) -> dict:
+            if cluster is None:
+                return {}
+            return {"server": where[node], "user": cluster.by_name[cluster.server_of(node)].user}
+
+        def record(node, name: str, what: str) -> None:
+            site_of(name).process(node.pid, what)
+            if getattr(node, "isRemote", False):  # our ssh client that carries the node's shell
+                local.process(node.shell.pid, f"ssh for {what} on {where[name]}")
+
+        for h in topo.hosts:
+            a = nic_address(h, 0)
+            node = net.addHost(h.short, cls=OneCommandHost, ip=f"{a.ip}/32", mac=a.mac, **placed(h.name))
+            record(node, h.name, f"mininet host {h.short}")
         for s in topo.switches:
-            node = net.addSwitch(s.short, cls=TaggedSwitch, dpid=dpid_hex(s), datapath=caps.datapath,
-                                 failMode="secure", protocols="OpenFlow13", batch=True)
-            owner.process(node.pid, f"mininet switch shell {s.short}")
+            site = site_of(s.name)
+            datapath = caps.datapath if cluster is None else cluster.datapath(cluster.server_of(s.name))
+            node = net.addSwitch(s.short, cls=TaggedSwitch, dpid=dpid_hex(s), datapath=datapath, failMode="secure",
+                                 protocols="OpenFlow13", batch=True, run_tag=site.run_id, **placed(s.name))
+            record(node, s.name, f"mininet switch shell {s.short}")
         for l in topo.links:
             net.addLink(topo.nodes[l.a].short, topo.nodes[l.b].short, port1=l.a_port, port2=l.b_port)
         net.build()
-        group_links(root_intfs(topo), owner.link_group)  # the proof, for cleanup, that these veths are ours
+        for site, names in by_site(topo.switches, site_of).items():  # the proof, for cleanup, that they are ours
+            site.group([i for s in names for i in switch_intfs(topo, s.name)])
         net.start()
     except BaseException:
         net.stop()
         raise
     return net
+
+
+def site_resolver(local: LocalSite, cluster: ClusterRun | None) -> Callable[[str], object]:
+    return (lambda _node: local) if cluster is None else cluster.site_of
+
+
+def by_site(nodes: list[Node], site_of) -> dict:
+    out: dict = {}
+    for n in nodes:
+        out.setdefault(site_of(n.name), []).append(n)
+    return out
 
 
 class OneCommandAtATime:
@@ -84,41 +138,15 @@ class OneCommandAtATime:
             return super().cmd(*args, **kwargs)
 
 
-def group_links(ifnames: list[str], group: int) -> None:
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        for name in ifnames:
-            for idx in ipr.link_lookup(ifname=name):
-                ipr.link("set", index=idx, group=group)
-
-
-def delete_links(ifnames: list[str], group: int) -> int:
-    """Delete these root-namespace interfaces (and their veth peers) in one batch; returns how many.
-
-    One RTM_DELLINK per veth costs an RCU grace period each (7.3 s for 512 at 64 hosts); the kernel
-    unregisters a whole link group at once (0.15 s). The interfaces are put in `group` first, and the
-    group is deleted only if nothing but them is in it.
-    """
-    from pyroute2 import IPRoute
-
-    group_links(ifnames, group)
-    with IPRoute() as ipr:
-        ours = {i for name in ifnames for i in ipr.link_lookup(ifname=name)}
-        members = {m["index"] for m in ipr.get_links() if m.get_attr("IFLA_GROUP") == group}
-        if not ours or members != ours:
-            raise RuntimeError(f"link group {group} holds interfaces this run did not create; not deleting it")
-        ipr.link("del", group=group)
-    return len(ours)
-
-
-def stop(net, topo: Topology, group: int) -> None:
+def stop(net, topo: Topology, local: LocalSite, cluster: ClusterRun | None = None) -> None:
     """Mininet's stop without its per-interface `ip link del` (a shell round trip and an RCU grace period
-    each, most of the teardown at scale): every root-namespace veth in one batch (their peers in the hosts go
-    with them), the bridges in one ovs-vsctl call (Mininet's batch shutdown), then the node shells."""
+    each, most of the teardown at scale): every root-namespace veth in one batch per site (their peers in the
+    hosts go with them), the bridges in one ovs-vsctl call per server (Mininet's batch shutdown), then the
+    node shells."""
     for c in net.controllers:
         c.stop()
-    delete_links(root_intfs(topo), group)
+    for site, names in by_site(topo.switches, site_resolver(local, cluster)).items():
+        site.delete_links([i for s in names for i in switch_intfs(topo, s.name)])
     switches = list(net.switches)
     if switches:
         type(switches[0]).batchShutdown(switches)

@@ -34,8 +34,9 @@ def neighbour_lines(host: str, nic: int, ifname: str, addrs: list[NicAddress]) -
 class Hosts:
     """Configures the hosts of a started Mininet network (`node_of(name)` gives a Mininet host)."""
 
-    def __init__(self, topo: Topology, node_of, workdir: Workdir):
+    def __init__(self, topo: Topology, node_of, workdir: Workdir, mtu: int | None = None):
         self.topo, self.node_of, self.workdir = topo, node_of, workdir
+        self.mtu = mtu  # spread over servers: what a tunnel between them carries (a frame never meets a smaller one)
         self.addrs = all_addresses(topo)
 
     def _run(self, host, what: str, sh: str) -> None:
@@ -55,14 +56,15 @@ class Hosts:
                        f"net.ipv4.conf.{ifname}.ignore_routes_with_linkdown=1",
                        f"ethtool -K {ifname} {' off '.join(OFFLOADS)} off >/dev/null 2>&1"]
                 batch += [f"addr flush dev {ifname}", f"link set dev {ifname} address {a.mac}",
-                          f"addr add {a.ip}/32 dev {ifname}", f"link set dev {ifname} up"]
+                          f"addr add {a.ip}/32 dev {ifname}",
+                          f"link set dev {ifname}" + (f" mtu {self.mtu}" if self.mtu else "") + " up"]
                 if static_neighbours:
                     batch += neighbour_lines(h.name, nic, ifname, self.addrs)
                 node.intf(ifname).ip = a.ip
                 node.intf(ifname).prefixLen = 32
             batch += pin_rules(max(l.nic_port for l in self.topo.links_of(h.name)) + 1)
-            self._run(h, "configuring", f"sh {self.workdir.write(h.short + '.sh', sh)}; "
-                                        f"ip -batch {self.workdir.write(h.short + '.ip', batch)} 2>&1")
+            self._run(h, "configuring", f"sh {self.workdir.write(h.short + '.sh', sh, h.name)}; "
+                                        f"ip -batch {self.workdir.write(h.short + '.ip', batch, h.name)} 2>&1")
 
     def static_neighbours(self) -> None:
         """Every host port knows its rail's peers' MACs (as static routing sets up anyway).
@@ -74,4 +76,4 @@ class Hosts:
         for h in self.topo.hosts:
             batch = [line for (nic, _port), ifname in sorted(host_intfs(self.topo, h.name).items())
                      for line in neighbour_lines(h.name, nic, ifname, self.addrs)]
-            self._run(h, "neighbours", f"ip -batch {self.workdir.write(h.short + '.neigh', batch)} 2>&1")
+            self._run(h, "neighbours", f"ip -batch {self.workdir.write(h.short + '.neigh', batch, h.name)} 2>&1")

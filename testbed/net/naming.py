@@ -11,7 +11,11 @@ def intf_name(topo: Topology, node: str, port: int) -> str:
 
 def root_intfs(topo: Topology) -> list[str]:
     """Switch-side interfaces: they live in the root namespace."""
-    return [intf_name(topo, s.name, l.port_of(s.name)) for s in topo.switches for l in topo.links_of(s.name)]
+    return [i for s in topo.switches for i in switch_intfs(topo, s.name)]
+
+
+def switch_intfs(topo: Topology, switch: str) -> list[str]:
+    return [intf_name(topo, switch, l.port_of(switch)) for l in topo.links_of(switch)]
 
 
 def host_intfs(topo: Topology, host: str) -> dict[tuple[int, int], str]:

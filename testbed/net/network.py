@@ -29,16 +29,20 @@ from pathlib import Path
 
 from controllers.hashing import MODELS as HASH_MODELS
 from controllers.routing import RoutingGraph, Tables
+from testbed.cluster.placement import place
+from testbed.cluster.servers import ClusterRun, refuse_on_servers
+from testbed.cluster.spec import ClusterSpec
 from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import Capabilities, probe
 from testbed.system.ownership import RUN_DIR, Ownership
+from testbed.system.site import LocalSite
 from topos.errors import InputError
 from topos.model import Link, Topology
 
 from . import checks, emulation, links
 from .controller import ROOT, ControllerProcess, check_runtime  # ROOT: agents run as `python -m traffic.…` from it
 from .hosts import Hosts
-from .naming import intf_name, root_intfs
+from .naming import intf_name, root_intfs, switch_intfs
 from .preflight import preflight
 from .routes import RouteInstaller
 from .steering import Steering
@@ -52,7 +56,7 @@ class Network:
     def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs",
                  caps: Capabilities | None = None, delay_ms: float | None = None, log_dir: str | None = None,
                  qos: QosSpec | None = None, controller_runtime: str = "os-ken",
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None):
         if routing not in ("static", "controller"):
             raise InputError("unknown routing", "use static or controller", field="routing", value=routing)
         modes = ("ecmp", "shortest") if routing == "static" else ("ecmp", "precise", "shortest")
@@ -62,7 +66,12 @@ class Network:
         if hashing not in HASH_MODELS:
             raise InputError("unknown hash model", f"use one of: {', '.join(HASH_MODELS)}", field="hashing",
                              value=hashing)
+        if cluster is not None:
+            refuse_on_servers(cluster, routing=routing, qos=qos, delay_ms=delay_ms)
         self.topo = topo
+        self.cluster_spec = cluster
+        self.cluster: ClusterRun | None = None  # while it runs on several servers
+        self.local: LocalSite | None = None
         self.routing = routing
         self.mode = mode
         self.hashing = hashing
@@ -105,6 +114,13 @@ class Network:
         t0 = time.monotonic()
         self.owner = Ownership()
         self.workdir = Workdir()
+        self.local = LocalSite(self.owner, self.workdir.path)
+        if self.cluster_spec is not None:
+            self.progress(f"starting the agents on {len(self.cluster_spec.servers) - 1} more servers")
+            self.cluster = ClusterRun(self.cluster_spec, place(self.topo, self.cluster_spec.names), self.local,
+                                      str(ROOT))
+            self.cluster.start(self.caps.to_dict())
+            self.workdir.site_of = self.cluster.site_of
         of_port = None
         tp = self.topo
         if self.routing == "controller":
@@ -114,14 +130,15 @@ class Network:
             of_port = self._controller.start(self.owner, self.workdir.write("topology.json", [self.topo.to_json()]))
         self.progress(f"building {len(tp.switches)} OVS switches, {len(tp.hosts)} hosts and {len(tp.links)} links "
                       "in Mininet")
-        self.net = emulation.build(self.topo, self.caps, self.owner, of_port)
+        self.net = emulation.build(self.topo, self.caps, self.local, of_port, self.cluster)
         self.timings["build_s"] = time.monotonic() - t0
         self.progress(f"turning offloads off on {2 * len(tp.links)} interfaces")
-        links.offloads_off(root_intfs(self.topo))
+        for site, switches in emulation.by_site(tp.switches, self.site_of).items():
+            site.sh(links.offloads_off_script([i for s in switches for i in switch_intfs(tp, s.name)]))
         if self.delay_ms:
             links.delay(root_intfs(self.topo), self.delay_ms)
         self.progress(f"addressing {len(tp.hosts)} hosts")
-        self.hosts = Hosts(self.topo, self.node, self.workdir)
+        self.hosts = Hosts(self.topo, self.node, self.workdir, self.cluster_spec and self.cluster_spec.mtu)
         self.hosts.configure(static_neighbours=self.routing == "static")
         if self._controller is not None:
             self.progress(f"waiting for the controller to route {len(tp.switches)} switches")
@@ -130,7 +147,8 @@ class Network:
             self.timings["controller_ready_s"] = time.monotonic() - t1
             log.info("controller: %d switches connected and routed", health["installed"])
         self.routes = RouteInstaller(self.topo, self.graph, self.node, self.workdir,
-                                     switches=self.routing == "static", mode=self.mode, hashing=self.hashing)
+                                     switches=self.routing == "static", mode=self.mode, hashing=self.hashing,
+                                     site_of=self.site_of)
         self.progress("installing routes" + (f" on {len(tp.switches)} switches" if self.routing == "static" else
                                              " on the hosts"))
         self.reconcile()
@@ -190,7 +208,7 @@ class Network:
             self._controller.stop()
         if self.net is not None:
             try:
-                emulation.stop(self.net, self.topo, self.owner.link_group)
+                emulation.stop(self.net, self.topo, self.local, self.cluster)
             except Exception as exc:  # noqa: BLE001 - the owner record still removes what is left
                 log.warning("mininet stop failed: %s", exc)
             self.net = None
@@ -199,6 +217,11 @@ class Network:
             if left:
                 log.info("removed after mininet stop: %s", ", ".join(left))
             self.owner = None
+        if self.cluster is not None:
+            for server, left in self.cluster.stop().items():
+                if left:
+                    log.info("removed on %s after mininet stop: %s", server, ", ".join(left))
+            self.cluster = None
         if self.workdir is not None:
             self.workdir.cleanup()
             self.workdir = None
@@ -217,6 +240,10 @@ class Network:
     def controller_token_file(self) -> Path | None:
         """The 0600 file with the token the controller's REST API asks for."""
         return self._controller.token_file if self._controller is not None else None
+
+    def site_of(self, node: str):
+        """Where a node runs (testbed.system.site): this machine, or a server agent."""
+        return self.local if self.cluster is None else self.cluster.site_of(node)
 
     def node(self, name: str):
         """Mininet node for a Topology node name (or a short name)."""

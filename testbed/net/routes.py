@@ -23,8 +23,9 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 class RouteInstaller:
     def __init__(self, topo: Topology, graph: RoutingGraph, node_of, workdir: Workdir, *, switches: bool,
-                 mode: str, hashing: str = "ovs"):
+                 mode: str, hashing: str = "ovs", site_of=None):
         self.topo, self.graph, self.node_of, self.workdir = topo, graph, node_of, workdir
+        self.site_of = site_of  # node -> its site (testbed.system.site), which runs ovs-ofctl where the switch is
         self.hashing = hashing
         self.switches = switches  # static routing: this installs the switch rules too
         self.table_mode = "shortest" if mode == "shortest" else "ecmp"
@@ -45,7 +46,10 @@ class RouteInstaller:
         change = self.rules[sw.name].update(tables.switch[sw.name])
         if change.empty:
             return
-        run([*OFCTL, "bundle", sw.short, self.workdir.write(f"{sw.short}.bundle", bundle_lines(change))])
+        path = self.workdir.write(f"{sw.short}.bundle", bundle_lines(change), sw.name)
+        rc, out = self.site_of(sw.name).sh(f"{' '.join(OFCTL)} bundle {sw.short} {path}")
+        if rc != 0:
+            raise RuntimeError(f"ovs-ofctl bundle {sw.short} failed: {out.strip()}")
 
     def _host(self, h, tables: Tables) -> None:
         nic_ports: dict[int, list[int]] = {}
@@ -53,6 +57,7 @@ class RouteInstaller:
             nic_ports.setdefault(l.nic, []).append(l.a_port)
         lines, exc = host_route_script(h.name, h.short, nic_ports, tables, self.host_exceptions.get(h.name, set()))
         self.host_exceptions[h.name] = exc
-        out = self.node_of(h.name).cmd(f"ip -force -batch {self.workdir.write(h.short + '.routes', lines)} 2>&1")
+        path = self.workdir.write(h.short + ".routes", lines, h.name)
+        out = self.node_of(h.name).cmd(f"ip -force -batch {path} 2>&1")
         if "rror" in out:
             raise RuntimeError(f"routes on {h.name}: {out.strip()}")

@@ -7,6 +7,7 @@ never complete: long work goes through files written here.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -14,10 +15,15 @@ class Workdir:
     def __init__(self):
         self._tmp = tempfile.TemporaryDirectory(prefix="hpnlab-")
         self.path = Path(self._tmp.name)
+        self.site_of: Callable[[str], object] | None = None  # a cluster run: node -> the site it runs on
 
-    def write(self, name: str, lines: list[str]) -> str:
+    def write(self, name: str, lines: list[str], node: str | None = None) -> str:
+        """The file's path as `node` sees it: on another server, the file is written there."""
+        text = "\n".join(lines) + "\n"
+        if node is not None and self.site_of is not None:
+            return self.site_of(node).write(name, text)
         path = self.path / name
-        path.write_text("\n".join(lines) + "\n")
+        path.write_text(text)
         return str(path)
 
     def cleanup(self) -> None:

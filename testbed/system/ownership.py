@@ -120,6 +120,11 @@ class Ownership:
         tmp.write_text(json.dumps(self.data))
         tmp.replace(self.path)
 
+    def begin(self) -> None:
+        """Write the record now, before anything exists (a server agent: the record names it as the owner)."""
+        with self._lock:
+            self._save()
+
     def intend(self, kind: str, names: list[str]) -> None:
         """Record things about to be created (bridges, interfaces, netns)."""
         with self._lock:

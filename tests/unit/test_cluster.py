@@ -115,3 +115,35 @@ def test_any_hpn_on_any_number_of_servers_crosses_only_above_the_tors(segs, host
     assert all(l.kind != "host-tor" for l in p.crossing)
     used = set(p.server_of[h.name] for h in topo.hosts)
     assert len(used) == min(n, segs)  # segments spread over as many servers as there are
+
+
+def test_ssh_to_a_server_uses_its_key_port_and_the_run_s_one_connection(cluster_dir):
+    from testbed.cluster.servers import agent_argv
+
+    (cluster_dir / "cluster.yaml").write_text(GOOD)
+    s2 = load_cluster(cluster_dir / "cluster.yaml").servers[1]
+    argv = agent_argv(s2, "run1-s2", "/opt/hpnlab", "/tmp/x/ssh-s2")
+    opts = dict(zip(argv[1:-2:2], argv[2:-2:2], strict=True))
+    assert argv[0] == "ssh" and argv[-2] == "root@127.0.0.1" and opts["-p"] == "2202" and opts["-i"] == s2.key
+    assert {"ControlPath=/tmp/x/ssh-s2", "ControlMaster=yes", "ControlPersist=no", "BatchMode=yes"} <= set(
+        v for k, v in zip(argv[1:-2:2], argv[2:-2:2], strict=True) if k == "-o")
+    assert argv[-1] == "cd /opt/hpnlab && exec sudo -E .venv/bin/python -m testbed.cluster.agent run1-s2"
+    # the node shells ride on that connection and never open their own master
+    assert "ControlMaster=no" in s2.ssh_options("/tmp/x/ssh-s2") and "ControlPath" not in " ".join(s2.ssh_options())
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"routing": "controller", "qos": None, "delay_ms": None}, "routing"),
+    ({"routing": "static", "qos": object(), "delay_ms": None}, "qos"),
+    ({"routing": "static", "qos": None, "delay_ms": 2.0}, "delay"),
+])
+def test_what_several_servers_do_not_do_yet_is_refused_before_anything_starts(cluster_dir, kw, field):
+    from testbed.cluster.servers import refuse_on_servers
+
+    (cluster_dir / "cluster.yaml").write_text(GOOD)
+    spec = load_cluster(cluster_dir / "cluster.yaml")
+    with pytest.raises(InputError) as exc:
+        refuse_on_servers(spec, **kw)
+    assert exc.value.field == field and "several servers" in exc.value.line()
+    refuse_on_servers(spec.model_copy(update={"servers": spec.servers[:1]}), **kw)  # one server: as on one machine
+    assert spec.mtu == 1450

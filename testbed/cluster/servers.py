@@ -1,0 +1,208 @@
+"""The master's side of a cluster run: one server agent per server but the first, reached over SSH.
+
+    servers = ClusterRun(spec, placement, run_id, hpnlab_dir, scratch)
+    servers.start()                # agents up, each server's capabilities known
+    servers.agent_of("h12")        # None: the node is on this (the first) server
+    servers.stop()                 # each server undoes its record
+
+A node on the first server is local, as on one machine; the others' changes go through their agent, which
+owns them (see agent.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from testbed.system.site import LocalSite
+from topos.errors import InputError
+
+from .placement import Placement
+from .spec import ClusterSpec, Server
+
+log = logging.getLogger(__name__)
+
+
+class AgentError(RuntimeError):
+    pass
+
+
+def refuse_on_servers(spec: ClusterSpec, *, routing: str, qos, delay_ms: float | None) -> None:
+    """What a network spread over servers does not do yet: one line each, before anything starts."""
+    if len(spec.servers) < 2:
+        return
+    if routing != "static":
+        raise InputError("controller routing over several servers is not built yet", "use --routing static",
+                         field="routing", value=routing)
+    if qos is not None:
+        raise InputError("shaping over several servers is not built yet", "leave out --qos", field="qos",
+                         value="on")
+    if delay_ms:
+        raise InputError("link delay over several servers is not built yet", "leave out --delay", field="delay",
+                         value=delay_ms)
+
+
+class ServerAgent:
+    """One server agent process and the JSON lines between us (argv: how to start it, usually over ssh)."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path):
+        self.name, self.argv, self.log_path = name, argv, log_path
+        self.proc: subprocess.Popen | None = None
+        self.hello: dict = {}
+        self._lock = threading.Lock()  # one request at a time: the replies are not tagged
+
+    def start(self) -> dict:
+        with open(self.log_path, "ab") as err:
+            # its own session: a Ctrl-C meant for the master must not cut the agent off before teardown
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         text=True, start_new_session=True)
+        self.hello = self.call("hello")
+        return self.hello
+
+    def call(self, op: str, **args) -> dict:
+        with self._lock:
+            if self.proc is None or self.proc.poll() is not None:
+                raise AgentError(f"server {self.name}: its agent is not running ({self._tail()})")
+            try:
+                self.proc.stdin.write(json.dumps({"op": op} | args) + "\n")
+                self.proc.stdin.flush()
+                line = self.proc.stdout.readline()
+            except (BrokenPipeError, OSError) as exc:
+                raise AgentError(f"server {self.name}: agent connection lost ({exc}; {self._tail()})") from exc
+        if not line:
+            raise AgentError(f"server {self.name}: agent ended ({self._tail()})")
+        reply = json.loads(line)
+        if not reply.pop("ok"):
+            raise AgentError(f"server {self.name}: {op}: {reply['error']}")
+        return reply
+
+    def stop(self, timeout: float = 60) -> list[str]:
+        """Ask the agent to undo its record and wait for it; returns what it removed."""
+        if self.proc is None:
+            return []
+        removed: list[str] = []
+        try:
+            if self.proc.poll() is None:
+                self.proc.stdin.write(json.dumps({"op": "stop"}) + "\n")
+                self.proc.stdin.close()
+                line = self.proc.stdout.readline()
+                removed = json.loads(line).get("removed", []) if line else []
+            self.proc.wait(timeout)
+        except (BrokenPipeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            log.warning("server %s: agent did not stop cleanly (%s); `hpnlab clean --cluster` finishes it",
+                        self.name, exc)
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+        return removed
+
+    # -- the same methods as testbed.system.site.LocalSite --------------------------
+    @property
+    def run_id(self) -> str:
+        return self.hello["run_id"]
+
+    def intend(self, kind: str, names: list[str]) -> None:
+        self.call("intend", kind=kind, names=names)
+
+    def process(self, pid: int, what: str) -> None:
+        self.call("process", pid=pid, what=what)
+
+    def group(self, names: list[str]) -> None:
+        self.call("group", names=names)
+
+    def delete_links(self, names: list[str]) -> int:
+        return self.call("delete_links", names=names)["deleted"]
+
+    def sh(self, script: str, timeout: float = 120) -> tuple[int, str]:
+        r = self.call("sh", script=script, timeout=timeout)
+        return r["rc"], r["out"]
+
+    def write(self, name: str, text: str) -> str:
+        return self.call("write", name=name, text=text)["path"]
+
+    def _tail(self) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "no log"
+        return lines[-1] if lines else "no output"
+
+
+def agent_argv(server: Server, run_id: str, hpnlab_dir: str, control_path: str) -> list[str]:
+    """The agent over ssh, opening the run's shared connection to the server (the node shells ride on it)."""
+    return ["ssh", *server.ssh_options(control_path, master=True), server.dest,
+            f"cd {hpnlab_dir} && exec sudo -E .venv/bin/python -m testbed.cluster.agent {run_id}"]
+
+
+def on_each_server(spec: ClusterSpec, hpnlab_dir: str, command: str,
+                   timeout: float = 300) -> dict[str, tuple[int, str]]:
+    """`hpnlab COMMAND` run on every server but the first (in parallel): exit status and output of each."""
+    def one(server: Server) -> tuple[int, str]:
+        argv = ["ssh", *server.ssh_options(), server.dest, f"cd {hpnlab_dir} && sudo -E .venv/bin/hpnlab {command}"]
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return 124, f"no answer in {timeout:.0f} s"
+        return r.returncode, (r.stdout + r.stderr).strip()
+
+    others = spec.servers[1:]
+    with ThreadPoolExecutor(max(1, len(others))) as pool:
+        return dict(zip([s.name for s in others], pool.map(one, others), strict=True))
+
+
+class ClusterRun:
+    def __init__(self, spec: ClusterSpec, placement: Placement, local: LocalSite, hpnlab_dir: str):
+        self.spec, self.placement, self.local = spec, placement, local
+        self.run_id = local.run_id
+        self.master = spec.servers[0].name
+        self.by_name = {s.name: s for s in spec.servers}
+        self.scratch = scratch = local.scratch
+        self.agents: dict[str, ServerAgent] = {
+            s.name: ServerAgent(s.name, agent_argv(s, self.server_run_id(s.name), hpnlab_dir,
+                                                   self.control_path(s.name)), scratch / f"agent-{s.name}.log")
+            for s in spec.servers[1:]}
+
+    def server_run_id(self, server: str) -> str:
+        """The id of a server's own record (and of its bridges' tags)."""
+        return self.run_id if server == self.master else f"{self.run_id}-{server}"
+
+    def control_path(self, server: str) -> str:
+        return str(self.scratch / f"ssh-{server}")
+
+    def start(self, local_capabilities: dict) -> None:
+        """Every agent up (in parallel: each is an SSH login and a capability probe)."""
+        with ThreadPoolExecutor(max(1, len(self.agents))) as pool:
+            hellos = dict(zip(self.agents, pool.map(ServerAgent.start, self.agents.values()), strict=True))
+        self.capabilities = {self.master: local_capabilities} | {s: h["capabilities"] for s, h in hellos.items()}
+
+    def stop(self) -> dict[str, list[str]]:
+        with ThreadPoolExecutor(max(1, len(self.agents))) as pool:
+            return dict(zip(self.agents, pool.map(ServerAgent.stop, self.agents.values()), strict=True))
+
+    def server_of(self, node: str) -> str:
+        return self.placement.server_of[node]
+
+    def site_of(self, node: str) -> LocalSite | ServerAgent:
+        return self.agents.get(self.server_of(node), self.local)
+
+    def mn_server(self, server: str) -> str:
+        """The name Mininet's cluster edition knows a server by: 'localhost' for this one, else its address."""
+        return "localhost" if server == self.master else self.by_name[server].host
+
+    def node_ssh_options(self, server: str) -> list[str]:
+        """ssh options of the node shells on a server: over the connection its agent opened."""
+        return [] if server == self.master else self.by_name[server].ssh_options(self.control_path(server))
+
+    def datapath(self, server: str) -> str:
+        return self.capabilities[server]["datapath"]
+
+    def by_server(self, names_of: dict[str, list[str]]) -> dict[str, list[str]]:
+        """{node: [things]} grouped as {server: [things]}."""
+        out: dict[str, list[str]] = {}
+        for node, names in names_of.items():
+            out.setdefault(self.server_of(node), []).extend(names)
+        return out
