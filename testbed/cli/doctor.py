@@ -7,7 +7,7 @@ import json
 import click
 from rich.table import Table
 
-from .common import console
+from .common import cluster_opt, console, load_cluster_arg
 
 
 def _yes(v) -> str:
@@ -16,8 +16,11 @@ def _yes(v) -> str:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the probe as JSON.")
-def doctor(as_json: bool) -> None:
-    """What this kernel and machine can do, and what the testbed will use."""
+@cluster_opt
+def doctor(as_json: bool, cluster_file: str | None) -> None:
+    """What this kernel and machine can do, and what the testbed will use; with --cluster, every server."""
+    if cluster_file is not None:
+        return cluster_doctor(load_cluster_arg(cluster_file), as_json)
     from testbed.net.preflight import OVS_SEND_BUFFER_NEEDED
     from testbed.system.capabilities import probe
 
@@ -48,3 +51,26 @@ def doctor(as_json: bool) -> None:
     console.print(t)
     for n in caps.notes:
         console.print(f"• {n}")
+
+
+def cluster_doctor(spec, as_json: bool) -> None:
+    """Each server of a cluster.yaml: SSH, hpnlab at the same path, Mininet, OVS, tunnels, its address, clock."""
+    from dataclasses import asdict
+
+    from testbed.cluster.doctor import check
+    from testbed.net.controller import ROOT
+
+    reports = check(spec, str(ROOT))
+    if as_json:
+        click.echo(json.dumps([asdict(r) for r in reports], indent=1))
+    else:
+        for r in reports:
+            t = Table(title=f"{r.server}: " + ("[green]ready[/]" if r.ok else "[red]not ready[/]"))
+            t.add_column("check")
+            t.add_column("ok")
+            t.add_column("detail")
+            for what, ok, detail in r.checks:
+                t.add_row(what, _yes(ok), detail)
+            console.print(t)
+    if not all(r.ok for r in reports):
+        raise SystemExit(1)

@@ -4,6 +4,7 @@ run neither server keeps a bridge, an interface, a run record or a process of it
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -24,6 +25,20 @@ def state(ssh, server) -> dict[str, set[str]]:
                       " echo PROC; pgrep -f '[m]ininet:|[t]estbed.cluster.agent' || true").stdout
     parts = re.split(r"^(BR|IF|RUN|PROC)$", out, flags=re.M)[1:]
     return {k: set(v.split()) for k, v in zip(parts[::2], parts[1::2], strict=True)}
+
+
+def test_doctor_finds_every_server_ready():
+    r = subprocess.run([HPNLAB, "doctor", "--cluster", os.environ["HPNLAB_CLUSTER"], "--json"], capture_output=True,
+                       text=True, timeout=600)
+    print(r.stdout[-3000:], r.stderr[-2000:])
+    reports = json.loads(r.stdout)
+    assert [rep["server"] for rep in reports] == ["s1", "s2"]
+    for rep in reports:
+        checks = {what: ok for what, ok, _detail in rep["checks"]}
+        assert checks == dict.fromkeys(["ssh", "clock", "hpnlab", "root", "Mininet", "Open vSwitch", "gre tunnels",
+                                        "tunnel_ip"], True), rep
+        assert rep["capabilities"]["datapath"] == "kernel"
+    assert r.returncode == 0
 
 
 def test_hpnlab_up_spreads_hpn_over_two_servers_and_leaves_nothing(cluster, ssh):

@@ -147,3 +147,49 @@ def test_what_several_servers_do_not_do_yet_is_refused_before_anything_starts(cl
     assert exc.value.field == field and "several servers" in exc.value.line()
     refuse_on_servers(spec.model_copy(update={"servers": spec.servers[:1]}), **kw)  # one server: as on one machine
     assert spec.mtu == 1450
+
+
+def _doctor_out(caps: dict, first: float, last: float, tail: str = "tunnel-ok\ntunnel-ip-ok") -> str:
+    import json
+
+    from testbed.cluster.doctor import SEPARATOR
+
+    return f"{first}\n{json.dumps(caps, indent=1)}\n{SEPARATOR}\n{tail}\n{last}\n"
+
+
+GOOD_CAPS = {"root": True, "mininet_version": "2.3.0", "ovs_running": True, "ovs_version": "3.5.0",
+             "datapath": "kernel"}
+
+
+@pytest.mark.parametrize("caps, first, last, tail, failing", [
+    (GOOD_CAPS, 100.2, 101.0, "tunnel-ok\ntunnel-ip-ok", set()),
+    (GOOD_CAPS, 98.0, 101.0, "tunnel-ok\ntunnel-ip-ok", {"clock"}),        # 2 s behind
+    (GOOD_CAPS, 100.2, 104.0, "tunnel-ok\ntunnel-ip-ok", {"clock"}),       # 2 s ahead
+    (GOOD_CAPS | {"ovs_running": False}, 100.2, 101.0, "tunnel-ok\ntunnel-ip-ok", {"Open vSwitch"}),
+    (GOOD_CAPS | {"mininet_version": None}, 100.2, 101.0, "tunnel-ok\ntunnel-ip-ok", {"Mininet"}),
+    (GOOD_CAPS, 100.2, 101.0, "RTNETLINK answers: Not supported\ntunnel-ip-ok", {"vxlan tunnels"}),
+    (GOOD_CAPS, 100.2, 101.0, "tunnel-ok", {"tunnel_ip"}),
+])
+def test_doctor_names_what_a_server_lacks(cluster_dir, caps, first, last, tail, failing):
+    from testbed.cluster.doctor import findings
+
+    (cluster_dir / "cluster.yaml").write_text(GOOD)
+    s2 = load_cluster(cluster_dir / "cluster.yaml").servers[1]
+    # asked at t=100 here, answered at t=102: its clock read 100.2 first and `last` at the end
+    rep = findings(s2, "vxlan", 0, _doctor_out(caps, first, last, tail), 100.0, 102.0, local=False)
+    assert {what for what, ok, _ in rep.checks if not ok} == failing, rep.checks
+    assert rep.ok is (not failing)
+
+
+def test_doctor_says_which_server_it_cannot_reach_or_lacks_hpnlab(cluster_dir):
+    from testbed.cluster.doctor import findings
+
+    (cluster_dir / "cluster.yaml").write_text(GOOD)
+    s2 = load_cluster(cluster_dir / "cluster.yaml").servers[1]
+    refused = "ssh: connect to host 127.0.0.1 port 2202: Connection refused"
+    rep = findings(s2, "vxlan", 255, "", 0, 1, False, err=refused)
+    assert not rep.ok and rep.checks == [("ssh", False, "ssh: connect to host 127.0.0.1 port 2202: Connection "
+                                                        "refused")]
+    rep = findings(s2, "vxlan", 1, "100.5\n--- hpnlab doctor ---\n100.6", 100, 101, False,
+                   err="sh: 1: cd: can't cd to /opt/hpnlab")
+    assert not rep.ok and rep.checks[-1][0] == "hpnlab" and "same path" in rep.checks[-1][2]
