@@ -9,6 +9,8 @@ under `ryu-manager controllers.app`:
     HPNLAB_HASHING    ovs | asic | asic-seeded (how switches pick among ECMP next hops)
     HPNLAB_REST_PORT  loopback port of the REST API (0: none)
     HPNLAB_REST_TOKEN_FILE  the 0600 file holding the token every REST request must carry
+    HPNLAB_REMOTE_SWITCHES  JSON {switch: address} of switches on other servers (a cluster run), admitted
+                            only from that address
 
 The event handlers are thin: ControllerState (state.py) decides, ofmsgs.py
 turns its decisions into OpenFlow messages, packets.py answers ARP and builds
@@ -19,6 +21,7 @@ changed rules are sent.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -62,6 +65,7 @@ class HpnController(BaseApp):
             self.topo = Topology.from_json(f.read())
         self.state = ControllerState(self.topo, os.environ.get("HPNLAB_MODE", "ecmp"),
                                      os.environ.get("HPNLAB_HASHING", "ovs"))
+        self.remote_switches: dict[str, str] = json.loads(os.environ.get("HPNLAB_REMOTE_SWITCHES") or "{}")
         self.dps: dict[str, object] = {}  # switch name -> datapath
         self.refused: deque[dict] = deque(maxlen=64)  # OpenFlow connections turned away, newest last
         self.refused_count = 0
@@ -135,7 +139,8 @@ class HpnController(BaseApp):
         sw = self.state.by_dpid.get(dp.id)
         old = self.dps.get(sw.name) if sw is not None else None
         why = refusal(known=sw is not None, uid=socket_uid(dp.address, dp.socket.getsockname()),
-                      own_uid=os.geteuid(), live_duplicate=old is not None and old is not dp and old.is_active)
+                      own_uid=os.geteuid(), live_duplicate=old is not None and old is not dp and old.is_active,
+                      peer_ip=dp.address[0], runs_at=self.remote_switches.get(sw.name) if sw is not None else None)
         if why is None:
             return sw.name
         log.warning("refused OpenFlow connection from %s claiming DPID %016x: %s", dp.address, dp.id, why)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -42,14 +43,17 @@ def fail(message: str, remove: tuple[str, ...] = ()) -> None:
     leave(2, remove)
 
 
-def app_environment(topology: str, mode: str, hashing: str, rest_port: int, token_file: str | None) -> dict[str, str]:
+def app_environment(topology: str, mode: str, hashing: str, rest_port: int, token_file: str | None,
+                    remote_switches: dict[str, str] | None = None) -> dict[str, str]:
     """The HPNLAB_* variables controllers/app.py reads its configuration from, under any runtime."""
     return {"HPNLAB_TOPOLOGY": os.path.abspath(topology), "HPNLAB_MODE": mode, "HPNLAB_HASHING": hashing,
-            "HPNLAB_REST_PORT": str(rest_port), "HPNLAB_REST_TOKEN_FILE": os.path.abspath(token_file or "")}
+            "HPNLAB_REST_PORT": str(rest_port), "HPNLAB_REST_TOKEN_FILE": os.path.abspath(token_file or ""),
+            "HPNLAB_REMOTE_SWITCHES": json.dumps(remote_switches or {})}
 
 
 def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = False, hashing: str = "ovs",
-        token_file: str | None = None, remove_at_exit: tuple[str, ...] = ()) -> None:
+        token_file: str | None = None, remove_at_exit: tuple[str, ...] = (), of_host: str = "127.0.0.1",
+        remote_switches: dict[str, str] | None = None) -> None:
     if rest_port and not token_file:
         fail("--token-file: the REST API needs a token file (mode 0600; 'hpnlab controller' makes one)",
              remove_at_exit)
@@ -58,7 +62,7 @@ def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = 
             read_token(token_file)
         except (OSError, ValueError) as exc:
             fail(f"--token-file={token_file}: {exc}", remove_at_exit)
-    os.environ.update(app_environment(topology, mode, hashing, rest_port, token_file))
+    os.environ.update(app_environment(topology, mode, hashing, rest_port, token_file, remote_switches))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s.%(msecs)03d %(name)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("os_ken", "ryu"):
@@ -73,7 +77,7 @@ def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = 
         from ryu.base.app_manager import AppManager  # type: ignore[no-redef]
         from ryu.controller import controller  # type: ignore[no-redef]  # noqa: F401
         project = "ryu"
-    cfg.CONF(args=["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(of_port)], project=project)
+    cfg.CONF(args=["--ofp-listen-host", of_host, "--ofp-tcp-listen-port", str(of_port)], project=project)
     cfg.CONF.set_override("echo_request_interval", ECHO_INTERVAL_S)
     cfg.CONF.set_override("maximum_unreplied_echo_requests", ECHO_UNREPLIED)
     # Not AppManager.run_apps: with os-ken's native threads its shutdown path
@@ -91,7 +95,7 @@ def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = 
     deadline = time.monotonic() + LISTEN_WAIT_S
     while not own_listener(of_port):
         if time.monotonic() > deadline:
-            fail(f"--of-port={of_port}: not listening on 127.0.0.1 after {LISTEN_WAIT_S:.0f} s (another process "
+            fail(f"--of-port={of_port}: not listening on {of_host} after {LISTEN_WAIT_S:.0f} s (another process "
                  f"holds the port?); choose a free port", remove_at_exit)
         time.sleep(0.05)
     stop = threading.Event()
@@ -111,10 +115,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hashing", choices=HASH_MODELS, default="ovs")
     ap.add_argument("--of-port", type=int, default=6653)
     ap.add_argument("--rest-port", type=int, default=8080)
+    ap.add_argument("--of-host", default="127.0.0.1",
+                    help="address to take OpenFlow on: loopback, or a cluster run's own address on its first server")
+    ap.add_argument("--remote-switches", type=json.loads, default=None,
+                    help='JSON {"switch": "address"}: switches on other servers, admitted only from that address')
     ap.add_argument("--token-file", help="0600 file with the token REST requests must carry")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args(argv)
-    run(a.topology, a.mode, a.of_port, a.rest_port, a.verbose, a.hashing, a.token_file)
+    run(a.topology, a.mode, a.of_port, a.rest_port, a.verbose, a.hashing, a.token_file, of_host=a.of_host,
+        remote_switches=a.remote_switches)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,11 @@ connection and feed the controller forged port-status messages. A switch is
 admitted only if the socket that connected belongs to the controller's own
 user (Open vSwitch runs as root like the testbed) and its DPID is one of the
 topology's with no live connection already.
+
+Spread over servers (Mininet's cluster edition), the controller listens on the
+first server's cluster address, and a switch placed on another server can only
+be checked by where it connects from: it is admitted only from the address of
+the server the placement put it on (HPNLAB_REMOTE_SWITCHES).
 """
 
 from __future__ import annotations
@@ -72,11 +77,16 @@ def own_listener(port: int, pid: int | str = "self") -> bool:
     return False
 
 
-def refusal(known: bool, uid: int | None, own_uid: int, live_duplicate: bool) -> str | None:
-    """Why a connection claiming a DPID is refused, or None to admit it."""
+def refusal(known: bool, uid: int | None, own_uid: int, live_duplicate: bool, peer_ip: str | None = None,
+            runs_at: str | None = None) -> str | None:
+    """Why a connection claiming a DPID is refused, or None to admit it (`runs_at`: the address of the other
+    server that switch runs on; None: it runs here)."""
     if not known:
         return "its DPID is not a switch of this topology"
-    if uid != own_uid:
+    if runs_at is not None:
+        if _unmapped(peer_ip or "") != runs_at:
+            return f"it comes from {peer_ip}, not from {runs_at}, the server that switch runs on"
+    elif uid != own_uid:
         return f"it comes from a socket of uid {uid}, not the controller's uid {own_uid}"
     if live_duplicate:
         return "a live connection for that DPID is already up (refusing a second one)"

@@ -31,13 +31,10 @@ class AgentError(RuntimeError):
     pass
 
 
-def refuse_on_servers(spec: ClusterSpec, *, routing: str, qos, delay_ms: float | None) -> None:
+def refuse_on_servers(spec: ClusterSpec, *, qos, delay_ms: float | None) -> None:
     """What a network spread over servers does not do yet: one line each, before anything starts."""
     if len(spec.servers) < 2:
         return
-    if routing != "static":
-        raise InputError("controller routing over several servers is not built yet", "use --routing static",
-                         field="routing", value=routing)
     if qos is not None:
         raise InputError("shaping over several servers is not built yet", "leave out --qos", field="qos",
                          value="on")
@@ -196,6 +193,13 @@ class ClusterRun:
     def node_ssh_options(self, server: str) -> list[str]:
         """ssh options of the node shells on a server: over the connection its agent opened."""
         return [] if server == self.master else self.by_name[server].ssh_options(self.control_path(server))
+
+    def controller_listen(self, switches: list[str]) -> dict:
+        """Where the controller (on the first server) takes OpenFlow: its cluster address, so the other
+        servers' switches reach it; and which switches must connect from which other server's address."""
+        return {"of_host": str(self.by_name[self.master].tunnel_ip),
+                "remote_switches": {n: str(self.by_name[s].tunnel_ip) for n, s in self.placement.server_of.items()
+                                    if s != self.master and n in switches}}
 
     def datapath(self, server: str) -> str:
         return self.capabilities[server]["datapath"]

@@ -7,6 +7,7 @@ HPNLAB_* environment the app reads.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -46,8 +47,12 @@ def check_runtime(runtime: str) -> None:
 
 
 class ControllerProcess:
-    def __init__(self, topo: Topology, mode: str, log_dir: Path, hashing: str = "ovs", runtime: str = "os-ken"):
+    def __init__(self, topo: Topology, mode: str, log_dir: Path, hashing: str = "ovs", runtime: str = "os-ken",
+                 of_host: str = "127.0.0.1", remote_switches: dict[str, str] | None = None):
+        """`of_host`: where it takes OpenFlow (a cluster run: the first server's cluster address);
+        `remote_switches`: switch -> the address of the other server it runs on (admitted only from there)."""
         self.topo, self.mode, self.hashing, self.runtime = topo, mode, hashing, runtime
+        self.of_host, self.remote_switches = of_host, remote_switches or {}
         self.log_path = log_dir / "controller.log"
         self.proc: subprocess.Popen | None = None
         self.client: ControllerClient | None = None
@@ -77,18 +82,20 @@ class ControllerProcess:
 
     def _command(self, topo_file: str, rest_port: int) -> list[str]:
         if self.runtime == "ryu-manager":
-            return [str(ryu_manager()), "--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port", str(self.of_port),
+            return [str(ryu_manager()), "--ofp-listen-host", self.of_host, "--ofp-tcp-listen-port", str(self.of_port),
                     "controllers.app"]
         return [sys.executable, "-m", "controllers.launcher", "--topology", topo_file, "--mode", self.mode,
-                "--hashing", self.hashing, "--of-port", str(self.of_port), "--rest-port", str(rest_port),
-                "--token-file", str(self.token_file)]
+                "--hashing", self.hashing, "--of-host", self.of_host, "--of-port", str(self.of_port),
+                "--rest-port", str(rest_port), "--token-file", str(self.token_file),
+                "--remote-switches", json.dumps(self.remote_switches)]
 
     def _env(self, topo_file: str, rest_port: int) -> dict[str, str]:
         """ryu-manager's configuration is the app's HPNLAB_* environment (the launcher sets the same itself)."""
         if self.runtime != "ryu-manager":
             return dict(os.environ)
         return {**os.environ, "PYTHONPATH": str(ROOT),
-                **app_environment(topo_file, self.mode, self.hashing, rest_port, str(self.token_file))}
+                **app_environment(topo_file, self.mode, self.hashing, rest_port, str(self.token_file),
+                                  self.remote_switches)}
 
     def _listening(self, deadline: float) -> bool:
         while self.alive() and time.monotonic() < deadline:

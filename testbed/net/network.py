@@ -67,7 +67,7 @@ class Network:
             raise InputError("unknown hash model", f"use one of: {', '.join(HASH_MODELS)}", field="hashing",
                              value=hashing)
         if cluster is not None:
-            refuse_on_servers(cluster, routing=routing, qos=qos, delay_ms=delay_ms)
+            refuse_on_servers(cluster, qos=qos, delay_ms=delay_ms)
         self.topo = topo
         self.cluster_spec = cluster
         self.cluster: ClusterRun | None = None  # while it runs on several servers
@@ -125,8 +125,9 @@ class Network:
         tp = self.topo
         if self.routing == "controller":
             self.progress(f"starting the controller ({self.controller_runtime})")
+            where = {} if self.cluster is None else self.cluster.controller_listen([s.name for s in tp.switches])
             self._controller = ControllerProcess(self.topo, self.mode, Path(self.log_dir or self.workdir.path),
-                                                 self.hashing, self.controller_runtime)
+                                                 self.hashing, self.controller_runtime, **where)
             of_port = self._controller.start(self.owner, self.workdir.write("topology.json", [self.topo.to_json()]))
         self.progress(f"building {len(tp.switches)} OVS switches, {len(tp.hosts)} hosts and {len(tp.links)} links "
                       "in Mininet")

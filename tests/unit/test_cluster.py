@@ -133,9 +133,8 @@ def test_ssh_to_a_server_uses_its_key_port_and_the_run_s_one_connection(cluster_
 
 
 @pytest.mark.parametrize("kw, field", [
-    ({"routing": "controller", "qos": None, "delay_ms": None}, "routing"),
-    ({"routing": "static", "qos": object(), "delay_ms": None}, "qos"),
-    ({"routing": "static", "qos": None, "delay_ms": 2.0}, "delay"),
+    ({"qos": object(), "delay_ms": None}, "qos"),
+    ({"qos": None, "delay_ms": 2.0}, "delay"),
 ])
 def test_what_several_servers_do_not_do_yet_is_refused_before_anything_starts(cluster_dir, kw, field):
     from testbed.cluster.servers import refuse_on_servers
@@ -193,3 +192,20 @@ def test_doctor_says_which_server_it_cannot_reach_or_lacks_hpnlab(cluster_dir):
     rep = findings(s2, "vxlan", 1, "100.5\n--- hpnlab doctor ---\n100.6", 100, 101, False,
                    err="sh: 1: cd: can't cd to /opt/hpnlab")
     assert not rep.ok and rep.checks[-1][0] == "hpnlab" and "same path" in rep.checks[-1][2]
+
+
+def test_the_controller_takes_openflow_on_the_first_server_s_cluster_address(cluster_dir, tmp_path):
+    """...and admits each switch of another server only from that server's address."""
+    from testbed.cluster.servers import ClusterRun
+    from testbed.system.ownership import Ownership
+    from testbed.system.site import LocalSite
+
+    (cluster_dir / "cluster.yaml").write_text(GOOD)
+    spec = load_cluster(cluster_dir / "cluster.yaml")
+    topo = build("hpn")
+    placement = place(topo, spec.names)
+    run = ClusterRun(spec, placement, LocalSite(Ownership("unit"), tmp_path), "/opt/hpnlab")
+    where = run.controller_listen([s.name for s in topo.switches])
+    assert where["of_host"] == "192.168.7.1"
+    assert set(where["remote_switches"]) == {s.name for s in topo.switches if placement.server_of[s.name] == "s2"}
+    assert set(where["remote_switches"].values()) == {"192.168.7.2"} and len(where["remote_switches"]) == 8

@@ -29,3 +29,17 @@ def test_refusal_reasons():
     assert "uid 1000" in refusal(known=True, uid=1000, own_uid=0, live_duplicate=False)
     assert "uid None" in refusal(known=True, uid=None, own_uid=0, live_duplicate=False)
     assert "second" in refusal(known=True, uid=0, own_uid=0, live_duplicate=True)
+
+
+def test_a_switch_of_another_server_is_admitted_only_from_that_server_s_address():
+    """A cluster run: no uid to look up across machines, so the address the placement expects decides."""
+    assert refusal(known=True, uid=None, own_uid=0, live_duplicate=False, peer_ip="192.168.7.2",
+                   runs_at="192.168.7.2") is None
+    assert refusal(known=True, uid=None, own_uid=0, live_duplicate=False, peer_ip="::ffff:192.168.7.2",
+                   runs_at="192.168.7.2") is None
+    why = refusal(known=True, uid=None, own_uid=0, live_duplicate=False, peer_ip="192.168.7.9", runs_at="192.168.7.2")
+    assert "192.168.7.9" in why and "192.168.7.2" in why
+    # a switch of this server connecting from elsewhere is still judged by its socket's uid here (none: refused)
+    assert "uid None" in refusal(known=True, uid=None, own_uid=0, live_duplicate=False, peer_ip="192.168.7.2")
+    assert "second" in refusal(known=True, uid=None, own_uid=0, live_duplicate=True, peer_ip="192.168.7.2",
+                               runs_at="192.168.7.2")
