@@ -4,8 +4,9 @@
   shell, so it is set before that, per server.
 - RemoteOVSSwitch.batchStartup sends each server's whole `ovs-vsctl` batch through a switch's shell, which is a
   pty: a line longer than the pty's 4095 characters is cut, and with 8 switches a server got only some of its
-  bridges ("a0 is not a bridge"). Here the batch goes as a command's arguments (RemoteMixin.rcmd: ssh, or a
-  plain process on this server), as Mininet does on one machine.
+  bridges ("a0 is not a bridge"). Here a remote server's batch goes as ssh's arguments (RemoteMixin.rcmd; its
+  shell there parses the quoting Mininet wrote for a shell), and this server's batch through a local shell, as
+  Mininet does on one machine (rcmd here runs without a shell, and OVS refused the quoted controller target).
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ def node_classes(ssh_options: dict[str, list[str]]) -> tuple[type, type]:
             by_server = attrgetter("server")
             for _server, group in groupby(sorted(switches, key=by_server), by_server):
                 group = tuple(group)
-                OVSSwitch.batchStartup(group, run=lambda cmds, shell=True, first=group[0]: first.rcmd(cmds))
+                if group[0].isRemote:  # the remote shell parses the batch, as a local shell does below
+                    OVSSwitch.batchStartup(group, run=lambda cmds, shell=True, first=group[0]: first.rcmd(cmds))
+                else:
+                    OVSSwitch.batchStartup(group)
             return switches
 
     return ClusterHost, ClusterSwitch
