@@ -1,9 +1,9 @@
 """The master's side of a cluster run: one server agent per server but the first, reached over SSH.
 
-    servers = ClusterRun(spec, placement, run_id, hpnlab_dir, scratch)
-    servers.start()                # agents up, each server's capabilities known
-    servers.agent_of("h12")        # None: the node is on this (the first) server
-    servers.stop()                 # each server undoes its record
+    servers = ClusterRun(spec, placement, local_site, hpnlab_dir)
+    servers.start(local_capabilities)   # agents up, each server's capabilities known
+    servers.site_of("h12")              # its agent, or local_site if the node is on this (the first) server
+    servers.stop()                      # each server undoes its record
 
 A node on the first server is local, as on one machine; the others' changes go through their agent, which
 owns them (see agent.py).
