@@ -32,8 +32,6 @@ from testbed.system.capabilities import probe
 from testbed.system.ownership import RUN_ID, Ownership, exit_cleanly_on_signals
 from testbed.system.site import LocalSite
 
-log = logging.getLogger(__name__)
-
 
 class Agent:
     def __init__(self, run_id: str):

@@ -9,11 +9,11 @@ addresses. `findings` turns that into verdicts; it is pure, so the rules are uni
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from .servers import run_once
 from .spec import ClusterSpec, Server
 
 CLOCK_SKEW_S = 0.5  # flow times are taken on the sender and the receiver, which may be on different servers
@@ -85,13 +85,8 @@ def check(spec: ClusterSpec, hpnlab_dir: str, timeout: float = 180) -> list[Repo
     def one(i_server: tuple[int, Server]) -> Report:
         i, server = i_server
         sh = script(server, hpnlab_dir, spec.tunnel, "" if i == 0 else "sudo -E ")
-        argv = ["sh", "-c", sh] if i == 0 else ["ssh", *server.ssh_options(), server.dest, sh]
         t0 = time.time()
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-            rc, out, err = r.returncode, r.stdout, r.stderr
-        except subprocess.TimeoutExpired:
-            rc, out, err = 255, "", f"no answer in {timeout:.0f} s"
+        rc, out, err = run_once(["sh", "-c", sh] if i == 0 else server.ssh_argv(sh), timeout)
         return findings(server, spec.tunnel, rc, out, t0, time.time(), local=i == 0, err=err)
 
     with ThreadPoolExecutor(len(spec.servers)) as pool:

@@ -131,20 +131,25 @@ class ServerAgent:
 
 def agent_argv(server: Server, run_id: str, hpnlab_dir: str, control_path: str) -> list[str]:
     """The agent over ssh, opening the run's shared connection to the server (the node shells ride on it)."""
-    return ["ssh", *server.ssh_options(control_path, master=True), server.dest,
-            f"cd {hpnlab_dir} && exec sudo -E .venv/bin/python -m testbed.cluster.agent {run_id}"]
+    return server.ssh_argv(f"cd {hpnlab_dir} && exec sudo -E .venv/bin/python -m testbed.cluster.agent {run_id}",
+                           control_path, master=True)
+
+
+def run_once(argv: list[str], timeout: float) -> tuple[int, str, str]:
+    """Exit status, output and errors of one command (no answer in time: 255, as ssh says it could not connect)."""
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return 255, "", f"no answer in {timeout:.0f} s"
+    return r.returncode, r.stdout, r.stderr
 
 
 def on_each_server(spec: ClusterSpec, hpnlab_dir: str, command: str,
                    timeout: float = 300) -> dict[str, tuple[int, str]]:
     """`hpnlab COMMAND` run on every server but the first (in parallel): exit status and output of each."""
     def one(server: Server) -> tuple[int, str]:
-        argv = ["ssh", *server.ssh_options(), server.dest, f"cd {hpnlab_dir} && sudo -E .venv/bin/hpnlab {command}"]
-        try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return 124, f"no answer in {timeout:.0f} s"
-        return r.returncode, (r.stdout + r.stderr).strip()
+        rc, out, err = run_once(server.ssh_argv(f"cd {hpnlab_dir} && sudo -E .venv/bin/hpnlab {command}"), timeout)
+        return rc, (out + err).strip()
 
     others = spec.servers[1:]
     with ThreadPoolExecutor(max(1, len(others))) as pool:
@@ -203,10 +208,3 @@ class ClusterRun:
 
     def datapath(self, server: str) -> str:
         return self.capabilities[server]["datapath"]
-
-    def by_server(self, names_of: dict[str, list[str]]) -> dict[str, list[str]]:
-        """{node: [things]} grouped as {server: [things]}."""
-        out: dict[str, list[str]] = {}
-        for node, names in names_of.items():
-            out.setdefault(self.server_of(node), []).extend(names)
-        return out

@@ -62,6 +62,10 @@ class Server(Params):
             opts += ["-i", self.key, "-o", "IdentitiesOnly=yes"]
         return opts
 
+    def ssh_argv(self, command: str, control_path: str | None = None, master: bool = False) -> list[str]:
+        """`command` run on this server over ssh (see ssh_options)."""
+        return ["ssh", *self.ssh_options(control_path, master), self.dest, command]
+
 
 class ClusterSpec(Params):
     servers: list[Server] = Field(min_length=1, max_length=MAX_SERVERS)

@@ -27,18 +27,19 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
     Each node's site (testbed.system.site) records and owns what is made for it: this machine (`local`), or
     with `cluster` the agent of the server that Mininet's cluster edition places the node on.
     """
-    site_of = site_resolver(local, cluster)
     from mininet.link import Link as MnLink
     from mininet.log import setLogLevel
     from mininet.net import Mininet
     from mininet.node import Host, OVSSwitch, RemoteController
 
     setLogLevel(os.environ.get("HPNLAB_MININET_LOG", "warning"))
-    for site, names in by_site(topo.switches, site_of).items():
-        site.intend("bridges", [s.short for s in names])
-        site.intend("interfaces", [i for s in names for i in switch_intfs(topo, s.name)])
+    site_of = (lambda _node: local) if cluster is None else cluster.site_of
+    for site, switches in by_site(topo.switches, site_of).items():
+        site.intend("bridges", [s.short for s in switches])
+    for site, ifnames in root_intfs_by_site(topo, site_of).items():
+        site.intend("interfaces", ifnames)
     if cluster is None:
-        host_cls, switch_cls, link_cls, where = Host, OVSSwitch, MnLink, {}
+        host_cls, switch_cls, where = Host, OVSSwitch, {}
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
                       link=MnLink, waitConnected=False)
     else:
@@ -100,8 +101,8 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
         for l in topo.links:
             net.addLink(topo.nodes[l.a].short, topo.nodes[l.b].short, port1=l.a_port, port2=l.b_port)
         net.build()
-        for site, names in by_site(topo.switches, site_of).items():  # the proof, for cleanup, that they are ours
-            site.group([i for s in names for i in switch_intfs(topo, s.name)])
+        for site, ifnames in root_intfs_by_site(topo, site_of).items():  # the proof, for cleanup, that they are ours
+            site.group(ifnames)
         net.start()
     except BaseException:
         net.stop()
@@ -109,15 +110,17 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
     return net
 
 
-def site_resolver(local: LocalSite, cluster: ClusterRun | None) -> Callable[[str], object]:
-    return (lambda _node: local) if cluster is None else cluster.site_of
-
-
-def by_site(nodes: list[Node], site_of) -> dict:
+def by_site(nodes: list[Node], site_of: Callable[[str], object]) -> dict:
     out: dict = {}
     for n in nodes:
         out.setdefault(site_of(n.name), []).append(n)
     return out
+
+
+def root_intfs_by_site(topo: Topology, site_of: Callable[[str], object]) -> dict:
+    """Each site's switch-side interfaces (root namespace): what it records, groups, tunes and deletes."""
+    return {site: [i for s in switches for i in switch_intfs(topo, s.name)]
+            for site, switches in by_site(topo.switches, site_of).items()}
 
 
 class OneCommandAtATime:
@@ -138,15 +141,15 @@ class OneCommandAtATime:
             return super().cmd(*args, **kwargs)
 
 
-def stop(net, topo: Topology, local: LocalSite, cluster: ClusterRun | None = None) -> None:
+def stop(net, topo: Topology, site_of: Callable[[str], object]) -> None:
     """Mininet's stop without its per-interface `ip link del` (a shell round trip and an RCU grace period
     each, most of the teardown at scale): every root-namespace veth in one batch per site (their peers in the
     hosts go with them), the bridges in one ovs-vsctl call per server (Mininet's batch shutdown), then the
     node shells."""
     for c in net.controllers:
         c.stop()
-    for site, names in by_site(topo.switches, site_resolver(local, cluster)).items():
-        site.delete_links([i for s in names for i in switch_intfs(topo, s.name)])
+    for site, ifnames in root_intfs_by_site(topo, site_of).items():
+        site.delete_links(ifnames)
     switches = list(net.switches)
     if switches:
         type(switches[0]).batchShutdown(switches)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-
 OFFLOADS = ["tso", "gso", "gro", "tx", "rx"]
 
 
@@ -11,10 +9,6 @@ def offloads_off_script(ifnames: list[str]) -> str:
     # Userspace OVS does not segment or checksum for the kernel: with offloads
     # on, TSO super-frames and missing checksums stall TCP.
     return "\n".join(f"ethtool -K {i} {' off '.join(OFFLOADS)} off >/dev/null 2>&1" for i in ifnames)
-
-
-def offloads_off(ifnames: list[str]) -> None:
-    subprocess.run(["sh", "-c", offloads_off_script(ifnames)], check=False)
 
 
 def delay(ifnames: list[str], delay_ms: float) -> None:

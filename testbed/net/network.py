@@ -42,7 +42,7 @@ from topos.model import Link, Topology
 from . import checks, emulation, links
 from .controller import ROOT, ControllerProcess, check_runtime  # ROOT: agents run as `python -m traffic.…` from it
 from .hosts import Hosts
-from .naming import intf_name, root_intfs, switch_intfs
+from .naming import intf_name, root_intfs
 from .preflight import preflight
 from .routes import RouteInstaller
 from .steering import Steering
@@ -134,8 +134,8 @@ class Network:
         self.net = emulation.build(self.topo, self.caps, self.local, of_port, self.cluster)
         self.timings["build_s"] = time.monotonic() - t0
         self.progress(f"turning offloads off on {2 * len(tp.links)} interfaces")
-        for site, switches in emulation.by_site(tp.switches, self.site_of).items():
-            site.sh(links.offloads_off_script([i for s in switches for i in switch_intfs(tp, s.name)]))
+        for site, ifnames in emulation.root_intfs_by_site(tp, self.site_of).items():
+            site.sh(links.offloads_off_script(ifnames))
         if self.delay_ms:
             links.delay(root_intfs(self.topo), self.delay_ms)
         self.progress(f"addressing {len(tp.hosts)} hosts")
@@ -209,7 +209,7 @@ class Network:
             self._controller.stop()
         if self.net is not None:
             try:
-                emulation.stop(self.net, self.topo, self.local, self.cluster)
+                emulation.stop(self.net, self.topo, self.site_of)
             except Exception as exc:  # noqa: BLE001 - the owner record still removes what is left
                 log.warning("mininet stop failed: %s", exc)
             self.net = None

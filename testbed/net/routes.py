@@ -23,7 +23,7 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 class RouteInstaller:
     def __init__(self, topo: Topology, graph: RoutingGraph, node_of, workdir: Workdir, *, switches: bool,
-                 mode: str, hashing: str = "ovs", site_of=None):
+                 mode: str, site_of, hashing: str = "ovs"):
         self.topo, self.graph, self.node_of, self.workdir = topo, graph, node_of, workdir
         self.site_of = site_of  # node -> its site (testbed.system.site), which runs ovs-ofctl where the switch is
         self.hashing = hashing

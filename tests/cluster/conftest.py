@@ -25,11 +25,8 @@ def cluster():
 @pytest.fixture(scope="session")
 def ssh(cluster):
     def run(server, command: str, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = ["ssh", "-n", "-o", "BatchMode=yes", "-p", str(server.port)]
-        if server.key:
-            cmd += ["-i", server.key]
-        r = subprocess.run([*cmd, f"{server.user}@{server.host}", command], capture_output=True, text=True,
-                           timeout=120)
+        r = subprocess.run(server.ssh_argv(command), capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
         if check:
             assert r.returncode == 0, f"{server.name}: {command}: {r.stderr.strip()}"
         return r
