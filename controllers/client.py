@@ -50,18 +50,18 @@ class ControllerClient:
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {token}"}
 
-    def request(self, method: str, path: str, body: object | None = None) -> object:
+    def request(self, method: str, path: str, body: object | None = None, timeout: float | None = None) -> object:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method,
                                      headers={**self.headers, **({"Content-Type": "application/json"} if data else {})})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as r:
                 return json.loads(r.read())
         except urllib.error.HTTPError as exc:
             raise ControllerError(exc.code, json.loads(exc.read() or b"{}")) from None
 
-    def get(self, path: str) -> object:
-        return self.request("GET", path)
+    def get(self, path: str, timeout: float | None = None) -> object:
+        return self.request("GET", path, timeout=timeout)
 
     def health(self) -> dict:
         return self.get("/health")

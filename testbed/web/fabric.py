@@ -22,6 +22,7 @@ from .elements import flow_links, port_links
 log = logging.getLogger(__name__)
 
 FLOWS_EVERY_S = 1.0  # declared flows change when a job starts or a link fails, not every sample
+FLOWS_TIMEOUT_S = 1.0  # a busy controller delays the flow list, never the link states drawn beside it
 # Reading every shaped port's queues costs ~10 ms at 8 hosts but ~170 ms at 64 (every HTB class of every port,
 # in every host's namespace): they are re-read only when the last read took at most this share of the time
 # since, so watching never takes the emulation's CPU (bench/web_sample.py).
@@ -110,7 +111,7 @@ class FabricProbe:
             return self._flows
         self._flows_at = now
         try:
-            flows = self.controller.get("/flows")
+            flows = self.controller.get("/flows", timeout=FLOWS_TIMEOUT_S)
         except (OSError, RuntimeError) as exc:  # the controller is going away with its network
             log.debug("flows: %s", exc)
             return self._flows

@@ -36,6 +36,7 @@ class Hub(Watch):
         self._ops: deque[dict] = deque(maxlen=1000)
         self._progress: dict | None = None
         self._t0 = time.time()
+        self._sample_errors: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="web-sampler", daemon=True)
 
@@ -87,13 +88,13 @@ class Hub(Watch):
     def snapshot(self) -> dict:
         """Everything a page needs to draw from scratch (its first message, and GET /api/snapshot)."""
         with self._lock:
-            return {"network": self._network, "state": self._state, "events": list(self._events),
-                    "ops": list(self._ops), "progress": self._progress, "period_s": self.period_s}
+            return self._snapshot()
 
     def subscribe(self) -> queue.Queue:
         q: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
-        q.put(("snapshot", self.snapshot()))
+        # under one lock: a network published between the snapshot and the subscription would reach neither
         with self._lock:
+            q.put(("snapshot", self._snapshot()))
             self._subscribers.append(q)
         return q
 
@@ -103,6 +104,10 @@ class Hub(Watch):
                 self._subscribers.remove(q)
 
     # -- inside -----------------------------------------------------------------
+    def _snapshot(self) -> dict:
+        return {"network": self._network, "state": self._state, "events": list(self._events),
+                "ops": list(self._ops), "progress": self._progress, "period_s": self.period_s}
+
     def _publish(self, kind: str, data: dict) -> None:
         with self._lock:
             subscribers = list(self._subscribers)
@@ -129,12 +134,24 @@ class Hub(Watch):
             except (OSError, RuntimeError, ValueError) as exc:  # the network went down under the sample
                 log.debug("sample: %s", exc)
                 continue
+            except Exception as exc:  # noqa: BLE001 - a sampler that dies leaves the page frozen without a word
+                self._sample_failed(exc)
+                continue
             with self._lock:
                 if self._probe is not probe:
                     continue
                 before, self._state = self._state, state
             self._changes(before, state)
             self._publish("state", state)
+
+    def _sample_failed(self, exc: Exception) -> None:
+        """Said once per kind of error, in the log (with its traceback) and on the page; sampling goes on."""
+        what = f"{type(exc).__name__}: {exc}"
+        if what in self._sample_errors:
+            return
+        self._sample_errors.add(what)
+        log.warning("the web view could not read the fabric: %s", what, exc_info=exc)
+        self._event("sample-error", f"could not read the fabric ({what}); the view may lag")
 
     def _changes(self, before: dict | None, now: dict) -> None:
         """Events for links whose state changed since the last sample (every failed link on the first one)."""

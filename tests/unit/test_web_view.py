@@ -126,6 +126,32 @@ def test_hub_pushes_states_and_a_link_event_on_each_change(monkeypatch):
     assert [e["kind"] for e in hub.snapshot()["events"]] == ["link-down", "link-up", "network-down"]
 
 
+def test_a_sample_that_raises_is_said_once_and_sampling_goes_on(monkeypatch):
+    calls = {"n": 0}
+
+    def sample(self):
+        calls["n"] += 1
+        if calls["n"] <= 3:  # an error the sampler does not expect, three times over
+            raise KeyError("tor-x:9")
+        return {"t": time.time(), "links": {l.name: {"up": True, "ab_bps": 0, "ba_bps": 0, "util": None}
+                                            for l in self.topo.links}, "ports": {}, "flows": []}
+
+    monkeypatch.setattr(FabricProbe, "sample", sample)
+    hub = Hub(period_s=0.01)
+    hub.network_up(fake_net(), "v")
+    q = hub.subscribe()
+    hub.start()
+    kinds, texts = [], []
+    while kinds.count("state") < 3:
+        kind, data = q.get(timeout=5)
+        kinds.append(kind)
+        if kind == "event":
+            texts.append(data["text"])
+    hub.stop()
+    assert calls["n"] >= 6
+    assert texts == ["could not read the fabric (KeyError: 'tor-x:9'); the view may lag"]
+
+
 def get(port: int, path: str, headers: dict | None = None) -> tuple[int, str, bytes]:
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     c.request("GET", path, headers=headers or {})
