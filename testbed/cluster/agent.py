@@ -7,11 +7,15 @@ scratch folder, and answers one JSON request per line on stdin with one JSON lin
 
     {"op": "hello"}                          -> this server's capabilities and versions
     {"op": "intend", "kind": k, "names": []} -> recorded before the master creates them (bridges, interfaces)
-    {"op": "process", "pid": p, "what": w}   -> a node shell the master started here
+    {"op": "process", "pid": p, "what": w, "netns": b} -> a node shell the master started here (b: a host's,
+                                             whose namespace's other processes are the run's too)
     {"op": "group", "names": []}             -> interfaces put in the record's link group (the proof)
     {"op": "delete_links", "names": []}      -> those interfaces deleted in one request
     {"op": "write", "name": n, "text": t}    -> a file in the scratch folder; its path
     {"op": "sh", "script": s}                -> a root-namespace shell script's exit status and output
+    {"op": "shape", "spec": q, "ports": []}  -> this server's share of the egress ports shaped (testbed.qos)
+    {"op": "qos_stats", "handle": h, "keys": []} -> their qdiscs' counters, by port key
+    {"op": "unshape"}                        -> the qdiscs removed; how many
     {"op": "stop"}                           -> everything in the record undone; what was removed
 
 When stdin ends without "stop" (the master crashed, was killed or lost its SSH connection) or on SIGTERM,
@@ -26,8 +30,12 @@ import logging
 import re
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
+from testbed.qos.ports import ports_from_json
+from testbed.qos.shaper import Shaper
+from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import probe
 from testbed.system.ownership import RUN_ID, Ownership, exit_cleanly_on_signals
 from testbed.system.site import LocalSite
@@ -41,6 +49,7 @@ class Agent:
         self.owner.begin()
         self.scratch = Path(tempfile.mkdtemp(prefix=f"hpnlab-{run_id}-"))
         self.site = LocalSite(self.owner, self.scratch)
+        self.shaper: Shaper | None = None  # its qdiscs go with the interfaces the record deletes
 
     def handle(self, req: dict) -> dict:
         op, site = req.get("op"), self.site
@@ -56,11 +65,38 @@ class Agent:
         if op == "sh":
             rc, out = site.sh(req["script"], req.get("timeout", 120))
             return {"rc": rc, "out": out}
+        if op == "shape":
+            return {"ports": self.shape(QosSpec.model_validate(req["spec"]), ports_from_json(req["ports"]))}
+        if op == "qos_stats":
+            return {"stats": self.qos_stats(req.get("handle"), req.get("keys"))}
+        if op == "unshape":
+            return {"removed": self.unshape()}
         raise ValueError(f"unknown op {op!r}")
+
+    def shape(self, spec: QosSpec, ports: list) -> int:
+        if self.shaper is not None:
+            raise ValueError("this server's ports are shaped already; unshape first")
+        self.shaper = Shaper(ports, spec)
+        self.shaper.apply()
+        return len(self.shaper.ports)
+
+    def qos_stats(self, handle: int | None, keys: list[str] | None) -> dict[str, list[dict]]:
+        if self.shaper is None:
+            raise ValueError("nothing is shaped on this server")
+        ports = None if keys is None else [self.shaper.ports[k] for k in keys]
+        return {k: [asdict(q) for q in qs] for k, qs in self.shaper.stats(handle, ports).items()}
+
+    def unshape(self) -> int:
+        shaper, self.shaper = self.shaper, None
+        return shaper.remove() if shaper is not None else 0
 
     def undo(self) -> list[str]:
         import shutil
 
+        try:
+            self.unshape()
+        except Exception as exc:  # noqa: BLE001 - the record's interfaces take their qdiscs with them
+            logging.getLogger(__name__).warning("unshape: %s", exc)
         removed = self.owner.undo()
         shutil.rmtree(self.scratch, ignore_errors=True)
         return removed

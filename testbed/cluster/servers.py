@@ -35,9 +35,11 @@ def refuse_on_servers(spec: ClusterSpec, *, qos, delay_ms: float | None) -> None
     """What a network spread over servers does not do yet: one line each, before anything starts."""
     if len(spec.servers) < 2:
         return
-    if qos is not None:
-        raise InputError("shaping over several servers is not built yet", "leave out --qos", field="qos",
-                         value="on")
+    if qos is not None and qos.pfc.enabled:
+        raise InputError("PFC over several servers is not built yet (a pause across a tunnel would be a "
+                         "message between the servers' agents)",
+                         "use --no-pfc (in an experiment, qos: {pfc: {enabled: false}})", field="qos.pfc.enabled",
+                         value=True)
     if delay_ms:
         raise InputError("link delay over several servers is not built yet", "leave out --delay", field="delay",
                          value=delay_ms)
@@ -105,8 +107,8 @@ class ServerAgent:
     def intend(self, kind: str, names: list[str]) -> None:
         self.call("intend", kind=kind, names=names)
 
-    def process(self, pid: int, what: str) -> None:
-        self.call("process", pid=pid, what=what)
+    def process(self, pid: int, what: str, netns: bool = False) -> None:
+        self.call("process", pid=pid, what=what, netns=netns)
 
     def group(self, names: list[str]) -> None:
         self.call("group", names=names)
@@ -120,6 +122,16 @@ class ServerAgent:
 
     def write(self, name: str, text: str) -> str:
         return self.call("write", name=name, text=text)["path"]
+
+    # -- this server's share of the shaped ports (testbed.cluster.shaping) --------------
+    def shape(self, spec_json: dict, ports_json: list[dict]) -> int:
+        return self.call("shape", spec=spec_json, ports=ports_json)["ports"]
+
+    def qos_stats(self, handle: int | None, keys: list[str] | None) -> dict[str, list[dict]]:
+        return self.call("qos_stats", handle=handle, keys=keys)["stats"]
+
+    def unshape(self) -> int:
+        return self.call("unshape")["removed"]
 
     def _tail(self) -> str:
         try:

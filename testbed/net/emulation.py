@@ -83,15 +83,15 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
                 return {}
             return {"server": where[node], "user": cluster.by_name[cluster.server_of(node)].user}
 
-        def record(node, name: str, what: str) -> None:
-            site_of(name).process(node.pid, what)
+        def record(node, name: str, what: str, netns: bool = False) -> None:
+            site_of(name).process(node.pid, what, netns)
             if getattr(node, "isRemote", False):  # our ssh client that carries the node's shell
                 local.process(node.shell.pid, f"ssh for {what} on {where[name]}")
 
         for h in topo.hosts:
             a = nic_address(h, 0)
             node = net.addHost(h.short, cls=OneCommandHost, ip=f"{a.ip}/32", mac=a.mac, **placed(h.name))
-            record(node, h.name, f"mininet host {h.short}")
+            record(node, h.name, f"mininet host {h.short}", netns=True)
         for s in topo.switches:
             site = site_of(s.name)
             datapath = caps.datapath if cluster is None else cluster.datapath(cluster.server_of(s.name))

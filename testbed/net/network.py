@@ -43,7 +43,7 @@ from . import checks, emulation, links
 from .controller import ROOT, ControllerProcess, check_runtime  # ROOT: agents run as `python -m traffic.…` from it
 from .hosts import Hosts
 from .naming import intf_name, root_intfs
-from .preflight import preflight
+from .preflight import preflight, require_features
 from .routes import RouteInstaller
 from .steering import Steering
 from .workdir import Workdir
@@ -120,6 +120,9 @@ class Network:
             self.cluster = ClusterRun(self.cluster_spec, place(self.topo, self.cluster_spec.names), self.local,
                                       str(ROOT))
             self.cluster.start(self.caps.to_dict())
+            for server, caps in self.cluster.capabilities.items():
+                if server != self.cluster.master:
+                    require_features(Capabilities.from_dict(caps), self.delay_ms, self.qos_spec, server=server)
             self.workdir.site_of = self.cluster.site_of
         of_port = None
         tp = self.topo
@@ -162,6 +165,7 @@ class Network:
 
     def start_qos(self, spec: QosSpec) -> None:
         """Shape every link direction and start the PFC agent (when the spec enables PFC)."""
+        from testbed.cluster.shaping import split_shaper
         from testbed.qos.pfc import PfcAgent
         from testbed.qos.ports import egress_ports, resolve
         from testbed.qos.shaper import Shaper
@@ -179,9 +183,13 @@ class Network:
         self.qos_spec = spec
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
                              ifname_of=self.intf_name)
-        self.qos = Shaper(ports, spec)
+        if self.cluster is None:
+            self.qos = Shaper(ports, spec)
+        else:
+            self.qos = split_shaper(ports, spec, self.site_of, self.local)
         self.qos.apply()
-        write_ports(self.owner.run_id, self.qos.ports.values())
+        # `hpnlab qos show` and the web view read this server's queues only: the others' namespaces are not here
+        write_ports(self.owner.run_id, self.qos.local_ports() if self.cluster else self.qos.ports.values())
         if spec.pfc.enabled:
             self.pfc = PfcAgent(self.qos, state_file=RUN_DIR / f"{self.owner.run_id}.pfc.json")
             self.pfc.start()

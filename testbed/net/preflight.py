@@ -17,6 +17,22 @@ OVS_SEND_BUFFER_NEEDED = 32 << 20
 
 
 def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None, qos: QosSpec | None = None) -> None:
+    require_features(caps, delay_ms, qos)
+    _refuse_what_is_taken(topo)
+
+
+def require_features(caps: Capabilities, delay_ms: float | None = None, qos: QosSpec | None = None,
+                     server: str | None = None) -> None:
+    """What the kernel and OVS of a server (this one, or another of a cluster from its agent) must have."""
+    try:
+        _require(caps, delay_ms, qos)
+    except InputError as exc:
+        if server is None:
+            raise
+        raise InputError(f"on server {server}: {exc.what}", exc.fix, field=exc.field, value=exc.value) from None
+
+
+def _require(caps: Capabilities, delay_ms: float | None, qos: QosSpec | None) -> None:
     caps.require_root("starting a network")
     caps.require_ovs()
     if delay_ms:
@@ -28,6 +44,9 @@ def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None,
             caps.require_qdisc("netem", "link delay (qos.delay_ms)")
         if qos.loss_pct:
             caps.require_qdisc("netem", "link loss (qos.loss_pct)")
+
+
+def _refuse_what_is_taken(topo: Topology) -> None:
     others = live_runs()
     if others:
         r = others[0]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pydantic import TypeAdapter
+
 from topos.model import Topology
 
 from .spec import PortPlan, QosSpec, port_plan
@@ -72,3 +74,15 @@ def egress_ports(topo: Topology, spec: QosSpec, netns_of: Callable[[str], str | 
                             netns_of(node) if role == "host" else None,
                             port_plan(l.rate_gbps, spec, total[node] - l.rate_gbps)))
     return out
+
+
+_PORT_LIST = TypeAdapter(list[Port])
+
+
+def ports_to_json(ports: list[Port]) -> list[dict]:
+    """Ports as JSON-ready dicts (a server agent shapes its share of them from these)."""
+    return _PORT_LIST.dump_python(ports, mode="json")
+
+
+def ports_from_json(data: list[dict]) -> list[Port]:
+    return _PORT_LIST.validate_python(data)

@@ -18,7 +18,7 @@ import platform
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from topos.errors import InputError
 
@@ -71,6 +71,11 @@ class Capabilities:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"datapath": self.datapath}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Capabilities:
+        """What to_dict gave (another server's, from its agent); keys this version does not know are left out."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     # -- preconditions ------------------------------------------------------
     def require_root(self, purpose: str) -> None:

@@ -46,6 +46,7 @@ class _Process(BaseModel):
     pid: int = Field(gt=1)
     start: int | None
     what: str = ""
+    netns: bool = False  # it made its own network namespace (a host's shell): what else runs there goes with it
 
 
 class RunRecord(BaseModel):
@@ -83,6 +84,35 @@ def _zombie(pid: int) -> bool:
 def alive(pid: int, start: int | None) -> bool:
     now = _proc_start(pid)
     return now is not None and (start is None or now == start)
+
+
+def _netns_inode(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def _in_their_namespaces(processes: list[dict]) -> list[dict]:
+    """The other processes inside the namespaces that recorded processes made (never the root namespace's)."""
+    shared = {_netns_inode(1), _netns_inode("self")}
+    owners = {}
+    for p in processes:
+        if p.get("netns") and p.get("start") is not None and alive(p["pid"], p["start"]):
+            ino = _netns_inode(p["pid"])
+            if ino is not None and ino not in shared:
+                owners[ino] = p
+    if not owners:
+        return []
+    recorded = {p["pid"] for p in processes}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in recorded:
+            owner = owners.get(_netns_inode(entry.name))
+            start = _proc_start(int(entry.name))
+            if owner is not None and start is not None:
+                found.append({"pid": int(entry.name), "start": start, "what": f"in the namespace of {owner['what']}"})
+    return found
 
 
 def _sh(*cmd: str) -> subprocess.CompletedProcess:
@@ -132,9 +162,12 @@ class Ownership:
             self.data[kind].extend(new)
             self._save()
 
-    def process(self, pid: int, what: str) -> None:
+    def process(self, pid: int, what: str, netns: bool = False) -> None:
+        """A process this run started; `netns`: it made its own network namespace (a Mininet host's shell), so
+        every process found in that namespace at undo is this run's too (one started there over SSH, say)."""
         with self._lock:
-            self.data["processes"].append({"pid": pid, "start": _proc_start(pid), "what": what})
+            self.data["processes"].append({"pid": pid, "start": _proc_start(pid), "what": what}
+                                          | ({"netns": True} if netns else {}))
             self._save()
 
     def owner_alive(self) -> bool:
@@ -144,7 +177,7 @@ class Ownership:
         """Remove what the record lists and this run provably made; idempotent; returns what was removed."""
         done: list[str] = []
         killed = []
-        for p in self.data["processes"]:
+        for p in self.data["processes"] + _in_their_namespaces(self.data["processes"]):
             if p.get("start") is not None and alive(p["pid"], p["start"]):  # no start time: no proof it is ours
                 try:
                     os.kill(p["pid"], signal.SIGKILL)

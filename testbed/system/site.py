@@ -27,8 +27,8 @@ class LocalSite:
     def intend(self, kind: str, names: list[str]) -> None:
         self.owner.intend(kind, names)
 
-    def process(self, pid: int, what: str) -> None:
-        self.owner.process(pid, what)
+    def process(self, pid: int, what: str, netns: bool = False) -> None:
+        self.owner.process(pid, what, netns)
 
     def group(self, names: list[str]) -> None:
         group_links(names, self.owner.link_group)

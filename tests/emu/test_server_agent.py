@@ -84,3 +84,82 @@ def test_a_killed_agent_is_finished_by_hpnlab_clean(tmp_path, no_leftovers):
     assert r.returncode == 0, r.stderr
     assert f"netns {ns}" in r.stdout
     gone(ns, sleeper, veth, run_id)
+
+
+BLAST = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+end, n = time.monotonic() + float(sys.argv[1]), 0
+while time.monotonic() < end:
+    n += s.sendto(b"x" * 1400, ("10.250.0.2", 9))
+print(n)
+"""
+
+
+def test_the_agent_shapes_its_share_of_the_ports_and_reads_their_counters(tmp_path, no_leftovers):
+    """What a server does with its ports under `--qos` over several servers: HTB at the planned rate, read back
+    by port key through the agent, removed on `unshape`, and gone with the record in any case."""
+    from testbed.qos.ports import Port, ports_to_json
+    from testbed.qos.shaper import ROOT
+    from testbed.qos.spec import QosSpec, port_plan
+
+    a, run_id = agent(tmp_path)
+    ns = [f"hpnlab-{run_id}-{x}" for x in "ab"]
+    spec = QosSpec(scale=20_000, pfc={"enabled": False, "poll_ms": 5})
+    plan = port_plan(200, spec)
+    ports = [Port("h0", 0, "host", "tor", 1, "va", "vb", f"/run/netns/{ns[0]}", plan),
+             Port("tor", 1, "tor", "h0", 0, "vb", "va", f"/run/netns/{ns[1]}", plan)]
+    try:
+        a.intend("netns", ns)
+        for n in ns:
+            subprocess.run(["ip", "netns", "add", n], check=True)
+        subprocess.run(["ip", "-n", ns[0], "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns",
+                        ns[1]], check=True)
+        for n, dev, ip in ((ns[0], "va", "10.250.0.1/24"), (ns[1], "vb", "10.250.0.2/24")):
+            subprocess.run(["ip", "-n", n, "addr", "add", ip, "dev", dev], check=True)
+            subprocess.run(["ip", "-n", n, "link", "set", dev, "up"], check=True)
+        assert a.shape(spec.model_dump(mode="json"), ports_to_json(ports)) == 2
+        seconds = 3.0
+        sent = int(subprocess.run(["ip", "netns", "exec", ns[0], sys.executable, "-c", BLAST, str(seconds)],
+                                  capture_output=True, text=True, check=True).stdout)
+        stats = a.qos_stats(ROOT, ["h0:0"])
+        assert list(stats) == ["h0:0"] and len(stats["h0:0"]) == 1
+        root = stats["h0:0"][0]
+        rate = root["bytes"] * 8 / seconds
+        print(f"offered {sent * 8 / seconds / 1e6:.1f} Mbit/s, HTB sent {rate / 1e6:.2f} Mbit/s "
+              f"of {plan.rate_bps / 1e6:.0f}, dropped {root['drops']}")
+        assert root["kind"] == "htb" and sent > 4 * root["bytes"] and root["drops"] > 0
+        assert 0.85 * plan.rate_bps <= rate <= 1.15 * plan.rate_bps
+        assert a.qos_stats(ROOT, ["tor:1"])["tor:1"][0]["bytes"] < 10_000  # the other direction carried ARP only
+        assert a.unshape() == 2
+        out = subprocess.run(["ip", "-n", ns[0], "-o", "qdisc", "show", "dev", "va"], capture_output=True, text=True)
+        assert "htb" not in out.stdout
+    finally:
+        removed = a.stop()
+    assert all(f"netns {n}" in removed for n in ns), removed
+
+
+def test_what_runs_in_a_recorded_hosts_namespace_goes_with_it(tmp_path, no_leftovers):
+    """A process started in a remote host over SSH is known here only by our ssh client's pid; the server's
+    agent finds it by the namespace the host's recorded shell made, and nothing outside that namespace."""
+    a, run_id = agent(tmp_path)
+    shell = subprocess.Popen(["unshare", "--net", "sleep", "600"])  # a host's shell: its own namespace
+    outsider = subprocess.Popen(["sleep", "600"])  # root namespace, not the run's
+    try:
+        deadline = time.monotonic() + 5
+        while os.stat(f"/proc/{shell.pid}/ns/net").st_ino == os.stat("/proc/self/ns/net").st_ino:
+            assert time.monotonic() < deadline, "unshare never entered its namespace"
+            time.sleep(0.01)
+        a.process(shell.pid, "mininet host h9", netns=True)
+        inside = subprocess.Popen(["nsenter", f"--net=/proc/{shell.pid}/ns/net", "sleep", "600"])
+        time.sleep(0.2)
+        removed = a.stop()
+        assert f"process {shell.pid} (mininet host h9)" in removed, removed
+        assert f"process {inside.pid} (in the namespace of mininet host h9)" in removed, removed
+        assert inside.wait(5) == -signal.SIGKILL and shell.wait(5) == -signal.SIGKILL
+        assert outsider.poll() is None and len(removed) == 2
+    finally:
+        for p in (shell, outsider):
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from testbed.cluster.placement import check_fits, place, segments
 from testbed.cluster.spec import load_cluster
+from testbed.qos.spec import QosSpec
 from topos import build
 from topos.errors import InputError
 
@@ -133,7 +134,7 @@ def test_ssh_to_a_server_uses_its_key_port_and_the_run_s_one_connection(cluster_
 
 
 @pytest.mark.parametrize("kw, field", [
-    ({"qos": object(), "delay_ms": None}, "qos"),
+    ({"qos": QosSpec(pfc={"enabled": True}), "delay_ms": None}, "qos.pfc.enabled"),
     ({"qos": None, "delay_ms": 2.0}, "delay"),
 ])
 def test_what_several_servers_do_not_do_yet_is_refused_before_anything_starts(cluster_dir, kw, field):
@@ -145,6 +146,7 @@ def test_what_several_servers_do_not_do_yet_is_refused_before_anything_starts(cl
         refuse_on_servers(spec, **kw)
     assert exc.value.field == field and "several servers" in exc.value.line()
     refuse_on_servers(spec.model_copy(update={"servers": spec.servers[:1]}), **kw)  # one server: as on one machine
+    refuse_on_servers(spec, qos=QosSpec(pfc={"enabled": False}), delay_ms=None)  # shaping without PFC spreads
     assert spec.mtu == 1450
 
 

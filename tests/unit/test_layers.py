@@ -22,7 +22,8 @@ LAYERS = [
     ("topos",),
     ("controllers", "traffic"),
     ("testbed.system",),
-    ("testbed.qos", "testbed.cluster"),
+    ("testbed.qos",),
+    ("testbed.cluster",),  # a server agent shapes its share of the ports with testbed.qos
     ("testbed.net",),
     ("testbed.experiment", "testbed.labs"),
     ("testbed.web",),  # the browser front end, beside the CLI that starts it
