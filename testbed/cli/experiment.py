@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from .common import console
+from .common import cluster_opt, console, load_cluster_arg
 from .web import live_view, serve_results, web_opts
 
 
@@ -30,15 +30,17 @@ def validate(file: str) -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--quick", is_flag=True, help="Reduced size: 1 repetition, 1/4 of the sizes, at most 2 iterations.")
 @web_opts()
-def run_cmd(file: str, quick: bool, web: bool, web_port: int) -> None:
+@cluster_opt
+def run_cmd(file: str, quick: bool, web: bool, web_port: int, cluster_file: str | None) -> None:
     """Run an experiment file; writes results/<date>-<name>-<hash>/."""
     from testbed.experiment.runner import prepare, run
     from testbed.experiment.spec import load
 
+    cluster = load_cluster_arg(cluster_file)
     if web:
         prepare(load(file), Path(file).parent, quick)  # a bad file is refused before the server starts
     with live_view(web, web_port) as hub:
-        out = run(file, reduced=quick, watch=hub)
+        out = run(file, reduced=quick, watch=hub, cluster=cluster)
     console.print((out / "summary.md").read_text())
     console.print(f"results: {out}")
 

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from topos.errors import InputError
 
-from .common import SCALE, console, hashing_opt, parse_kv
+from .common import SCALE, cluster_opt, console, hashing_opt, load_cluster_arg, parse_kv
 
 STEP_TIMEOUT_S = 300.0  # one command, no failures scheduled: a slow step is waited for, not called halted
 
@@ -54,8 +54,9 @@ def _fmt(bps: float) -> str:
 @click.option("--format", "fmt", type=click.Choice(["table", "nccl", "json"]), default="table", show_default=True,
               help="nccl: nccl-tests' output (header, a row per size, '# Avg bus bandwidth'); json: the run's record.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@cluster_opt
 def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spec, iters, routing, hashing, transport,
-                channels, connection_choice, scale, pfc, workload_file, simai_file, fmt, as_json) -> None:
+                channels, connection_choice, scale, pfc, workload_file, simai_file, fmt, as_json, cluster_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.fidelity import line as fidelity_line
     from testbed.experiment.jobs import jobs, resolve_scale
@@ -65,6 +66,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     from traffic.workload import parse_size, select_ranks, size_sweep
 
     fmt = "json" if as_json else fmt
+    cluster = load_cluster_arg(cluster_file)
     if iters < 1:
         raise InputError("iters must be at least 1", "e.g. --iters 3", field="iters", value=iters)
     if workload_file or simai_file:
@@ -97,7 +99,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True, disable=fmt != "table") as prog:
         task = prog.add_task("replaying", total=len(replayed))
-        rec = run_one(routing, exp, Path.cwd(), None, 0, progress=lambda: prog.advance(task))
+        rec = run_one(routing, exp, Path.cwd(), None, 0, progress=lambda: prog.advance(task), cluster=cluster)
     scale = rec["scale"]
     if fmt != "table":  # plain stdout for scripts: no colour, no wrapping
         click.echo(nccl_tests(rec["ops"], scale, f"{title}, {routing} on {topo_name}") if fmt == "nccl"
@@ -105,6 +107,10 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
         raise SystemExit(1 if rec["halted"] else 0)
     if choice is not None:
         console.print(choice.why(), soft_wrap=True)
+    if rec.get("cluster"):
+        from testbed.experiment.results import cluster_line
+
+        console.print(cluster_line(rec["cluster"]), soft_wrap=True)
     t = Table(title=f"{title} — {routing} on {topo_name}, {rec['channels']} channel(s), {rec['transport'].upper()}, "
                     f"scale 1/{scale:,.0f}")
     for c in ("op", "size (B)", "time (ms)", "algbw (Mbit/s)", "busbw (Mbit/s)", "busbw real (Gbit/s)",

@@ -5,7 +5,7 @@
 It holds the server's ownership record (/run/hpnlab/RUN_ID.json, with itself as the owner process) and a
 scratch folder, and answers one JSON request per line on stdin with one JSON line on stdout:
 
-    {"op": "hello"}                          -> this server's capabilities and versions
+    {"op": "hello"}                          -> this server's capabilities and versions (for the results)
     {"op": "intend", "kind": k, "names": []} -> recorded before the master creates them (bridges, interfaces)
     {"op": "process", "pid": p, "what": w, "netns": b} -> a node shell the master started here (b: a host's,
                                              whose namespace's other processes are the run's too)
@@ -39,6 +39,7 @@ from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import probe
 from testbed.system.ownership import RUN_ID, Ownership, exit_cleanly_on_signals
 from testbed.system.site import LocalSite
+from testbed.system.versions import versions
 
 
 class Agent:
@@ -54,7 +55,9 @@ class Agent:
     def handle(self, req: dict) -> dict:
         op, site = req.get("op"), self.site
         if op == "hello":
-            return {"run_id": self.owner.run_id, "capabilities": probe().to_dict(), "scratch": str(self.scratch)}
+            caps = probe()
+            return {"run_id": self.owner.run_id, "capabilities": caps.to_dict(), "versions": versions(caps),
+                    "scratch": str(self.scratch)}
         if op in ("intend", "process", "group"):
             getattr(site, op)(**{k: v for k, v in req.items() if k != "op"})
             return {}

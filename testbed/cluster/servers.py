@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from testbed.system.site import LocalSite
+from testbed.system.versions import versions
 from topos.errors import InputError
 
 from .placement import Placement
@@ -192,6 +193,14 @@ class ClusterRun:
         with ThreadPoolExecutor(max(1, len(self.agents))) as pool:
             hellos = dict(zip(self.agents, pool.map(ServerAgent.start, self.agents.values()), strict=True))
         self.capabilities = {self.master: local_capabilities} | {s: h["capabilities"] for s, h in hellos.items()}
+        self.versions = {self.master: versions()} | {s: h["versions"] for s, h in hellos.items()}
+
+    def record(self) -> dict:
+        """What a results folder keeps of the cluster: each server (address, datapath, versions) and the
+        placement (which nodes where, the crossing links and their real rate per server)."""
+        return {"servers": {s.name: {"host": s.host, "tunnel_ip": str(s.tunnel_ip), "datapath": self.datapath(s.name),
+                                     "versions": self.versions[s.name]} for s in self.spec.servers},
+                "tunnel": self.spec.tunnel, "link_gbps": self.spec.link_gbps, "placement": self.placement.to_dict()}
 
     def stop(self) -> dict[str, list[str]]:
         with ThreadPoolExecutor(max(1, len(self.agents))) as pool:

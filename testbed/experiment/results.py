@@ -55,6 +55,16 @@ def _balance_row(variant: str, rs: list[dict]) -> str | None:
     return f"| {variant} | " + " | ".join(cells) + " |"
 
 
+def cluster_line(cluster: dict) -> str:
+    """One sentence on the servers a run spread over (a run record's `cluster`, ClusterRun.record())."""
+    placed = cluster["placement"]
+    servers = ", ".join(f"{name} ({len(placed['servers'][name])} nodes, {s['datapath']} datapath, "
+                        f"kernel {s['versions']['kernel']}, hpnlab {s['versions']['git']})"
+                        for name, s in cluster["servers"].items())
+    return (f"Spread over {len(cluster['servers'])} servers: {servers}; {len(placed['crossing_links'])} links "
+            f"cross between them over {cluster['tunnel']} tunnels")
+
+
 def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     import matplotlib
 
@@ -197,6 +207,8 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
                   "| variant | worst NIC | median over NICs | NICs >= 2x | deepest queue (KB) "
                   "| agg-to-ToR links used |",
                   "|---|---|---|---|---|---|", *balance]
+    if runs and runs[0].get("cluster"):
+        lines += ["", cluster_line(runs[0]["cluster"]) + " (results.json: each run's `cluster`)."]
     if exp.paper:
         lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]
     bad = [r for r in runs if not r["fidelity"]["bytes_ok"]]

@@ -4,7 +4,8 @@ results/<date>-<name>-<hash>/
     spec.yaml            the experiment as run
     environment.json     capability probe, versions (kernel, OVS, Mininet, os-ken, project git revision)
     results.json         per variant and repetition: every op's times and bandwidths, failure and
-                         controller event logs, the PFC agent's report, the fidelity verdict
+                         controller event logs, the PFC agent's report, the fidelity verdict; over several
+                         servers (--cluster), each server's address and versions and the placement
     ops.csv, timeline.csv
     busbw.png, throughput.png, queues.png
     summary.md
@@ -28,11 +29,13 @@ from pathlib import Path
 import yaml
 
 from controllers.placement import ring_crossings, segments_spanned
+from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
 from testbed.qos.scale import ScaleChoice, load_budget
 from testbed.qos.shaper import ROOT, leaf_handles
 from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
+from testbed.system.versions import versions
 from topos.inputs import read_text
 from topos.model import Topology
 from traffic.iteration import predict
@@ -44,7 +47,6 @@ from .failures import Injector, expand
 from .fidelity import verdict
 from .jobs import Job, demand, items, job_gpus, jobs, offered, resolve_scale
 from .measure import Sampler, port_delta
-from .provenance import versions
 from .results import RESULTS, write_reports
 from .spec import Experiment, check_against, load
 from .watch import Watch
@@ -82,17 +84,18 @@ def _queue_records(net: Network, counters_before: dict) -> dict:
 
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
             progress: Callable[[], None] | None = None, watch: Watch | None = None,
-            stage: Callable[[str], None] | None = None) -> dict:
+            stage: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None) -> dict:
     """One variant, one repetition, on a network of its own; returns the run's record. `progress` is called
     after each op, `stage` with each stage of the network's start (minutes at 128 hosts); `watch` hears of the
-    network, every op and iteration as they happen (the live web view)."""
+    network, every op and iteration as they happen (the live web view); `cluster`: the servers it spreads
+    over (testbed.cluster), recorded with their versions and the placement."""
     watch = watch or Watch()
     topo = exp.topology.build()
     check_against(exp, topo)
     exp, choice = resolve_scale(exp, base, topo)
     if choice is not None:
         log.info("%s: %s", label, choice.why())
-    kind = choose(exp.transport, probe().rxe_in_netns)
+    kind = choose(exp.transport, probe().rxe_in_netns, len(cluster.servers) if cluster else 1)
     job_list = jobs(exp, base, topo)
     events = expand(exp, topo)
     exit_cleanly_on_signals()
@@ -101,8 +104,10 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
                  "iterations": [],
                  "halted": None, "scale": exp.qos.scale, "scale_auto": choice.why() if choice else None}
     with Network(topo, routing="controller", mode=exp.switch_mode, hashing=exp.hashing, qos=exp.qos,
-                 log_dir=None if log_dir is None else str(log_dir), progress=stage) as net:
+                 log_dir=None if log_dir is None else str(log_dir), progress=stage, cluster=cluster) as net:
         watch.network_up(net, label)
+        if net.cluster is not None:
+            rec["cluster"] = net.cluster.record()
         if stage:
             stage("traffic")
         if exp.scheduler == "crux":
@@ -281,11 +286,12 @@ def prepare(exp: Experiment, base: Path, reduced: bool = False) -> list[Prepared
 
 
 def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None = None,
-        results: Path = RESULTS, watch: Watch | None = None) -> Path:
+        results: Path = RESULTS, watch: Watch | None = None, cluster: ClusterSpec | None = None) -> Path:
     """Run an experiment file (or an Experiment built in Python) and return its results folder.
 
     `base` is where relative workload files are looked up (default: the file's folder, or the current one);
-    `watch` hears of each network, op and the run's progress (the live web view).
+    `watch` hears of each network, op and the run's progress (the live web view); `cluster`: spread each network
+    over these servers (each run's record keeps them and the placement).
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -329,7 +335,7 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
                 stage("starting the network")
                 v_rep = v.model_copy(update={"seed": v.seed + rep})
                 runs.append(run_one(label, v_rep, base, outdir / f"{label}-rep{rep}", rep, progress=advance,
-                                    watch=watch, stage=stage))
+                                    watch=watch, stage=stage, cluster=cluster))
     # written whole or not at all: a run stopped mid-write leaves no truncated record behind
     tmp = outdir / "results.json.tmp"
     tmp.write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs}, indent=1))

@@ -61,14 +61,25 @@ def pingall(topo: Topology, node_of, workdir: Workdir, timeout_s: float = 2.0) -
     return PingResult(sent, received, failures)
 
 
-def port_counters(topo: Topology) -> dict[str, dict[int, dict[str, int]]]:
-    """tx/rx bytes and drops of every switch port, read from OVS itself (independent of the controller)."""
-    out: dict[str, dict[int, dict[str, int]]] = {}
+def port_counters(topo: Topology, site_of) -> dict[str, dict[int, dict[str, int]]]:
+    """tx/rx bytes and drops of every switch port, read from OVS itself (independent of the controller): one
+    shell per site (`site_of(switch)`: this server's, or another server's agent) for all its switches."""
+    by_site: dict[object, list[str]] = {}
     for sw in topo.switches:
-        text = run([*OFCTL, "dump-ports", sw.short]).stdout
-        out[sw.name] = {int(m[0]): {"rx_packets": int(m[1]), "rx_bytes": int(m[2]), "rx_dropped": int(m[3]),
-                                    "tx_packets": int(m[4]), "tx_bytes": int(m[5]), "tx_dropped": int(m[6])}
-                        for m in _PORT_STATS.findall(text)}
+        by_site.setdefault(site_of(sw.name), []).append(sw.short)
+    by_short = {sw.short: sw.name for sw in topo.switches}
+    out: dict[str, dict[int, dict[str, int]]] = {}
+    for site, bridges in by_site.items():
+        rc, text = site.sh("set -e\n" + "".join(f"echo '== {b}'\n{' '.join(OFCTL)} dump-ports {b}\n"
+                                                for b in bridges))
+        if rc != 0:
+            raise RuntimeError(f"ovs-ofctl dump-ports failed on {site.run_id}: {text.strip()[-300:]}")
+        for block in text.split("== ")[1:]:
+            bridge, body = block.split("\n", 1)
+            out[by_short[bridge.strip()]] = {
+                int(m[0]): {"rx_packets": int(m[1]), "rx_bytes": int(m[2]), "rx_dropped": int(m[3]),
+                            "tx_packets": int(m[4]), "tx_bytes": int(m[5]), "tx_dropped": int(m[6])}
+                for m in _PORT_STATS.findall(body)}
     return out
 
 

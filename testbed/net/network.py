@@ -29,7 +29,7 @@ from pathlib import Path
 
 from controllers.hashing import MODELS as HASH_MODELS
 from controllers.routing import RoutingGraph, Tables
-from testbed.cluster.placement import place
+from testbed.cluster.placement import check_fits, place
 from testbed.cluster.servers import ClusterRun, refuse_on_servers
 from testbed.cluster.spec import ClusterSpec
 from testbed.qos.spec import QosSpec
@@ -111,14 +111,18 @@ class Network:
 
     def start(self) -> None:
         preflight(self.topo, self.caps, self.delay_ms, self.qos_spec)
+        placement = None
+        if self.cluster_spec is not None:
+            placement = place(self.topo, self.cluster_spec.names)
+            if self.qos_spec is not None:  # the crossing links at their shaped rates must fit the servers' link
+                check_fits(placement, self._scale(self.qos_spec), self.cluster_spec.link_gbps)
         t0 = time.monotonic()
         self.owner = Ownership()
         self.workdir = Workdir()
         self.local = LocalSite(self.owner, self.workdir.path)
         if self.cluster_spec is not None:
             self.progress(f"starting the agents on {len(self.cluster_spec.servers) - 1} more servers")
-            self.cluster = ClusterRun(self.cluster_spec, place(self.topo, self.cluster_spec.names), self.local,
-                                      str(ROOT))
+            self.cluster = ClusterRun(self.cluster_spec, placement, self.local, str(ROOT))
             self.cluster.start(self.caps.to_dict())
             for server, caps in self.cluster.capabilities.items():
                 if server != self.cluster.master:
@@ -172,12 +176,8 @@ class Network:
         from testbed.qos.show import write_ports
 
         t = time.monotonic()
-        scale = None
-        if spec.scale == "auto":  # no workload known here: every host NIC may send at once
-            from testbed.qos.scale import choose_scale, offered_load
-
-            self.scale_choice = choose_scale(offered_load(self.topo), hosts=len(self.topo.hosts))
-            scale = self.scale_choice.scale
+        scale = self._scale(spec)
+        if self.scale_choice is not None:
             log.info("%s", self.scale_choice.why())
         spec = resolve(spec, self.topo, scale)
         self.qos_spec = spec
@@ -194,6 +194,15 @@ class Network:
             self.pfc = PfcAgent(self.qos, state_file=RUN_DIR / f"{self.owner.run_id}.pfc.json")
             self.pfc.start()
         self.timings["qos_s"] = time.monotonic() - t
+
+    def _scale(self, spec: QosSpec) -> float:
+        """The spec's scale, chosen here when it says auto (no workload known: every host NIC may send at once)."""
+        if spec.scale != "auto":
+            return spec.scale
+        from testbed.qos.scale import choose_scale, offered_load
+
+        self.scale_choice = choose_scale(offered_load(self.topo), hosts=len(self.topo.hosts))
+        return self.scale_choice.scale
 
     def stop_qos(self, since: float | None = None) -> dict | None:
         """Stop the PFC agent and remove every qdisc the QoS layer added; returns the agent's report
@@ -329,7 +338,7 @@ class Network:
         return place(self.graph, self.tables, self.hashing, [Connection(*c) for c in conns], taken, start, load)
 
     def port_counters(self) -> dict[str, dict[int, dict[str, int]]]:
-        return checks.port_counters(self.topo)
+        return checks.port_counters(self.topo, self.site_of)
 
     def pingall(self, timeout_s: float = 2.0) -> checks.PingResult:
         return checks.pingall(self.topo, self.node, self.workdir, timeout_s)

@@ -1,6 +1,7 @@
 """`hpnlab up --cluster`: hpnlab's own network spread over the tier's two VMs by its placement, with the server
-agent owning what is made on s2. A crossing uplink fails and every host still reaches every other; after the
-run neither server keeps a bridge, an interface, a run record or a process of it."""
+agent owning what is made on s2. A crossing uplink fails and every host still reaches every other; a ring
+all-reduce between the servers' hosts on links shaped on both servers delivers its exact bytes; after each run
+neither server keeps a bridge, an interface, a run record or a process of it."""
 
 from __future__ import annotations
 
@@ -98,3 +99,38 @@ def test_a_stream_between_servers_survives_a_crossing_uplink_failure_under_the_c
     assert stream["last"] - t_fail > 3  # it kept arriving after the failure, across the servers
     # what is lost is the failover gap (469 ms measured under TCG): at most 2 s of the stream
     assert stream["received"] >= sent["sent"] - 2 * 200
+
+
+def test_a_ring_all_reduce_across_servers_on_links_shaped_on_both_delivers_its_exact_bytes(cluster, ssh):
+    """`hpnlab traffic run --cluster` with QoS (HTB on every port, each server shaping its own): a ring over the
+    4 hosts, 2 on each server, so every iteration crosses the tunnel both ways."""
+    topo = build("hpn", **PARAMS)
+    placement = place(topo, cluster.names)
+    before = {s.name: state(ssh, s) for s in cluster.servers}
+    scale = 100_000  # 2 Mbit/s per host port: what the VMs' emulated CPUs forward with room to spare
+    r = subprocess.run([HPNLAB, "traffic", "run", "--topo", "hpn", *(f"-p{k}={v}" for k, v in PARAMS.items()),
+                        "--cluster", os.environ["HPNLAB_CLUSTER"], "--no-pfc", "--scale", str(scale), "--op",
+                        "allreduce", "--algorithm", "ring", "--size", "20GB", "--iters", "2", "--format", "json"],
+                       capture_output=True, text=True, timeout=1800)
+    print(r.stderr[-3000:])
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = json.loads(r.stdout)
+    ops = rec["ops"]
+    print(f"ops: {[(o['bytes_delivered'], o['bytes_expected'], round(o['busbw_bps'] / 1e6, 3)) for o in ops]}; "
+          f"fraction of ideal {[round(o['fraction_of_ideal'], 3) for o in ops]}; drops {rec['drops']}")
+    assert len(ops) == 2 and all(o["bytes_delivered"] == o["bytes_expected"] > 0 for o in ops)
+    # the record names both servers, their versions (the same code on each) and where every node ran
+    servers = rec["cluster"]["servers"]
+    assert list(servers) == ["s1", "s2"] and servers["s1"]["versions"]["git"] == servers["s2"]["versions"]["git"]
+    assert rec["cluster"]["placement"]["servers"] == {s: sorted(placement.nodes_on(s)) for s in cluster.names}
+    # the ring crossed the tunnel: the crossing links carried bytes each way, shaped below their port rate
+    carried = {(f["from"], f["to"]): f["bytes"] for f in rec["fabric_links"]}
+    crossing = sum(carried[(l.a, l.b)] + carried[(l.b, l.a)] for l in placement.crossing)
+    assert crossing >= sum(o["bytes_expected"] for o in ops) // 2, crossing
+    # HTB on both servers read back through s2's agent: host ports on s2 sent what the ring gave them
+    rx = rec["host_port_rx"]
+    on_s2 = [k for k in rx if placement.server_of[k.split(":")[0]] == "s2"]
+    assert on_s2 and sum(rx[k] for k in on_s2) > 0
+    assert max(o["fraction_of_ideal"] for o in ops) <= 1.05  # never faster than the shaped rate allows
+    after = {s.name: state(ssh, s) for s in cluster.servers}
+    assert after == before

@@ -211,3 +211,27 @@ def test_the_controller_takes_openflow_on_the_first_server_s_cluster_address(clu
     assert where["of_host"] == "192.168.7.1"
     assert set(where["remote_switches"]) == {s.name for s in topo.switches if placement.server_of[s.name] == "s2"}
     assert set(where["remote_switches"].values()) == {"192.168.7.2"} and len(where["remote_switches"]) == 8
+
+
+def test_a_run_records_each_server_s_versions_and_the_placement(cluster_dir, tmp_path):
+    from testbed.cluster.servers import ClusterRun
+    from testbed.experiment.results import cluster_line
+    from testbed.system.ownership import Ownership
+    from testbed.system.site import LocalSite
+
+    (cluster_dir / "cluster.yaml").write_text(GOOD)
+    spec = load_cluster(cluster_dir / "cluster.yaml")
+    topo = build("hpn")
+    run = ClusterRun(spec, place(topo, spec.names), LocalSite(Ownership("unit"), tmp_path), "/opt/hpnlab")
+    # what start() learns from this machine and from each agent's hello
+    run.capabilities = {"s1": {"datapath": "user"}, "s2": {"datapath": "kernel"}}
+    run.versions = {"s1": {"kernel": "6.1.0", "git": "abc1234"}, "s2": {"kernel": "7.2.13", "git": "abc1234"}}
+    rec = run.record()
+    assert rec["servers"]["s2"] == {"host": spec.servers[1].host, "tunnel_ip": "192.168.7.2", "datapath": "kernel",
+                                    "versions": {"kernel": "7.2.13", "git": "abc1234"}}
+    placed = rec["placement"]
+    assert sorted(n for nodes in placed["servers"].values() for n in nodes) == sorted(topo.nodes)
+    assert len(placed["crossing_links"]) == 16 and set(placed["crossing_gbps"]) == {"s1", "s2"}
+    assert cluster_line(rec) == ("Spread over 2 servers: s1 (12 nodes, user datapath, kernel 6.1.0, hpnlab abc1234), "
+                                 "s2 (12 nodes, kernel datapath, kernel 7.2.13, hpnlab abc1234); 16 links cross "
+                                 f"between them over {spec.tunnel} tunnels")

@@ -11,11 +11,16 @@ from topos.errors import InputError
 TRANSPORTS = ("auto", "tcp", "rdma")
 
 
-def choose(name: str, rxe_in_netns: bool | None) -> str:
+def choose(name: str, rxe_in_netns: bool | None, servers: int = 1) -> str:
+    """`servers`: how many servers the network spreads over; the rdma transport runs on one only."""
     if name not in TRANSPORTS:
         raise InputError("unknown transport", f"use one of: {', '.join(TRANSPORTS)}", field="transport", value=name)
+    if name == "rdma" and servers > 1:
+        raise InputError("the rdma transport over several servers is not built yet (its devices, static "
+                         "neighbours and perftest processes are set up on this server only)",
+                         "use transport tcp (or auto)", field="transport", value=name)
     if name == "auto":
-        return "rdma" if rxe_in_netns else "tcp"
+        return "rdma" if rxe_in_netns and servers == 1 else "tcp"
     if name == "rdma" and not rxe_in_netns:
         raise InputError("the rdma transport needs soft-RoCE (rdma_rxe) inside network namespaces, which this "
                          "kernel lacks",

@@ -1,4 +1,5 @@
-"""What a results folder records about the machine and the code that produced it."""
+"""The versions of what runs a network here (kernel, OVS, Mininet, the controller runtime, this code): a results
+folder records them, and each server of a cluster reports its own through its agent."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ def _pkg(name: str) -> str | None:
         return None
 
 
-def versions() -> dict:
+def versions(caps=None) -> dict:
+    """`caps`: this machine's testbed.system.capabilities probe, if made already (it takes a while)."""
     return {"kernel": platform.release(), "python": platform.python_version(),
-            "ovs": _first_line(["ovs-vswitchd", "--version"]), "mininet": probe().mininet_version,
+            "ovs": _first_line(["ovs-vswitchd", "--version"]), "mininet": (caps or probe()).mininet_version,
             "os-ken": _pkg("os-ken"), "ryu": _pkg("ryu"), "pyroute2": _pkg("pyroute2"),
             "git": _first_line(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]),
             "git_dirty": bool(_first_line(["git", "-C", str(ROOT), "status", "--porcelain"]))}
