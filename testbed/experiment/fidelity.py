@@ -47,7 +47,9 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
            "offered_bps": offered_bps, "budget_bps": budget_bps, "reasons": []}
     reasons = out["reasons"]
     if idle and min(idle) < CPU_IDLE_MIN:
-        reasons.append(f"CPU-bound: idle fell to {min(idle):.0%} (needs >= {CPU_IDLE_MIN:.0%})")
+        worst = min(timeline, key=lambda r: r["cpu_idle"]).get("cpu_idle_by_server")  # over several servers
+        where = f" on server {min(worst, key=worst.get)}" if worst else ""
+        reasons.append(f"CPU-bound: idle fell to {min(idle):.0%}{where} (needs >= {CPU_IDLE_MIN:.0%})")
     if offered_bps is not None and budget_bps is not None and offered_bps > budget_bps:
         src = "calibrated" if calibrated else "default; run 'hpnlab calibrate'"
         reasons.append(f"offered load {offered_bps / 1e6:.0f} Mbit/s above this machine's faithful budget "

@@ -147,10 +147,13 @@ def receiver_bottleneck(net: Network, receiver: str, before: dict, after: dict, 
                if after[f"{l.b}:{l.b_port}"][0].bytes - before[f"{l.b}:{l.b_port}"][0].bytes > min_bytes)
 
 
-def cpu_times() -> tuple[int, int, int]:
-    """(idle + iowait, steal, total) jiffies of the whole machine, from /proc/stat."""
-    with open("/proc/stat") as f:
-        vals = [int(x) for x in f.readline().split()[1:]]
+def cpu_times(line: str | None = None) -> tuple[int, int, int]:
+    """(idle + iowait, steal, total) jiffies of the whole machine, from the first line of /proc/stat (this
+    machine's, or `line` as read on another server)."""
+    if line is None:
+        with open("/proc/stat") as f:
+            line = f.readline()
+    vals = [int(x) for x in line.split()[1:]]
     return vals[3] + vals[4], vals[7], sum(vals[:8])  # guest time is already inside user
 
 
@@ -177,12 +180,22 @@ def ovs_thread_ticks() -> dict[int, int]:
 
 class Sampler:
     """Every `period` s: CPU idle and steal shares, the busiest OVS thread's share of a core, and the bytes
-    all host NICs sent (the offered load)."""
+    all host NICs sent (the offered load). Over several servers, idle is the least and steal the most of any
+    server (each row also keeps every server's idle): one server out of CPU is enough to bend the rates."""
 
     def __init__(self, net: Network, period: float = 0.5):
         self.net, self.period = net, period
         self.rows: list[dict] = []
         self._stop = threading.Event()
+        self.others = dict(net.cluster.agents) if net.cluster is not None else {}  # server -> its agent
+
+    def _cpu(self) -> dict[str, tuple[int, int, int]]:
+        out = {"": cpu_times()}
+        for server, agent in self.others.items():
+            rc, text = agent.sh("head -n1 /proc/stat", timeout=10)
+            if rc == 0:
+                out[server] = cpu_times(text)
+        return out
 
     def _host_bytes(self) -> int:
         stats = self.net.qos.stats(ROOT, [p for p in self.net.qos.ports.values() if p.is_host])
@@ -193,19 +206,27 @@ class Sampler:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
-        idle0, steal0, tot0 = cpu_times()
+        cpu0 = self._cpu()
         ovs0 = ovs_thread_ticks()
         b0, t_prev = self._host_bytes(), time.time()
         while not self._stop.wait(self.period):
-            idle, steal, tot = cpu_times()
+            cpu = self._cpu()
             ovs = ovs_thread_ticks()
             b, t = self._host_bytes(), time.time()
-            span = max(1, tot - tot0)
+            shares = {}  # server ("" for this one) -> (idle, steal) shares since the last sample
+            for server, (idle, steal, tot) in cpu.items():
+                if server in cpu0:
+                    idle0, steal0, tot0 = cpu0[server]
+                    span = max(1, tot - tot0)
+                    shares[server] = (round((idle - idle0) / span, 4), round((steal - steal0) / span, 4))
             busiest = max((ovs[k] - ovs0.get(k, ovs[k]) for k in ovs), default=0) / CLK_TCK / (t - t_prev)
-            self.rows.append({"t": round(t - self.t0, 3), "cpu_idle": round((idle - idle0) / span, 4),
-                              "steal": round((steal - steal0) / span, 4), "ovs_thread": round(busiest, 4),
-                              "host_tx_bps": round((b - b0) * 8 / (t - t_prev))})
-            idle0, steal0, tot0, ovs0, b0, t_prev = idle, steal, tot, ovs, b, t
+            row = {"t": round(t - self.t0, 3), "cpu_idle": min(i for i, _ in shares.values()),
+                   "steal": max(s for _, s in shares.values()), "ovs_thread": round(busiest, 4),
+                   "host_tx_bps": round((b - b0) * 8 / (t - t_prev))}
+            if self.others:
+                row["cpu_idle_by_server"] = {server or self.net.cluster.master: i for server, (i, _) in shares.items()}
+            self.rows.append(row)
+            cpu0, ovs0, b0, t_prev = cpu, ovs, b, t
 
     def stop(self) -> None:
         self._stop.set()

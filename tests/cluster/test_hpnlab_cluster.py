@@ -24,11 +24,17 @@ HPNLAB = str(Path(sys.executable).parent / "hpnlab")
 PARAMS = {"hosts_per_segment": 2, "rails": 1, "aggs_per_plane": 2, "tor_uplinks": 2}
 
 
+# made by the kernel when the GRE module loads (the first GRE tunnel of the boot), not by a run
+KERNEL_FALLBACK_DEVICES = {"gre0", "gretap0", "erspan0"}
+
+
 def state(ssh, server) -> dict[str, set[str]]:
     out = ssh(server, "echo BR; ovs-vsctl list-br; echo IF; ls /sys/class/net; echo RUN; ls /run/hpnlab 2>/dev/null;"
                       " echo PROC; pgrep -f '[m]ininet:|[t]estbed.cluster.agent' || true").stdout
     parts = re.split(r"^(BR|IF|RUN|PROC)$", out, flags=re.M)[1:]
-    return {k: set(v.split()) for k, v in zip(parts[::2], parts[1::2], strict=True)}
+    seen = {k: set(v.split()) for k, v in zip(parts[::2], parts[1::2], strict=True)}
+    seen["IF"] -= KERNEL_FALLBACK_DEVICES
+    return seen
 
 
 def test_doctor_finds_every_server_ready():
@@ -132,5 +138,8 @@ def test_a_ring_all_reduce_across_servers_on_links_shaped_on_both_delivers_its_e
     on_s2 = [k for k in rx if placement.server_of[k.split(":")[0]] == "s2"]
     assert on_s2 and sum(rx[k] for k in on_s2) > 0
     assert max(o["fraction_of_ideal"] for o in ops) <= 1.05  # never faster than the shaped rate allows
+    # fidelity looks at every server's CPU, each sample
+    assert rec["timeline"] and all(set(row["cpu_idle_by_server"]) == {"s1", "s2"} for row in rec["timeline"])
+    assert rec["fidelity"]["cpu_idle_min"] == min(min(row["cpu_idle_by_server"].values()) for row in rec["timeline"])
     after = {s.name: state(ssh, s) for s in cluster.servers}
     assert after == before

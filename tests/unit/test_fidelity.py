@@ -18,6 +18,10 @@ def test_a_quiet_run_is_faithful():
 def test_each_reason_makes_it_unfaithful():
     hog = [{"cpu_idle": 0.4, "steal": 0.0}, {"cpu_idle": 0.01, "steal": 0.0}]
     assert verdict(hog)["reasons"] == ["CPU-bound: idle fell to 1% (needs >= 5%)"]
+    # over several servers a row's idle is the least of any server's, and the reason names that server
+    spread = [{"cpu_idle": 0.3, "steal": 0.0, "cpu_idle_by_server": {"s1": 0.5, "s2": 0.3}},
+              {"cpu_idle": 0.02, "steal": 0.0, "cpu_idle_by_server": {"s1": 0.6, "s2": 0.02}}]
+    assert verdict(spread)["reasons"] == ["CPU-bound: idle fell to 2% on server s2 (needs >= 5%)"]
     assert verdict(QUIET, offered_bps=640e6, budget_bps=320e6)["reasons"] == [
         "offered load 640 Mbit/s above this machine's faithful budget 320 Mbit/s (default; run 'hpnlab calibrate')"]
     assert verdict(QUIET, offered_bps=160e6, budget_bps=320e6, calibrated=True)["faithful"]
