@@ -106,9 +106,10 @@ def load_cluster(path: str | Path) -> ClusterSpec:
     servers = []
     for i, s in enumerate(spec.servers):
         if s.key is not None:
-            key = (p.parent / s.key).expanduser()
+            key = p.parent / Path(s.key).expanduser()  # ~/.ssh/x as written; a relative path from the file
             if not key.is_file():
-                raise InputError("no such key file", "give the private key's path, relative to the cluster file",
+                raise InputError("no such key file", "give the private key's path (absolute, ~/..., or relative to "
+                                 "the cluster file)",
                                  field=f"servers[{i}].key", value=s.key)
             if key.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
                 raise InputError("ssh refuses a private key others can read", f"chmod 600 {key}",

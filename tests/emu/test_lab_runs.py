@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from testbed.experiment.fidelity import STEAL_MAX
 from testbed.labs.registry import LABS, prepare
 from testbed.net.balance import links_used
 
@@ -50,6 +53,10 @@ def test_lab2_steps_pass(tmp_path, quick_results, no_leftovers):
     prepare(LABS[2], work)
     v = by_variant(student_copy(tmp_path, quick_results, "precise_vs_ecmp"))
     frac = {k: statistics.mean(o["fraction_of_ideal"] for r in rs for o in r["ops"]) for k, rs in v.items()}
+    stolen = {k: max(r["fidelity"]["steal_mean"] or 0.0 for r in v[k]) for k in ("hpn-precise", "hpn-ecmp")}
+    if max(stolen.values()) > STEAL_MAX:  # the run's own verdict says so: its rates say nothing about routing
+        pytest.skip(f"the hypervisor took the CPU during the runs compared (steal {stolen}); busbw "
+                    f"{frac['hpn-precise']:.0%} precise vs {frac['hpn-ecmp']:.0%} ECMP is not a routing figure")
     assert frac["hpn-precise"] > frac["hpn-ecmp"]  # what the student should see (89% vs 47% unthrottled)
     pol = by_variant(student_copy(tmp_path, quick_results, "hash_polarization"))
     used = {k: links_used(rs[0])[0] for k, rs in pol.items()}

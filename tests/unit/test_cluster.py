@@ -41,6 +41,17 @@ def test_a_cluster_file_loads_with_its_key_resolved(cluster_dir):
     assert s2.tunnel_dev == "ens4" and s2.key == str((cluster_dir / "id_test").resolve())
 
 
+def test_a_key_under_the_home_folder_is_found_as_written(cluster_dir, monkeypatch):
+    """`key: ~/.ssh/x`, as the README's walk-through writes it (HOME is root's under sudo)."""
+    home = cluster_dir / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (cluster_dir / "id_test").rename(home / ".ssh" / "hpnlab")
+    monkeypatch.setenv("HOME", str(home))
+    (cluster_dir / "cluster.yaml").write_text(GOOD.replace("key: id_test", "key: ~/.ssh/hpnlab"))
+    spec = load_cluster(cluster_dir / "cluster.yaml")
+    assert {s.key for s in spec.servers} == {str((home / ".ssh" / "hpnlab").resolve())}
+
+
 @pytest.mark.parametrize("text, field, what", [
     (GOOD.replace("name: s2", "name: s1"), "servers[1].name", "servers[1].name='s1': given twice"),
     (GOOD.replace("192.168.7.2", "192.168.7.1"), "servers[1].tunnel_ip", "='192.168.7.1': given twice"),
