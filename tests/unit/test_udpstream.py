@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 from traffic import udpstream
 
@@ -21,6 +22,7 @@ def test_the_receiver_stays_open_while_packets_still_come():
     got: dict = {}
     t = threading.Thread(target=lambda: got.update(udpstream.recv(port, duration=0.5, gap_ms=100)))
     t.start()
+    time.sleep(0.3)  # bound before the first packet (its window opens at the first packet, not here)
     sent = udpstream.send("127.0.0.1", port, 0, pps=200, duration=1.5, size=200, stream=3)
     t.join(timeout=10)
     assert not t.is_alive()
