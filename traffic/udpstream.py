@@ -62,7 +62,6 @@ def recv(port: int, duration: float, gap_ms: float) -> dict:
     # packets still come it stays open (paused queues draining on a loaded machine: 58 of 9,599 packets
     # once arrived after a fixed window closed), up to four windows in all.
     end = time.monotonic() + duration
-    cap = end + 3 * duration
     opened = False
     seqs: dict[int, set[int]] = {}
     last: dict[int, float] = {}

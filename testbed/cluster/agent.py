@@ -41,6 +41,8 @@ from testbed.system.ownership import RUN_ID, Ownership, exit_cleanly_on_signals
 from testbed.system.site import LocalSite
 from testbed.system.versions import versions
 
+log = logging.getLogger(__name__)
+
 
 class Agent:
     def __init__(self, run_id: str):
@@ -99,7 +101,7 @@ class Agent:
         try:
             self.unshape()
         except Exception as exc:  # noqa: BLE001 - the record's interfaces take their qdiscs with them
-            logging.getLogger(__name__).warning("unshape: %s", exc)
+            log.warning("unshape: %s", exc)
         removed = self.owner.undo()
         shutil.rmtree(self.scratch, ignore_errors=True)
         return removed

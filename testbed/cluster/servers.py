@@ -18,6 +18,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from testbed.system.capabilities import Capabilities
 from testbed.system.site import LocalSite
 from testbed.system.versions import versions
 from topos.errors import InputError
@@ -193,7 +194,8 @@ class ClusterRun:
         with ThreadPoolExecutor(max(1, len(self.agents))) as pool:
             hellos = dict(zip(self.agents, pool.map(ServerAgent.start, self.agents.values()), strict=True))
         self.capabilities = {self.master: local_capabilities} | {s: h["capabilities"] for s, h in hellos.items()}
-        self.versions = {self.master: versions()} | {s: h["versions"] for s, h in hellos.items()}
+        self.versions = {self.master: versions(Capabilities.from_dict(local_capabilities))} | {
+            s: h["versions"] for s, h in hellos.items()}
 
     def record(self) -> dict:
         """What a results folder keeps of the cluster: each server (address, datapath, versions) and the

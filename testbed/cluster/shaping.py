@@ -43,7 +43,6 @@ class SplitShaper:
 
     def __init__(self, parts: list[Shaper | RemoteShaper], spec: QosSpec):
         self.parts, self.spec = parts, spec
-        self.paused: set = set()  # PFC is refused over several servers (servers.refuse_on_servers)
 
     @property
     def ports(self) -> dict[str, Port]:

@@ -187,10 +187,11 @@ class Sampler:
         self.net, self.period = net, period
         self.rows: list[dict] = []
         self._stop = threading.Event()
+        self.here = net.cluster.master if net.cluster is not None else ""  # this server's name in a cluster
         self.others = dict(net.cluster.agents) if net.cluster is not None else {}  # server -> its agent
 
     def _cpu(self) -> dict[str, tuple[int, int, int]]:
-        out = {"": cpu_times()}
+        out = {self.here: cpu_times()}
         for server, agent in self.others.items():
             rc, text = agent.sh("head -n1 /proc/stat", timeout=10)
             if rc == 0:
@@ -213,7 +214,7 @@ class Sampler:
             cpu = self._cpu()
             ovs = ovs_thread_ticks()
             b, t = self._host_bytes(), time.time()
-            shares = {}  # server ("" for this one) -> (idle, steal) shares since the last sample
+            shares = {}  # server -> (idle, steal) shares since the last sample
             for server, (idle, steal, tot) in cpu.items():
                 if server in cpu0:
                     idle0, steal0, tot0 = cpu0[server]
@@ -224,7 +225,7 @@ class Sampler:
                    "steal": max(s for _, s in shares.values()), "ovs_thread": round(busiest, 4),
                    "host_tx_bps": round((b - b0) * 8 / (t - t_prev))}
             if self.others:
-                row["cpu_idle_by_server"] = {server or self.net.cluster.master: i for server, (i, _) in shares.items()}
+                row["cpu_idle_by_server"] = {server: i for server, (i, _) in shares.items()}
             self.rows.append(row)
             cpu0, ovs0, b0, t_prev = cpu, ovs, b, t
 

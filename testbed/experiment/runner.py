@@ -305,12 +305,13 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
         text = read_text(spec, "file")
     variants = prepare(exp, base, reduced)
     total = sum(len(p.items) * p.exp.repetitions for p in variants)
-    probe().require_root("running an experiment")
+    caps = probe()
+    caps.require_root("running an experiment")
     digest = hashlib.sha256(text.encode()).hexdigest()[:7]
     outdir = results / f"{time.strftime('%Y%m%d-%H%M%S')}-{exp.name}{'-quick' if reduced else ''}-{digest}"
     outdir.mkdir(parents=True)
     (outdir / "spec.yaml").write_text(text)
-    (outdir / "environment.json").write_text(json.dumps({"capabilities": probe().to_dict(), "versions": versions()},
+    (outdir / "environment.json").write_text(json.dumps({"capabilities": caps.to_dict(), "versions": versions(caps)},
                                                         indent=1))
     runs = []
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ops"),

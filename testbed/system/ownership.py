@@ -107,11 +107,12 @@ def _in_their_namespaces(processes: list[dict]) -> list[dict]:
     recorded = {p["pid"] for p in processes}
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) not in recorded:
-            owner = owners.get(_netns_inode(entry.name))
-            start = _proc_start(int(entry.name))
-            if owner is not None and start is not None:
-                found.append({"pid": int(entry.name), "start": start, "what": f"in the namespace of {owner['what']}"})
+        if not entry.name.isdigit() or int(entry.name) in recorded:
+            continue
+        owner = owners.get(_netns_inode(entry.name))
+        start = _proc_start(int(entry.name)) if owner is not None else None
+        if start is not None:
+            found.append({"pid": int(entry.name), "start": start, "what": f"in the namespace of {owner['what']}"})
     return found
 
 
