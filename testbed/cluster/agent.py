@@ -15,7 +15,12 @@ scratch folder, and answers one JSON request per line on stdin with one JSON lin
     {"op": "sh", "script": s}                -> a root-namespace shell script's exit status and output
     {"op": "shape", "spec": q, "ports": []}  -> this server's share of the egress ports shaped (testbed.qos)
     {"op": "qos_stats", "handle": h, "keys": []} -> their qdiscs' counters, by port key
-    {"op": "unshape"}                        -> the qdiscs removed; how many
+    {"op": "pfc_bind", "key": k, "me": m, "bind_ip": a, "ports": [], "server_of": {}}
+                                             -> this server's PFC agent made over its shaped ports (the others'
+                                                ports given: it may pause them), its pause-message UDP port
+    {"op": "pfc_start", "peers": {}}          -> the agents' message addresses known; it runs (pauses.py)
+    {"op": "pfc_stop"} / {"op": "pfc_report", "ago": s} -> it stops; its report (polls of the last s seconds)
+    {"op": "unshape"}                        -> the qdiscs removed (the PFC agent stopped first); how many
     {"op": "stop"}                           -> everything in the record undone; what was removed
 
 When stdin ends without "stop" (the master crashed, was killed or lost its SSH connection) or on SIGTERM,
@@ -30,16 +35,20 @@ import logging
 import re
 import sys
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 
+from testbed.qos.pfc import PfcAgent
 from testbed.qos.ports import ports_from_json
 from testbed.qos.shaper import Shaper
 from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import probe
-from testbed.system.ownership import RUN_ID, Ownership, exit_cleanly_on_signals
+from testbed.system.ownership import RUN_DIR, RUN_ID, Ownership, exit_cleanly_on_signals
 from testbed.system.site import LocalSite
 from testbed.system.versions import versions
+
+from .pauses import PauseWire, start_agent
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +62,8 @@ class Agent:
         self.scratch = Path(tempfile.mkdtemp(prefix=f"hpnlab-{run_id}-"))
         self.site = LocalSite(self.owner, self.scratch)
         self.shaper: Shaper | None = None  # its qdiscs go with the interfaces the record deletes
+        self.pfc: PfcAgent | None = None  # this server's PFC agent, and its end of the pause messages
+        self.wire: PauseWire | None = None
 
     def handle(self, req: dict) -> dict:
         op, site = req.get("op"), self.site
@@ -74,6 +85,18 @@ class Agent:
             return {"ports": self.shape(QosSpec.model_validate(req["spec"]), ports_from_json(req["ports"]))}
         if op == "qos_stats":
             return {"stats": self.qos_stats(req.get("handle"), req.get("keys"))}
+        if op == "pfc_bind":
+            return {"port": self.pfc_bind(**{k: v for k, v in req.items() if k != "op"})}
+        if op == "pfc_start":
+            self.wire.connect(req["peers"])
+            self.pfc.start()
+            return {}
+        if op == "pfc_stop":
+            self.pfc_stop()
+            return {}
+        if op == "pfc_report":
+            ago = req.get("ago")
+            return {"report": self.pfc.report(None if ago is None else time.monotonic() - ago)}
         if op == "unshape":
             return {"removed": self.unshape()}
         raise ValueError(f"unknown op {op!r}")
@@ -91,7 +114,22 @@ class Agent:
         ports = None if keys is None else [self.shaper.ports[k] for k in keys]
         return {k: [asdict(q) for q in qs] for k, qs in self.shaper.stats(handle, ports).items()}
 
+    def pfc_bind(self, key: str, me: str, bind_ip: str, ports: list, server_of: dict[str, str]) -> int:
+        if self.shaper is None or self.pfc is not None:
+            raise ValueError("PFC needs this server's ports shaped, and once")
+        self.pfc, self.wire = start_agent(self.shaper, RUN_DIR / f"{self.owner.run_id}.pfc.json",
+                                          run_id=self.owner.run_id, me=me, key=bytes.fromhex(key), bind_ip=bind_ip,
+                                          others=ports_from_json(ports), server_of_node=server_of)
+        return self.wire.port
+
+    def pfc_stop(self) -> None:
+        if self.pfc is not None:
+            self.pfc.stop()
+            self.wire.close()
+
     def unshape(self) -> int:
+        self.pfc_stop()
+        self.pfc = None
         shaper, self.shaper = self.shaper, None
         return shaper.remove() if shaper is not None else 0
 

@@ -33,15 +33,10 @@ class AgentError(RuntimeError):
     pass
 
 
-def refuse_on_servers(spec: ClusterSpec, *, qos, delay_ms: float | None) -> None:
+def refuse_on_servers(spec: ClusterSpec, *, delay_ms: float | None) -> None:
     """What a network spread over servers does not do yet: one line each, before anything starts."""
     if len(spec.servers) < 2:
         return
-    if qos is not None and qos.pfc.enabled:
-        raise InputError("PFC over several servers is not built yet (a pause across a tunnel would be a "
-                         "message between the servers' agents)",
-                         "use --no-pfc (in an experiment, qos: {pfc: {enabled: false}})", field="qos.pfc.enabled",
-                         value=True)
     if delay_ms:
         raise InputError("link delay over several servers is not built yet", "leave out --delay", field="delay",
                          value=delay_ms)
@@ -134,6 +129,19 @@ class ServerAgent:
 
     def unshape(self) -> int:
         return self.call("unshape")["removed"]
+
+    # -- this server's PFC agent (testbed.cluster.pauses) ------------------------------
+    def pfc_bind(self, **args) -> int:
+        return self.call("pfc_bind", **args)["port"]
+
+    def pfc_start(self, peers: dict) -> None:
+        self.call("pfc_start", peers=peers)
+
+    def pfc_stop(self) -> None:
+        self.call("pfc_stop")
+
+    def pfc_report(self, ago: float | None) -> dict:
+        return self.call("pfc_report", ago=ago)["report"]
 
     def _tail(self) -> str:
         try:

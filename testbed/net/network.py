@@ -67,7 +67,7 @@ class Network:
             raise InputError("unknown hash model", f"use one of: {', '.join(HASH_MODELS)}", field="hashing",
                              value=hashing)
         if cluster is not None:
-            refuse_on_servers(cluster, qos=qos, delay_ms=delay_ms)
+            refuse_on_servers(cluster, delay_ms=delay_ms)
         self.topo = topo
         self.cluster_spec = cluster
         self.cluster: ClusterRun | None = None  # while it runs on several servers
@@ -169,6 +169,7 @@ class Network:
 
     def start_qos(self, spec: QosSpec) -> None:
         """Shape every link direction and start the PFC agent (when the spec enables PFC)."""
+        from testbed.cluster.pauses import SplitPfc
         from testbed.cluster.shaping import split_shaper
         from testbed.qos.pfc import PfcAgent
         from testbed.qos.ports import egress_ports, resolve
@@ -181,8 +182,9 @@ class Network:
             log.info("%s", self.scale_choice.why())
         spec = resolve(spec, self.topo, scale)
         self.qos_spec = spec
+        crossing = frozenset(l.name for l in self.cluster.placement.crossing) if self.cluster else frozenset()
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
-                             ifname_of=self.intf_name)
+                             ifname_of=self.intf_name, crossing=crossing)
         if self.cluster is None:
             self.qos = Shaper(ports, spec)
         else:
@@ -191,7 +193,9 @@ class Network:
         # `hpnlab qos show` and the web view read this server's queues only: the others' namespaces are not here
         write_ports(self.owner.run_id, self.qos.local_ports() if self.cluster else self.qos.ports.values())
         if spec.pfc.enabled:
-            self.pfc = PfcAgent(self.qos, state_file=RUN_DIR / f"{self.owner.run_id}.pfc.json")
+            state_file = RUN_DIR / f"{self.owner.run_id}.pfc.json"
+            self.pfc = (PfcAgent(self.qos, state_file) if self.cluster is None else
+                        SplitPfc(self.cluster, self.qos, state_file))
             self.pfc.start()
         self.timings["qos_s"] = time.monotonic() - t
 

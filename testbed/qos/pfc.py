@@ -21,6 +21,11 @@ Counted per port and priority (keys `node:port/p3`): pause events, paused
 time; per lossless queue: XOFF events and the maximum depth; for the agent
 itself: achieved poll period and CPU.
 
+Over several servers (testbed.cluster) each server runs its own agent over its own ports. A queue
+whose upstream port lives on another server pauses it with a message (`remote`, a RemotePauses: the
+agent names the pauses it holds there, the other agent applies them as its own), as a switch sends
+PAUSE to its neighbour: the same hold and release, one message later.
+
 With `pfc.frames`, each pause and resume is also put on the wire as a real
 802.1Qbb PAUSE frame (built with scapy: MAC Control opcode 0x0101, the
 priority's enable bit and timer, pause time 0xFFFF to pause and 0 to resume), sent by the congested switch out
@@ -33,10 +38,12 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from .netlink import QdiscDumper, dumper_in
 from .ports import Port
@@ -71,9 +78,29 @@ class PauseState:
     paused_s: float = 0.0
 
 
+Hold = tuple[str, int, str]  # (paused port, priority, the congested queue's port holding it)
+
+
+class RemotePauses(Protocol):
+    """Pauses to and from the agents of other servers (testbed.cluster.pauses.PauseWire)."""
+
+    ports: dict[str, Port]  # the other servers' ports, by key
+    refresh_s: float  # how often held pauses are said again (a lost message is repaired by the next)
+    expire_s: float  # pauses from a server that said nothing for this long are released
+
+    def server_of(self, key: str) -> str: ...
+    def fileno(self) -> int: ...
+    def send(self, server: str, holds: list[Hold]) -> None: ...
+    def receive(self) -> list[tuple[str, list[Hold]]]: ...
+    def silent_since(self, server: str) -> float: ...
+    def report(self) -> dict: ...
+
+
 class PfcAgent:
-    def __init__(self, shaper: Shaper, state_file: Path | None = None, host_every: int = 10):
+    def __init__(self, shaper: Shaper, state_file: Path | None = None, host_every: int = 10,
+                 remote: RemotePauses | None = None):
         self.shaper = shaper
+        self.remote = remote
         self.spec = shaper.spec.pfc
         self.period = self.spec.poll_ms / 1000
         self.state_file = state_file
@@ -81,13 +108,15 @@ class PfcAgent:
         self.priorities = [c.priority for c in shaper.spec.lossless]
         self.queues: dict[tuple[str, int], QueueState] = {}
         self.pauses: dict[tuple[str, int], PauseState] = {}
+        # every port this agent may pause: its own, and (over several servers) the others' it has a link to
+        self.all_ports = shaper.ports | (remote.ports if remote is not None else {})
         by_node: dict[str, list[Port]] = {}
-        for p in shaper.ports.values():
+        for p in self.all_ports.values():
             by_node.setdefault(p.node, []).append(p)
         for p in shaper.ports.values():
             # Ingress neighbours of p.node other than the one p sends to, seen from their side.
             ups = [] if p.is_host else [f"{q.peer}:{q.peer_port}" for q in by_node[p.node] if q.key != p.key]
-            ups = [u for u in ups if u in shaper.ports]
+            ups = [u for u in ups if u in self.all_ports]
             for prio in self.priorities:
                 self.queues[p.key, prio] = QueueState(p, prio, p.plan.lossless[prio], ups)
                 self.pauses[p.key, prio] = PauseState()
@@ -103,6 +132,10 @@ class PfcAgent:
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self.samples: list[dict] = []  # time series: t, per-queue backlog (non-zero), paused ports
+        self.holds_out: dict[str, set[Hold]] = {}  # server -> the pauses we hold on its ports
+        self.holds_in: dict[str, set[Hold]] = {}  # server -> the pauses it holds on ours
+        self._said_at = 0.0  # when the held pauses were last said to the other servers
+        self.expired = 0  # times a silent server's pauses here were released
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -115,6 +148,9 @@ class PfcAgent:
             self._thread.join(timeout=5)
         if self.state_file is not None:
             self.state_file.unlink(missing_ok=True)
+        for server, held in self.holds_out.items():  # the other servers release what we held there
+            if held:
+                self.remote.send(server, [])
         now = time.monotonic()
         for (key, prio), st in self.pauses.items():
             if st.since is not None:
@@ -144,7 +180,7 @@ class PfcAgent:
                 next_at += self.period
                 delay = next_at - time.monotonic()
                 if delay > 0:
-                    self._stop.wait(delay)
+                    self._wait(delay)
                 else:
                     next_at = time.monotonic()  # fell behind: do not try to catch up in a burst
         except Exception:
@@ -155,8 +191,49 @@ class PfcAgent:
             for d in dumpers.values():
                 d.close()
 
+    def _wait(self, delay: float) -> None:
+        """Until the next poll; pauses from other servers are applied the moment they arrive."""
+        if self.remote is None:
+            self._stop.wait(delay)
+            return
+        end = time.monotonic() + delay
+        while (left := end - time.monotonic()) > 0 and not self._stop.is_set():
+            if select.select([self.remote], [], [], left)[0]:
+                self.take_remote()
+
+    def take_remote(self) -> None:
+        """Apply what other servers said: each message is the whole set of pauses its sender holds here."""
+        now = time.monotonic()
+        for server, holds in self.remote.receive():
+            new = {h for h in map(tuple, holds) if (h[0], h[1]) in self.pauses}
+            self._apply_in(server, new, now)
+
+    def _apply_in(self, server: str, new: set[Hold], now: float) -> None:
+        old = self.holds_in.get(server, set())
+        for key, prio, by in new - old:
+            self._hold((key, prio), (f"{server}/{by}", prio), now)
+        for key, prio, by in old - new:
+            self._release((key, prio), (f"{server}/{by}", prio), now)
+        self.holds_in[server] = new
+
+    def _say_remote(self, now: float, changed: set[str]) -> None:
+        """Tell each server whose set changed, and every server we hold something on again each refresh;
+        release what a silent server held here (its agent gone, or its messages lost for expire_s)."""
+        if now - self._said_at >= self.remote.refresh_s:
+            self._said_at = now
+            changed = changed | {s for s, h in self.holds_out.items() if h}
+        for server in changed:
+            self.remote.send(server, sorted(self.holds_out.get(server, ())))
+        for server, holds in self.holds_in.items():
+            if holds and now - self.remote.silent_since(server) > self.remote.expire_s:
+                log.warning("PFC: no word from server %s for %.1f s: its %d pauses here released", server,
+                            now - self.remote.silent_since(server), len(holds))
+                self._apply_in(server, set(), now)
+                self.expired += 1
+
     def poll(self, dumpers: dict[str | None, QdiscDumper], include_hosts: bool = True) -> None:
         now = time.monotonic()
+        changed: set[str] = set()  # servers whose ports we now hold differently
         backlog: dict[tuple[str, int], int] = {}
         for netns, d in dumpers.items():
             if netns is not None and not include_hosts:
@@ -177,18 +254,28 @@ class PfcAgent:
                 qs.xoff = True
                 qs.xoff_events += 1
                 for up in qs.upstream:
-                    self._hold((up, qs.priority), key, now)
+                    self._hold((up, qs.priority), key, now, changed)
             elif qs.xoff and b < qs.plan.xon:
                 qs.xoff = False
                 for up in qs.upstream:
-                    self._release((up, qs.priority), key, now)
+                    self._release((up, qs.priority), key, now, changed)
+        if self.remote is not None:
+            self._say_remote(now, changed)
         if self.polls % 20 == 0:
             self.samples.append({"t": now, "backlog": {queue_key(*k): v for k, v in backlog.items() if v},
                                  "paused": sorted(queue_key(*k) for k in self.shaper.paused)})
             if self.state_file is not None:
                 self._write_state()
 
-    def _hold(self, target: tuple[str, int], by: tuple[str, int], now: float) -> None:
+    def _hold(self, target: tuple[str, int], by: tuple[str, int], now: float, changed: set | None = None) -> None:
+        if target not in self.pauses:  # another server's port: its agent pauses it
+            server = self.remote.server_of(target[0])
+            held = self.holds_out.setdefault(server, set())
+            if not any(h[:2] == target for h in held):
+                self._frame(target, pause=True)
+            held.add((*target, by[0]))
+            changed.add(server)
+            return
         st = self.pauses[target]
         if not st.by:
             st.events += 1
@@ -197,7 +284,15 @@ class PfcAgent:
             self._frame(target, pause=True)
         st.by.add(by)
 
-    def _release(self, target: tuple[str, int], by: tuple[str, int], now: float) -> None:
+    def _release(self, target: tuple[str, int], by: tuple[str, int], now: float, changed: set | None = None) -> None:
+        if target not in self.pauses:
+            server = self.remote.server_of(target[0])
+            held = self.holds_out.get(server, set())
+            held.discard((*target, by[0]))
+            changed.add(server)
+            if not any(h[:2] == target for h in held):
+                self._frame(target, pause=False)
+            return
         st = self.pauses[target]
         st.by.discard(by)
         if not st.by and st.since is not None:
@@ -210,7 +305,7 @@ class PfcAgent:
         if self._frames is None:
             return
         port, prio = target
-        p = self.shaper.ports[port]  # the paused sender; the frame comes from the switch at the other end
+        p = self.all_ports[port]  # the paused sender; the frame comes from the switch at the other end (ours)
         self._frames.send(p.peer_ifname, prio, pause)
         self.frames_sent += 1
 
@@ -250,7 +345,7 @@ class PfcAgent:
             # every 20th poll: lossless backlogs (non-zero ones) and the ports paused at that moment
             "samples": [{"t": round(s["t"] - self.samples[0]["t"], 4), "backlog": s["backlog"],
                          "paused": s["paused"]} for s in self.samples],
-        }
+        } | ({"remote": self.remote.report() | {"expired": self.expired}} if self.remote is not None else {})
 
     def _write_state(self) -> None:
         state = {"paused": sorted(queue_key(*k) for k in self.shaper.paused),
@@ -258,6 +353,49 @@ class PfcAgent:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
+
+
+def merge_reports(reports: dict[str, dict]) -> dict:
+    """One report from every server's agent (a network over several servers): counters added up, the poll
+    period of the slowest agent (the one the verdict must judge), every port and queue; each server's own
+    poll figures under `by_server`, and the pauses between servers (messages, their one-way delay)."""
+    first = next(iter(reports.values()))
+    tiers: dict[str, dict[str, float]] = {}
+    for r in reports.values():
+        for tier, d in r["pauses_by_tier"].items():
+            t = tiers.setdefault(tier, dict.fromkeys(d, 0))
+            for k, v in d.items():
+                t[k] = round(t[k] + v, 4)
+    periods = [r["poll_period_ms"] for r in reports.values()]
+    shares = [r["agent_cpu_share"] for r in reports.values() if r["agent_cpu_share"] is not None]
+    # each agent keeps every 20th poll from its own start: the i-th samples of all are about the same moment
+    samples = []
+    for i in range(max(len(r["samples"]) for r in reports.values())):
+        at = [r["samples"][i] for r in reports.values() if i < len(r["samples"])]
+        samples.append({"t": at[0]["t"], "backlog": {k: v for s in at for k, v in s["backlog"].items()},
+                        "paused": sorted(k for s in at for k in s["paused"])})
+    remote = [r["remote"] for r in reports.values() if "remote" in r]
+    one_way = sorted(ms for r in remote for ms in r["one_way_ms"])
+    return {
+        "priorities": first["priorities"],
+        "by_priority": {p: {k: round(sum(r["by_priority"][p][k] for r in reports.values()), 4) for k in d}
+                        for p, d in first["by_priority"].items()},
+        "polls": sum(r["polls"] for r in reports.values()),
+        "pfc_frames_sent": sum(r["pfc_frames_sent"] for r in reports.values()),
+        "poll_period_ms": {"configured": periods[0]["configured"],
+                           **{k: max(p[k] for p in periods) for k in ("median", "p99", "max")}},
+        "agent_cpu_share": max(shares) if shares else None,
+        "pauses_by_tier": tiers,
+        "ports": {k: v for r in reports.values() for k, v in r["ports"].items()},
+        "queues": {k: v for r in reports.values() for k, v in r["queues"].items()},
+        "samples": samples,
+        "by_server": {name: {k: r[k] for k in ("polls", "poll_period_ms", "agent_cpu_share")}
+                      for name, r in reports.items()},
+        "between_servers": {
+            **{k: sum(r[k] for r in remote) for k in ("sent", "received", "rejected", "expired")},
+            "one_way_ms": ({"n": len(one_way), "median": one_way[len(one_way) // 2],
+                            "p99": one_way[int(len(one_way) * 0.99)], "max": one_way[-1]} if one_way else None)},
+    }
 
 
 class PauseFrames:

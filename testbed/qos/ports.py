@@ -63,16 +63,19 @@ class Port:
 
 
 def egress_ports(topo: Topology, spec: QosSpec, netns_of: Callable[[str], str | None],
-                 ifname_of: Callable[[str, int], str]) -> list[Port]:
-    """Both directions of every link; a device's other links are the ingress its PFC headroom must absorb."""
+                 ifname_of: Callable[[str, int], str], crossing: frozenset[str] = frozenset()) -> list[Port]:
+    """Both directions of every link; a device's other links are the ingress its PFC headroom must absorb,
+    the `crossing` ones (link names: between servers) with the pause message's delay on top."""
     total = {n: sum(l.rate_gbps for l in topo.links_of(n)) for n in topo.nodes}
+    remote = {n: sum(l.rate_gbps for l in topo.links_of(n) if l.name in crossing) for n in topo.nodes}
     out = []
     for l in topo.links:
         for node, port, peer, peer_port in ((l.a, l.a_port, l.b, l.b_port), (l.b, l.b_port, l.a, l.a_port)):
             role = topo.nodes[node].role
             out.append(Port(node, port, role, peer, peer_port, ifname_of(node, port), ifname_of(peer, peer_port),
                             netns_of(node) if role == "host" else None,
-                            port_plan(l.rate_gbps, spec, total[node] - l.rate_gbps)))
+                            port_plan(l.rate_gbps, spec, total[node] - l.rate_gbps,
+                                      remote[node] - (l.rate_gbps if l.name in crossing else 0.0))))
     return out
 
 

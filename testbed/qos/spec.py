@@ -18,9 +18,12 @@ priorities by their `weight`).
 PFC defaults, per lossless priority, from the scaled port rate r and the
 switch's total ingress rate R_in (bytes/s; the sum of its other links) and the
 agent's poll period T:
-    headroom = 2 x R_in x T + 2 x MTU  (what can still arrive while a pause takes
+    headroom = 2 x R_in x T + R_x x L + 2 x MTU
+                                       (what can still arrive while a pause takes
                                         effect: one poll to notice, one to act; the
-                                        queue sees every ingress, so all of them count)
+                                        queue sees every ingress, so all of them count;
+                                        R_x of them from other servers, whose pause is
+                                        a message that takes up to L = pfc.remote_ms)
     XOFF     = max(32 x MTU, 4 x r x T)  (userspace OVS forwards in batches of up to 32
                                          frames: a batch is a burst, not congestion)
     XON      = XOFF / 2
@@ -73,6 +76,8 @@ class PfcSpec(BaseModel):
     headroom_bytes: int | None = Field(None, ge=0, le=1 << 30)
     frames: bool = Field(False, description="also emit 802.1Qbb PAUSE frames (scapy) for captures")
     pause_rate_fraction: float = Field(1 / 16, gt=0, lt=1, description="what a paused class still sends")
+    remote_ms: float = Field(5.0, gt=0, le=1000, description="what a pause toward another server's port adds "
+                             "(a message between the servers' agents): headroom for ingress across servers")
 
     @model_validator(mode="after")
     def _check(self) -> PfcSpec:
@@ -182,8 +187,10 @@ class PortPlan:
     prio: dict[str, int]
 
 
-def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None) -> PortPlan:
-    """Numbers for an egress port of `rate_gbps` on a device whose other links sum to `ingress_gbps`."""
+def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None,
+              remote_ingress_gbps: float = 0.0) -> PortPlan:
+    """Numbers for an egress port of `rate_gbps` on a device whose other links sum to `ingress_gbps`, of which
+    `remote_ingress_gbps` come from another server (over several servers)."""
     if spec.scale == "auto" or spec.pfc.poll_ms == "auto":
         raise ValueError("scale and pfc.poll_ms auto are resolved (testbed.qos.ports.resolve) before ports are "
                          "planned")
@@ -191,11 +198,13 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
     r = rate_bps / 8  # bytes per second
     r_in = (rate_gbps if ingress_gbps is None else ingress_gbps) * 1e9 / spec.scale / 8
     t = spec.pfc.poll_ms / 1000
+    late = remote_ingress_gbps * 1e9 / spec.scale / 8 * spec.pfc.remote_ms / 1000
     buffer_bytes = max(spec.min_buffer_bytes, int(r * spec.buffer_ms / 1000))
     pfc = spec.pfc
     lossless = {}
     for c in spec.lossless:
-        headroom = next(v for v in (c.headroom_bytes, pfc.headroom_bytes, int(2 * r_in * t + 2 * MTU)) if v is not None)
+        derived = int(2 * r_in * t + late + 2 * MTU)
+        headroom = next(v for v in (c.headroom_bytes, pfc.headroom_bytes, derived) if v is not None)
         xoff = next(v for v in (c.xoff_bytes, pfc.xoff_bytes, max(OVS_BATCH * MTU, int(4 * r * t))) if v is not None)
         xon = next(v for v in (c.xon_bytes, pfc.xon_bytes, xoff // 2) if v is not None)
         if xon >= xoff:
