@@ -15,7 +15,7 @@ scratch folder, and answers one JSON request per line on stdin with one JSON lin
     {"op": "sh", "script": s}                -> a root-namespace shell script's exit status and output
     {"op": "shape", "spec": q, "ports": []}  -> this server's share of the egress ports shaped (testbed.qos)
     {"op": "qos_stats", "handle": h, "keys": []} -> their qdiscs' counters, by port key
-    {"op": "pfc_bind", "key": k, "me": m, "bind_ip": a, "ports": [], "server_of": {}}
+    {"op": "pfc_bind", "run_id": r, "key": k, "me": m, "bind_ip": a, "ports": [], "server_of": {}}
                                              -> this server's PFC agent made over its shaped ports (the others'
                                                 ports given: it may pause them), its pause-message UDP port
     {"op": "pfc_start", "peers": {}}          -> the agents' message addresses known; it runs (pauses.py)
@@ -114,11 +114,12 @@ class Agent:
         ports = None if keys is None else [self.shaper.ports[k] for k in keys]
         return {k: [asdict(q) for q in qs] for k, qs in self.shaper.stats(handle, ports).items()}
 
-    def pfc_bind(self, key: str, me: str, bind_ip: str, ports: list, server_of: dict[str, str]) -> int:
+    def pfc_bind(self, run_id: str, key: str, me: str, bind_ip: str, ports: list, server_of: dict[str, str]) -> int:
+        """`run_id`: the run's own (the master's), which every server's messages carry."""
         if self.shaper is None or self.pfc is not None:
             raise ValueError("PFC needs this server's ports shaped, and once")
         self.pfc, self.wire = start_agent(self.shaper, RUN_DIR / f"{self.owner.run_id}.pfc.json",
-                                          run_id=self.owner.run_id, me=me, key=bytes.fromhex(key), bind_ip=bind_ip,
+                                          run_id=run_id, me=me, key=bytes.fromhex(key), bind_ip=bind_ip,
                                           others=ports_from_json(ports), server_of_node=server_of)
         return self.wire.port
 

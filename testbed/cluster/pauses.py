@@ -171,8 +171,8 @@ class SplitPfc:
     def start(self) -> None:
         c = self.cluster
         bound = dict(zip(self.remote, self._each(lambda item: item[1].pfc_bind(
-            key=self.key.hex(), me=item[0], bind_ip=str(c.by_name[item[0]].tunnel_ip), ports=self._others[item[0]],
-            server_of=c.placement.server_of)), strict=True))
+            run_id=c.run_id, key=self.key.hex(), me=item[0], bind_ip=str(c.by_name[item[0]].tunnel_ip),
+            ports=self._others[item[0]], server_of=c.placement.server_of)), strict=True))
         peers = {c.master: (str(c.by_name[c.master].tunnel_ip), self.wire.port)} | {
             name: (str(c.by_name[name].tunnel_ip), port) for name, port in bound.items()}
         self.wire.connect(peers)

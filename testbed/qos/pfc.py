@@ -391,6 +391,8 @@ def merge_reports(reports: dict[str, dict]) -> dict:
         "samples": samples,
         "by_server": {name: {k: r[k] for k in ("polls", "poll_period_ms", "agent_cpu_share")}
                       for name, r in reports.items()},
+        "by_server_remote": {name: {k: v for k, v in r["remote"].items() if k != "one_way_ms"}
+                             for name, r in reports.items() if "remote" in r},
         "between_servers": {
             **{k: sum(r[k] for r in remote) for k in ("sent", "received", "rejected", "expired")},
             "one_way_ms": ({"n": len(one_way), "median": one_way[len(one_way) // 2],
