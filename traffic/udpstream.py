@@ -2,12 +2,13 @@
 
 Runs inside a Mininet host (plain sockets, no Mininet import):
 
-    python -m traffic.udpstream recv --port 7000 --duration 6 --out r.json
+    python -m traffic.udpstream recv --port 7000 --duration 6 --out r.json [--ready]
     python -m traffic.udpstream send --dst 10.0.0.5 --dport 7000 --sport 5000 --pps 1000 --duration 5
 
 The receiver writes how many packets arrived, how many were lost or reordered,
 and every silence longer than `--gap-ms` with its start time, so a failover
-gap is measured in milliseconds from real packets.
+gap is measured in milliseconds from real packets. With `--ready` it says "ready" on
+stderr once its socket is bound, so a caller starts the senders then, not after a guess.
 """
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ def send(dst: str, dport: int, sport: int, pps: float, duration: float, size: in
     return {"sent": seq, "send_errors": errors, "duration_s": time.monotonic() - start}
 
 
-def recv(port: int, duration: float, gap_ms: float) -> dict:
+def recv(port: int, duration: float, gap_ms: float, on_bound=None) -> dict:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
     s.bind(("0.0.0.0", port))
+    if on_bound:
+        on_bound()
     s.settimeout(0.05)
     # The window opens at the first packet, not at start-up: a sender that took a while to start
     # (a loaded machine) still has its whole stream counted. No packet within `duration`: done. While
@@ -111,11 +114,13 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--duration", type=float, default=6)
     r.add_argument("--gap-ms", type=float, default=5)
     r.add_argument("--out")
+    r.add_argument("--ready", action="store_true", help='say "ready" on stderr once the socket is bound')
     a = ap.parse_args(argv)
     if a.cmd == "send":
         out = send(a.dst, a.dport, a.sport, a.pps, a.duration, a.size, a.stream, a.tos)
     else:
-        out = recv(a.port, a.duration, a.gap_ms)
+        out = recv(a.port, a.duration, a.gap_ms, on_bound=(lambda: print("ready", file=sys.stderr, flush=True))
+                   if a.ready else None)
     text = json.dumps(out)
     if getattr(a, "out", None):
         with open(a.out, "w") as f:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import threading
 import time
@@ -37,26 +38,47 @@ class StreamSpec:
         return nic_address(net.topo.nodes[self.dst], self.nic).ip
 
 
+READY_S = 120.0  # a receiver's shell on another server starts over SSH: seconds on a TCG VM
+
+
+def start_receiver(net: Network, host: str, port: int, duration: float, gap_ms: float = 5) -> subprocess.Popen:
+    """A probe stream receiver on `host`, returned once its socket is bound. Its report is on its stdout, so a
+    host on another server works the same. Senders started after a fixed wait lost a whole incast on a TCG VM
+    (a remote receiver's shell took longer than the wait plus the stream)."""
+    p = net.python(host, "traffic.udpstream", "recv", "--port", str(port), "--duration", str(duration),
+                   "--gap-ms", str(gap_ms), "--ready", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said = p.stderr.readline() if select.select([p.stderr], [], [], READY_S)[0] else ""
+    if said.strip() != "ready":
+        p.kill()
+        _, err = p.communicate(timeout=10)
+        raise RuntimeError(f"the stream receiver on {host} port {port} did not start within {READY_S:g} s: "
+                           f"{(said + err).strip()[-300:] or 'no output'}")
+    return p
+
+
+def receiver_report(p: subprocess.Popen, timeout: float) -> dict:
+    out, err = p.communicate(timeout=timeout)
+    if p.returncode:
+        raise RuntimeError(f"a stream receiver failed (exit {p.returncode}): {err.strip()[-300:]}")
+    return json.loads(out)
+
+
 def run_streams(net: Network, specs: list[StreamSpec], actions: list[tuple[float, Callable[[], None]]] = (),
-                tail: float = 1.0) -> dict:
+                tail: float = 1.0, gap_ms: float = 5) -> dict:
     """Run paced UDP streams (one receiver per destination port); fire `actions` at their offsets.
 
     Returns the receivers' reports keyed by "dst:dport", plus the wall time of each action.
     """
-    work = net.workdir.path
     duration = max(s.duration for s in specs)
     receivers = {}
     for s in specs:
         key = f"{s.dst}:{s.dport}"
         if key not in receivers:
-            out = work / f"recv-{s.dst}-{s.dport}.json"
-            out.unlink(missing_ok=True)
-            receivers[key] = (net.python(s.dst, "traffic.udpstream", "recv", "--port", str(s.dport), "--duration",
-                                         str(duration + tail + 0.5), "--out", str(out)), out)
-    time.sleep(0.3)  # receivers bound before the first packet
+            receivers[key] = start_receiver(net, s.dst, s.dport, duration + tail + 0.5, gap_ms)
     senders = [net.python(s.src, "traffic.udpstream", "send", "--dst", s.dst_ip(net), "--dport", str(s.dport),
                           "--sport", str(s.sport), "--pps", str(s.pps), "--duration", str(s.duration),
-                          "--size", str(s.size), "--stream", str(s.stream), "--tos", str(s.tos)) for s in specs]
+                          "--size", str(s.size), "--stream", str(s.stream), "--tos", str(s.tos),
+                          stdout=subprocess.PIPE, text=True) for s in specs]
     start = time.time()
     fired = []
     for offset, action in sorted(actions, key=lambda a: a[0]):
@@ -67,12 +89,10 @@ def run_streams(net: Network, specs: list[StreamSpec], actions: list[tuple[float
         action()
     sent = []
     for p in senders:
-        out, _ = p.communicate(timeout=duration + 30)
+        out, _ = p.communicate(timeout=duration + 120)
         sent.append(json.loads(out) if out else None)
-    result = {"start": start, "actions_at": fired, "receivers": {}, "senders": sent}
-    for key, (p, out) in receivers.items():
-        p.wait(timeout=duration + tail + 30)
-        result["receivers"][key] = json.loads(out.read_text())
+    result = {"start": start, "actions_at": fired, "senders": sent,
+              "receivers": {key: receiver_report(p, duration + tail + 120) for key, p in receivers.items()}}
     return result
 
 

@@ -75,8 +75,8 @@ def test_a_stream_between_servers_survives_a_crossing_uplink_failure_under_the_c
     """Controller routing with the controller on s1 and half the switches on s2: a paced UDP stream from a host
     on s1 to a host on s2 keeps flowing when the sender's plane-0 ToR loses its uplink to s2; the controller
     saw the port go down."""
+    from testbed.experiment.measure import StreamSpec
     from testbed.net.network import Network
-    from topos.addressing import nic_address
 
     topo = build("hpn", **PARAMS)
     placement = place(topo, cluster.names)
@@ -86,25 +86,18 @@ def test_a_stream_between_servers_survives_a_crossing_uplink_failure_under_the_c
     uplink = next(l for l in placement.crossing if tor in (l.a, l.b))
     with Network(topo, routing="controller", cluster=cluster) as net:
         assert net.pingall().loss == 0
-        recv = net.python(dst, "traffic.udpstream", "recv", "--port", "7000", "--duration", "12", "--gap-ms", "20",
-                          stdout=subprocess.PIPE, text=True)
-        time.sleep(3)  # the receiver's shell starts over SSH
-        send = net.python(src, "traffic.udpstream", "send", "--dst", str(nic_address(topo.nodes[dst], 0).ip),
-                          "--dport", "7000", "--sport", "5000", "--pps", "200", "--duration", "8",
-                          stdout=subprocess.PIPE, text=True)
-        time.sleep(3)
-        t_fail = time.time()
-        net.set_link(uplink.name, up=False)
-        sent = json.loads(send.communicate(timeout=120)[0])
-        got = json.loads(recv.communicate(timeout=120)[0])
+        r, sent, _ = streams(net, [StreamSpec(src=src, dst=dst, sport=5000, dport=7000, pps=200, duration=8)],
+                             actions=[(3, lambda: net.set_link(uplink.name, up=False))], tail=4, gap_ms=20)
         events = net.controller.get("/events")
+    t_fail = r["actions_at"][0]
+    got = r["receivers"][f"{dst}:7000"]
     (stream,) = got["streams"].values()
-    print(f"sent {sent['sent']}, received {stream['received']}, lost {stream['lost']}, "
+    print(f"sent {sent}, received {stream['received']}, lost {stream['lost']}, "
           f"max gap {got['max_gap_ms']:.0f} ms, last packet {stream['last'] - t_fail:.1f} s after the failure")
     assert any(e.get("link") == uplink.name for e in events), events
     assert stream["last"] - t_fail > 3  # it kept arriving after the failure, across the servers
     # what is lost is the failover gap (469 ms measured under TCG): at most 2 s of the stream
-    assert stream["received"] >= sent["sent"] - 2 * 200
+    assert stream["received"] >= sent - 2 * 200
 
 
 def test_a_ring_all_reduce_across_servers_on_links_shaped_on_both_delivers_its_exact_bytes(cluster, ssh):
@@ -145,22 +138,15 @@ def test_a_ring_all_reduce_across_servers_on_links_shaped_on_both_delivers_its_e
     assert after == before
 
 
-def streams(net, flows: list[tuple[str, str, int]], pps: float, seconds: float, tos: int = 0) -> tuple[int, int]:
-    """Paced UDP streams (src host, dst host, source port) over the network's hosts on any server, each
-    receiver reporting on stdout (its host may be another server's); (packets sent, packets received)."""
-    from topos.addressing import nic_address
+def streams(net, specs: list, **kw) -> tuple[dict, int, int]:
+    """Paced UDP streams between hosts on any server (run_streams: each receiver bound before the senders
+    start); (the run, packets sent, packets received)."""
+    from testbed.experiment.measure import run_streams
 
-    recvs = {dst: net.python(dst, "traffic.udpstream", "recv", "--port", "7000", "--duration", str(seconds + 8),
-                             stdout=subprocess.PIPE, text=True) for dst in {d for _, d, _ in flows}}
-    time.sleep(3)  # the receivers' shells start over SSH
-    sends = [net.python(src, "traffic.udpstream", "send", "--dst", str(nic_address(net.topo.nodes[dst], 0).ip),
-                        "--dport", "7000", "--sport", str(sport), "--pps", str(pps), "--duration", str(seconds),
-                        "--size", "1400", "--tos", str(tos), "--stream", str(i), stdout=subprocess.PIPE, text=True)
-             for i, (src, dst, sport) in enumerate(flows)]
-    sent = sum(json.loads(p.communicate(timeout=120)[0])["sent"] for p in sends)
-    reports = [json.loads(p.communicate(timeout=120)[0]) for p in recvs.values()]
-    print("receivers:", [{k: v for k, v in r.items() if k != "gaps"} for r in reports])
-    return sent, sum(s["received"] for r in reports for s in r["streams"].values())
+    r = run_streams(net, specs, **kw)
+    print("receivers:", [{k: v for k, v in rep.items() if k != "gaps"} for rep in r["receivers"].values()])
+    return (r, sum(x["sent"] for x in r["senders"]),
+            sum(st["received"] for rep in r["receivers"].values() for st in rep["streams"].values()))
 
 
 @pytest.fixture(scope="module")
@@ -181,14 +167,16 @@ def test_pfc_pauses_cross_servers_and_an_incast_across_them_loses_nothing(shaped
     """Both hosts of s1 send into one host of s2 at twice its ports (RoCE-like UDP in the lossless class): the
     queues at the receiver's ToRs on s2 pause aggregation ports on either server, whose queues pause s1's ToRs
     and hosts; every pause toward another server's port is a message between the agents."""
+    from testbed.experiment.measure import StreamSpec
     from testbed.qos.shaper import lossless_leaf
 
     net, placement = shaped
     src = [h.name for h in net.topo.hosts if placement.server_of[h.name] == "s1"]
     dst = next(h.name for h in net.topo.hosts if placement.server_of[h.name] == "s2")
     # 4 streams of 1.6 Mbit/s (143 x 1400 B/s): 6.4 Mbit/s into the receiver's two 2 Mbit/s ports
-    sent, got = streams(net, [(h, dst, 6000 + 10 * i + j) for i, h in enumerate(src) for j in range(2)], pps=143,
-                        seconds=4, tos=26 << 2)
+    _, sent, got = streams(net, [StreamSpec(src=h, dst=dst, sport=6000 + 10 * i + j, dport=7000, pps=143, duration=4,
+                                            size=1400, stream=2 * i + j, tos=26 << 2)
+                                 for i, h in enumerate(src) for j in range(2)], tail=8)
     drops = {k: q[0].drops for k, q in net.qos.stats(lossless_leaf(3)).items() if q and q[0].drops}
     report = net.pfc.report()
     between, period = report["between_servers"], report["poll_period_ms"]
@@ -209,6 +197,7 @@ def test_a_stream_across_servers_keeps_its_rate_through_the_tunnel(shaped):
     """A UDP stream from a host on s1 to a host on s2 offered above its host port's rate: what the sender's
     port shapes on s1, and what the receiver's ToR forwards on s2 after the crossing uplink's tunnel, against
     each other and against the port's shaped rate."""
+    from testbed.experiment.measure import StreamSpec
     from testbed.qos.shaper import ROOT
 
     net, placement = shaped
@@ -220,20 +209,16 @@ def test_a_stream_across_servers_keeps_its_rate_through_the_tunnel(shaped):
     rate = net.qos.ports[near[0]].plan.rate_bps
     result: dict = {}
 
-    def window() -> None:
-        time.sleep(5)  # past the receiver's start and the sender's queue filling
+    def window() -> None:  # from 3 s into the stream (its queue full) for 6 s
         t0, a = time.monotonic(), net.qos.stats(ROOT)
         time.sleep(6)
         t1, b = time.monotonic(), net.qos.stats(ROOT)
         result["near"] = max(b[k][0].bytes - a[k][0].bytes for k in near) * 8 / (t1 - t0)
         result["far"] = sum(b[k][0].bytes - a[k][0].bytes for k in far) * 8 / (t1 - t0)
 
-    import threading
-
-    t = threading.Thread(target=window)
-    t.start()
-    streams(net, [(src, dst, 6100)], pps=215, seconds=12)  # 2.4 Mbit/s into a 2 Mbit/s port
-    t.join()
+    # 2.4 Mbit/s into a 2 Mbit/s port
+    streams(net, [StreamSpec(src=src, dst=dst, sport=6100, dport=7000, pps=215, duration=12, size=1400)],
+            actions=[(3, window)], tail=4)
     print(f"{src} -> {dst}, port shaped at {rate / 1e6:g} Mbit/s: sent on s1 {result['near'] / 1e6:.3f}, forwarded on "
           f"s2 after the tunnel {result['far'] / 1e6:.3f} Mbit/s ({result['near'] / rate:.3f} and "
           f"{result['far'] / rate:.3f} of the shaped rate)")
