@@ -223,6 +223,7 @@ def test_a_stream_across_servers_keeps_its_rate_through_the_tunnel(shaped):
           f"s2 after the tunnel {result['far'] / 1e6:.3f} Mbit/s ({result['near'] / rate:.3f} and "
           f"{result['far'] / rate:.3f} of the shaped rate)")
     assert result["near"] <= 1.02 * rate  # the shaper holds
-    # What the tunnel carried of what the shaper sent (0.95 measured). Against the shaped rate itself the
-    # one-CPU TCG VM is the limit first: its sender reached 0.78 of 2 Mbit/s. Printed, not asserted.
+    # What the tunnel carried of what the shaper sent (0.95-1.01 measured). Against the shaped rate itself
+    # (0.99-1.01 in two runs) the one-CPU TCG VM can be the limit first: once its sender reached 0.78 of
+    # 2 Mbit/s. Printed, not asserted.
     assert result["far"] >= 0.9 * result["near"] > 0
