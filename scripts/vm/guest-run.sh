@@ -21,6 +21,22 @@ cd /opt/hpnlab
 echo "[vm] ready after $(( $(date +%s) - t0 )) s"
 role=$(cat "$out/role" 2>/dev/null || echo test)  # the cluster tier boots the same image as a server or master
 if [ "$role" != test ]; then
+  # The kernel took its clock from qemu's RTC in whole seconds, so two VMs can be up to a second apart (0.7 s
+  # once: the doctor refused it). Like NTP against the host: a file made on the out share gets the host's
+  # time as its mtime; this clock takes it, plus half of the round trip. No network, no extra package.
+  python3 - "$out/.clock" <<'PY' || echo "[vm] clock not set from the host"
+import os, sys, time
+path = sys.argv[1]
+if os.path.exists(path):
+    os.unlink(path)
+a = time.time()
+os.close(os.open(path, os.O_CREAT | os.O_WRONLY))
+host = os.stat(path).st_mtime_ns / 1e9
+b = time.time()
+os.unlink(path)
+time.clock_settime(time.CLOCK_REALTIME, host + (time.time() - a) - (b - a) / 2)
+print(f"[vm] clock set from the host: it was {((a + b) / 2 - host) * 1e3:+.0f} ms off (round trip {(b - a) * 1e3:.0f} ms)")
+PY
   bash /mnt/src/scripts/vm/guest-cluster.sh "$role"
   exit $?
 fi

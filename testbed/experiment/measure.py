@@ -43,8 +43,8 @@ READY_S = 120.0  # a receiver's shell on another server starts over SSH: seconds
 
 def start_receiver(net: Network, host: str, port: int, duration: float, gap_ms: float = 5) -> subprocess.Popen:
     """A probe stream receiver on `host`, returned once its socket is bound. Its report is on its stdout, so a
-    host on another server works the same. Senders started after a fixed wait lost a whole incast on a TCG VM
-    (a remote receiver's shell took longer than the wait plus the stream)."""
+    host on another server works the same. A fixed wait is a guess: a remote receiver's shell over SSH takes
+    seconds under TCG, and the packets sent before it binds are lost."""
     p = net.python(host, "traffic.udpstream", "recv", "--port", str(port), "--duration", str(duration),
                    "--gap-ms", str(gap_ms), "--ready", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     said = p.stderr.readline() if select.select([p.stderr], [], [], READY_S)[0] else ""

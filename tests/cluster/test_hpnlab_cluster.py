@@ -182,8 +182,9 @@ def test_pfc_pauses_cross_servers_and_an_incast_across_them_loses_nothing(shaped
     between, period = report["between_servers"], report["poll_period_ms"]
     print(f"sent {sent}, received {got}, lossless drops {drops}; between servers {between}; poll {period}; "
           f"by server {report['by_server']}; pauses by tier {report['pauses_by_tier']}")
-    # the pauses crossed: messages both ways, every one taken, and the congestion on s2 reached s1's hosts
-    assert all(r["received"] > 0 for r in report["by_server_remote"].values()), report["by_server_remote"]
+    # the pauses crossed: messages from the congested s2 reached s1 (s1 pauses s2's ports only when one of its
+    # aggregation switches backs up: in 1 of 5 runs it never did), every one taken, and s1's hosts paused
+    assert report["by_server_remote"]["s1"]["received"] > 0, report["by_server_remote"]
     assert between["rejected"] == 0 and between["one_way_ms"]["n"] > 0
     paused = {k.split(":")[0] for k in report["ports"]}
     assert paused & set(src), report["ports"]
