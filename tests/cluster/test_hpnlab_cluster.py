@@ -186,11 +186,12 @@ def test_pfc_pauses_cross_servers_and_an_incast_across_them_loses_nothing(shaped
     # aggregation switches backs up: in 1 of 5 runs it never did), every one taken, and s1's hosts paused
     assert report["by_server_remote"]["s1"]["received"] > 0, report["by_server_remote"]
     assert between["rejected"] == 0 and between["one_way_ms"]["n"] > 0
-    paused = {k.split(":")[0] for k in report["ports"]}
-    assert paused & set(src), report["ports"]
     if drops and period["max"] > 2 * period["configured"]:
+        # how far the pause travels back depends on the agents' timing too (in 1 of 6 runs it stopped at s1's ToRs)
         pytest.skip(f"{sum(drops.values())} lossless drops while a PFC agent's longest poll gap was "
                     f"{period['max']} ms (configured {period['configured']} ms): the VM did not give it the CPU")
+    paused = {k.split(":")[0] for k in report["ports"]}
+    assert paused & set(src), report["ports"]
     assert drops == {} and got == sent
 
 
