@@ -331,10 +331,7 @@ class PfcAgent:
             "by_priority": {str(p): {k: round(v, 4) for k, v in d.items()} for p, d in by_prio.items()},
             "polls": self.polls,
             "pfc_frames_sent": self.frames_sent,
-            "poll_period_ms": {"configured": self.spec.poll_ms,
-                               "median": round(1000 * periods[len(periods) // 2], 3),
-                               "p99": round(1000 * periods[int(len(periods) * 0.99)], 3),
-                               "max": round(1000 * periods[-1], 3)},
+            "poll_period_ms": {"configured": self.spec.poll_ms, **spread(periods, 1000)},
             "agent_cpu_share": round(self.cpu_s / self.wall_s, 4) if self.wall_s else None,
             "pauses_by_tier": tiers,
             "ports": {queue_key(*k): {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
@@ -353,6 +350,12 @@ class PfcAgent:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
+
+
+def spread(ordered: list[float], scale: float = 1.0) -> dict[str, float]:
+    """Median, p99 and max of values sorted ascending, times `scale`, to 3 places."""
+    return {"median": round(scale * ordered[len(ordered) // 2], 3),
+            "p99": round(scale * ordered[int(len(ordered) * 0.99)], 3), "max": round(scale * ordered[-1], 3)}
 
 
 def merge_reports(reports: dict[str, dict]) -> dict:
@@ -395,8 +398,7 @@ def merge_reports(reports: dict[str, dict]) -> dict:
                              for name, r in reports.items() if "remote" in r},
         "between_servers": {
             **{k: sum(r[k] for r in remote) for k in ("sent", "received", "rejected", "expired")},
-            "one_way_ms": ({"n": len(one_way), "median": one_way[len(one_way) // 2],
-                            "p99": one_way[int(len(one_way) * 0.99)], "max": one_way[-1]} if one_way else None)},
+            "one_way_ms": {"n": len(one_way), **spread(one_way)} if one_way else None},
     }
 
 
