@@ -18,7 +18,15 @@ software. A run is marked unfaithful, with the reason, when
   the full ingress rate). The agent's poll period is shown beside the verdict:
   a late poll is harmless while the queues stay below that depth, and on these
   2-core machines its p99 is 1.5-2.5x the configured period in quiet runs too;
-- the lossless class dropped with PFC on (the emulation promised it would not).
+- the lossless class dropped with PFC on (the emulation promised it would not);
+- latency-bound: ops whose ideal time is below LATENCY_OP_S took LATENCY_RATIO times it or more. The
+  emulator's own per-op latency (agents, coordinator, userspace OVS: 10-75 ms measured) then dominates,
+  not the fabric: a 16-GPU SimAI file replayed 46x its closed form with the CPU idle.
+
+A run is "unknown", never faithful, when a measurement the verdict relies on is missing: no CPU samples
+or a sampler that failed, no PFC report with PFC on, a PFC agent that died or fell silent (no poll for
+PFC_SILENT_S: its queue figures miss that stretch), lossless drops that could not be read. Evidence of
+unfaithfulness wins over missing evidence: such a run is "NOT faithful", with both kinds of reason.
 
 Collectives' busbw below ideal is not in itself unfaithful: hash collisions and
 contention are what an experiment measures.
@@ -30,13 +38,18 @@ import statistics
 
 CPU_IDLE_MIN = 0.05
 STEAL_MAX = 0.05
+PFC_SILENT_S = 1.0  # a poll gap over this (or 20 configured periods, the larger) leaves the queues unwatched
+LATENCY_OP_S = 0.05  # ops with an ideal time below this are where the emulator's own latency can dominate
+LATENCY_RATIO = 4.0  # ... and one that took this many times its ideal is flagged
 
 
 def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = False,
-            lossless_drops: int = 0, offered_bps: float | None = None, budget_bps: float | None = None,
-            calibrated: bool = False) -> dict:
+            lossless_drops: int | None = 0, offered_bps: float | None = None, budget_bps: float | None = None,
+            calibrated: bool = False, sampler_error: str | None = None, ops: list[dict] = ()) -> dict:
     """timeline: the sampler's rows (cpu_idle, steal, ovs_thread per sample); pfc: the agent's report;
-    offered_bps: every sending port at its emulated rate; budget_bps: what this machine forwards faithfully."""
+    offered_bps: every sending port at its emulated rate; budget_bps: what this machine forwards faithfully;
+    sampler_error: why the sampler stopped early, if it did; ops: the run's op records (seconds and
+    fraction_of_ideal), read for latency-bound ops."""
     idle = [r["cpu_idle"] for r in timeline]
     steal = [r.get("steal", 0.0) for r in timeline]
     ovs = [r["ovs_thread"] for r in timeline if "ovs_thread" in r]
@@ -44,40 +57,100 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
            "cpu_idle_mean": round(statistics.mean(idle), 4) if idle else None,
            "steal_mean": round(statistics.mean(steal), 4) if steal else None,
            "ovs_thread_max": max(ovs, default=None), "pfc_poll_p99_ms": None, "lossless_drops": lossless_drops,
-           "offered_bps": offered_bps, "budget_bps": budget_bps, "reasons": []}
-    reasons = out["reasons"]
-    if idle and min(idle) < CPU_IDLE_MIN:
-        worst = min(timeline, key=lambda r: r["cpu_idle"]).get("cpu_idle_by_server")  # over several servers
-        where = f" on server {min(worst, key=worst.get)}" if worst else ""
-        reasons.append(f"CPU-bound: idle fell to {min(idle):.0%}{where} (needs >= {CPU_IDLE_MIN:.0%})")
+           "offered_bps": offered_bps, "budget_bps": budget_bps, "reasons": [], "unknown": []}
+    reasons, unknown = out["reasons"], out["unknown"]
+    _cpu(timeline, idle, steal, sampler_error, reasons, unknown)
     if offered_bps is not None and budget_bps is not None and offered_bps > budget_bps:
         src = "calibrated" if calibrated else "default; run 'hpnlab calibrate'"
         reasons.append(f"offered load {offered_bps / 1e6:.0f} Mbit/s above this machine's faithful budget "
                        f"{budget_bps / 1e6:.0f} Mbit/s ({src})")
+    if pfc:
+        out["pfc_poll_p99_ms"] = pfc["poll_period_ms"].get("p99")
+        _late_pause(pfc, reasons)
+    if pfc_enabled:
+        _pfc_watched(pfc, unknown)
+        if lossless_drops is None:
+            unknown.append("the lossless class's drops could not be read")
+        elif lossless_drops:
+            reasons.append(f"{lossless_drops} drops in the lossless class with PFC on")
+    _latency(ops, reasons)
+    out["cpu_bound"] = bool(idle) and min(idle) < CPU_IDLE_MIN
+    out["status"] = "not faithful" if reasons else "unknown" if unknown else "faithful"
+    out["faithful"] = out["status"] == "faithful"
+    return out
+
+
+def _cpu(timeline: list[dict], idle: list[float], steal: list[float], sampler_error: str | None,
+         reasons: list[str], unknown: list[str]) -> None:
+    if sampler_error:
+        unknown.append(f"the CPU sampler failed ({sampler_error}): idle and steal were not watched to the end")
+    elif not idle:
+        unknown.append("no CPU samples: idle and steal were not watched")
+    if idle and min(idle) < CPU_IDLE_MIN:
+        worst = min(timeline, key=lambda r: r["cpu_idle"]).get("cpu_idle_by_server")  # over several servers
+        where = f" on server {min(worst, key=worst.get)}" if worst else ""
+        reasons.append(f"CPU-bound: idle fell to {min(idle):.0%}{where} (needs >= {CPU_IDLE_MIN:.0%})")
     if steal and statistics.mean(steal) > STEAL_MAX:
         reasons.append(f"the hypervisor took {statistics.mean(steal):.0%} of the CPU (steal; <= {STEAL_MAX:.0%})")
-    if pfc:
-        period = pfc["poll_period_ms"]
-        out["pfc_poll_p99_ms"] = period["p99"]
-        # A host's own egress queue has nothing upstream to pause (its sender is the host's stack, held by
-        # the paused port itself, as a NIC's send queue is): past XOFF there is no late pause, only a backlog.
-        over = {k: q for k, q in pfc.get("queues", {}).items()
-                if not q.get("host") and q["max_backlog"] > q["xoff"] + q["headroom"]}
-        if over:
-            k, q = max(over.items(), key=lambda kv: kv[1]["max_backlog"] - kv[1]["xoff"] - kv[1]["headroom"])
-            reasons.append(f"a PFC pause came late: {len(over)} lossless queue(s) past XOFF + headroom, e.g. {k} "
-                           f"at {q['max_backlog']:,} B > {q['xoff'] + q['headroom']:,} B (agent poll p99 "
-                           f"{period['p99']:g} ms, configured {period['configured']:g} ms)")
-    if pfc_enabled and lossless_drops:
-        reasons.append(f"{lossless_drops} drops in the lossless class with PFC on")
-    out["cpu_bound"] = bool(idle) and min(idle) < CPU_IDLE_MIN
-    out["faithful"] = not reasons
-    return out
+
+
+def _late_pause(pfc: dict, reasons: list[str]) -> None:
+    """A lossless queue past the depth its headroom is sized never to exceed."""
+    period = pfc["poll_period_ms"]
+    # A host's own egress queue has nothing upstream to pause (its sender is the host's stack, held by
+    # the paused port itself, as a NIC's send queue is): past XOFF there is no late pause, only a backlog.
+    over = {k: q for k, q in pfc.get("queues", {}).items()
+            if not q.get("host") and q["max_backlog"] > q["xoff"] + q["headroom"]}
+    if over:
+        k, q = max(over.items(), key=lambda kv: kv[1]["max_backlog"] - kv[1]["xoff"] - kv[1]["headroom"])
+        reasons.append(f"a PFC pause came late: {len(over)} lossless queue(s) past XOFF + headroom, e.g. {k} "
+                       f"at {q['max_backlog']:,} B > {q['xoff'] + q['headroom']:,} B (agent poll p99 "
+                       f"{period['p99']:g} ms, configured {period['configured']:g} ms)")
+
+
+def _pfc_watched(pfc: dict | None, unknown: list[str]) -> None:
+    """With PFC on, the agent must have run and polled through the traffic, or its figures say nothing."""
+    if not pfc:
+        unknown.append("PFC is on but there is no PFC agent report")
+        return
+    if pfc.get("error"):
+        unknown.append(f"the PFC agent died ({pfc['error']}): pauses and queue depths after that are not known")
+        return
+    period = pfc["poll_period_ms"]
+    if not pfc.get("polls_in_window", pfc.get("polls")):
+        unknown.append("the PFC agent never polled during the traffic")
+        return
+    silent_ms = max(PFC_SILENT_S * 1000, 20 * period["configured"])
+    gap = max(period.get("max") or 0.0, pfc.get("last_poll_age_ms") or 0.0)
+    if gap > silent_ms:
+        unknown.append(f"the PFC agent was silent for {gap:,.0f} ms (configured period {period['configured']:g} ms; "
+                       f"allowed {silent_ms:,.0f} ms): queues and pauses were not watched then")
+
+
+def _latency(ops: list[dict], reasons: list[str]) -> None:
+    """Small ops many times their ideal time: the emulator's own latency, not the fabric, may dominate."""
+    slow = []
+    for o in ops:
+        ideal = o["seconds"] * o["fraction_of_ideal"]  # fraction = busbw / ideal busbw = ideal time / time
+        if 0 < ideal < LATENCY_OP_S and o["seconds"] >= LATENCY_RATIO * ideal:
+            slow.append((o["seconds"] / ideal, o))
+    if slow:
+        ratio, o = max(slow, key=lambda s: s[0])
+        reasons.append(f"latency-bound: {len(slow)} of {len(ops)} ops took >= {LATENCY_RATIO:g}x their ideal time, "
+                       f"worst {o['label']} {ratio:.0f}x ({o['seconds'] * 1000:.1f} ms against "
+                       f"{o['seconds'] * o['fraction_of_ideal'] * 1000:.2f} ms): the emulation's own per-op "
+                       f"latency, not the fabric, may dominate")
+
+
+def status(v: dict) -> str:
+    """faithful, not faithful or unknown (a record from before "unknown" existed has only `faithful`)."""
+    return v.get("status") or ("faithful" if v["faithful"] else "not faithful")
 
 
 def line(v: dict) -> str:
     """One line for a terminal or a summary."""
-    if v["faithful"]:
+    said = status(v)
+    if said == "faithful":
         figures = []
         if v["cpu_idle_min"] is not None:
             figures.append(f"CPU idle >= {v['cpu_idle_min']:.0%}")
@@ -88,4 +161,11 @@ def line(v: dict) -> str:
         if v["pfc_poll_p99_ms"] is not None:
             figures.append(f"PFC poll p99 {v['pfc_poll_p99_ms']:g} ms")
         return f"fidelity: faithful ({', '.join(figures)})"
-    return "fidelity: NOT faithful: " + "; ".join(v["reasons"])
+    if said == "unknown":
+        return "fidelity: unknown: " + "; ".join(v["unknown"])
+    return "fidelity: NOT faithful: " + "; ".join(v["reasons"] + v.get("unknown", []))
+
+
+def reasons(v: dict) -> list[str]:
+    """Why a run is not faithful: what went wrong, then what was not measured."""
+    return v["reasons"] + v.get("unknown", [])

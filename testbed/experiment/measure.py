@@ -7,6 +7,7 @@ Shared by the runner, the emulation tests and the benchmarks, so all measure the
 from __future__ import annotations
 
 import json
+import logging
 import os
 import select
 import subprocess
@@ -19,6 +20,8 @@ from pathlib import Path
 from testbed.net.network import Network
 from testbed.qos.shaper import ROOT
 from topos.addressing import nic_address
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -177,6 +180,8 @@ def cpu_times(line: str | None = None) -> tuple[int, int, int]:
     return vals[3] + vals[4], vals[7], sum(vals[:8])  # guest time is already inside user
 
 
+MIN_SPAN_S = 0.05  # the last row at a stop needs this much time since the one before to mean anything
+STOP_WAIT_S = 15.0  # a sample reads every server's CPU over SSH in a cluster: seconds on a TCG VM
 OVS_PIDFILE = Path(os.environ.get("OVS_RUNDIR", "/var/run/openvswitch")) / "ovs-vswitchd.pid"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -207,6 +212,8 @@ class Sampler:
         self.net, self.period = net, period
         self.rows: list[dict] = []
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: str | None = None  # why sampling ended early, if it did
         self.here = net.cluster.master if net.cluster is not None else ""  # this server's name in a cluster
         self.others = dict(net.cluster.agents) if net.cluster is not None else {}  # server -> its agent
 
@@ -224,30 +231,47 @@ class Sampler:
 
     def start(self) -> None:
         self.t0 = time.time()
-        threading.Thread(target=self._run, daemon=True).start()
+        self._thread = threading.Thread(target=self._run, name="hpnlab-sampler", daemon=True)
+        self._thread.start()
 
     def _run(self) -> None:
-        cpu0 = self._cpu()
-        ovs0 = ovs_thread_ticks()
-        b0, t_prev = self._host_bytes(), time.time()
-        while not self._stop.wait(self.period):
-            cpu = self._cpu()
-            ovs = ovs_thread_ticks()
-            b, t = self._host_bytes(), time.time()
-            shares = {}  # server -> (idle, steal) shares since the last sample
-            for server, (idle, steal, tot) in cpu.items():
-                if server in cpu0:
-                    idle0, steal0, tot0 = cpu0[server]
-                    span = max(1, tot - tot0)
-                    shares[server] = (round((idle - idle0) / span, 4), round((steal - steal0) / span, 4))
-            busiest = max((ovs[k] - ovs0.get(k, ovs[k]) for k in ovs), default=0) / CLK_TCK / (t - t_prev)
-            row = {"t": round(t - self.t0, 3), "cpu_idle": min(i for i, _ in shares.values()),
-                   "steal": max(s for _, s in shares.values()), "ovs_thread": round(busiest, 4),
-                   "host_tx_bps": round((b - b0) * 8 / (t - t_prev))}
-            if self.others:
-                row["cpu_idle_by_server"] = {server: i for server, (i, _) in shares.items()}
-            self.rows.append(row)
-            cpu0, ovs0, b0, t_prev = cpu, ovs, b, t
+        """Until stopped; one last row at the stop so a run shorter than a period still has one. An error ends
+        the sampling but is kept: the verdict then says "unknown" instead of judging a part of the run."""
+        try:
+            cpu0, ovs0 = self._cpu(), ovs_thread_ticks()
+            b0, t_prev = self._host_bytes(), time.time()
+            while True:
+                stopped = self._stop.wait(self.period)
+                if stopped and time.time() - t_prev < MIN_SPAN_S:
+                    return
+                cpu, ovs = self._cpu(), ovs_thread_ticks()
+                b, t = self._host_bytes(), time.time()
+                self.rows.append(self._row(cpu0, cpu, ovs0, ovs, (b - b0) * 8, t_prev, t))
+                cpu0, ovs0, b0, t_prev = cpu, ovs, b, t
+                if stopped:
+                    return
+        except Exception as exc:  # noqa: BLE001 - whatever it was, the verdict must hear of it
+            self.error = f"{type(exc).__name__}: {exc}"[:300]
+            log.exception("the CPU sampler stopped")
+
+    def _row(self, cpu0: dict, cpu: dict, ovs0: dict, ovs: dict, bits: int, t_prev: float, t: float) -> dict:
+        shares = {}  # server -> (idle, steal) shares since the last sample
+        for server, (idle, steal, tot) in cpu.items():
+            if server in cpu0:
+                idle0, steal0, tot0 = cpu0[server]
+                span = max(1, tot - tot0)
+                shares[server] = (round((idle - idle0) / span, 4), round((steal - steal0) / span, 4))
+        busiest = max((ovs[k] - ovs0.get(k, ovs[k]) for k in ovs), default=0) / CLK_TCK / (t - t_prev)
+        row = {"t": round(t - self.t0, 3), "cpu_idle": min(i for i, _ in shares.values()),
+               "steal": max(s for _, s in shares.values()), "ovs_thread": round(busiest, 4),
+               "host_tx_bps": round(bits / (t - t_prev))}
+        if self.others:
+            row["cpu_idle_by_server"] = {server: i for server, (i, _) in shares.items()}
+        return row
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=STOP_WAIT_S)
+            if self._thread.is_alive() and self.error is None:
+                self.error = f"still sampling {STOP_WAIT_S:g} s after the stop"

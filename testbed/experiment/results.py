@@ -13,6 +13,8 @@ from topos.errors import InputError
 from topos.inputs import read_text
 from traffic.metrics import cluster_utilization
 
+from .fidelity import reasons, status
+
 RESULTS = Path("results")
 
 
@@ -66,11 +68,18 @@ def cluster_line(cluster: dict) -> str:
 
 
 def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
+    """ops.csv, timeline.csv, the three figures and summary.md of a results folder."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    _write_csvs(outdir, runs)
+    _plot_busbw(outdir, exp, runs)
+    _plot_throughput(outdir, runs)
+    _plot_queues(outdir, runs)
+    (outdir / "summary.md").write_text("\n".join(summary_lines(exp, runs)) + "\n")
 
+
+def _write_csvs(outdir: Path, runs: list[dict]) -> None:
     with open(outdir / "ops.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["variant", "repetition", "label", "op", "algorithm", "ranks", "size", "start_s", "seconds",
@@ -88,10 +97,19 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
             for row in r["timeline"]:
                 w.writerow([r["variant"], r["repetition"], row["t"], row["cpu_idle"], row["host_tx_bps"]])
 
+
+def _by_variant(runs: list[dict]) -> tuple[list[str], dict[str, list[float]], dict[str, list[float]]]:
+    """The variants in run order, and each one's ops' busbw (Mbit/s) and fraction of ideal."""
     variants = list(dict.fromkeys(r["variant"] for r in runs))
     fr = {v: [o["fraction_of_ideal"] for r in runs if r["variant"] == v for o in r["ops"]] for v in variants}
     bw = {v: [o["busbw_bps"] / 1e6 for r in runs if r["variant"] == v for o in r["ops"]] for v in variants}
+    return variants, bw, fr
 
+
+def _plot_busbw(outdir: Path, exp, runs: list[dict]) -> None:
+    import matplotlib.pyplot as plt
+
+    variants, bw, fr = _by_variant(runs)
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     means = [_mean_sd(bw[v]) for v in variants]
     ax.bar(variants, [m for m, _ in means], yerr=[s for _, s in means], capsize=4, color="#1f77b4")
@@ -102,6 +120,10 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     fig.tight_layout()
     fig.savefig(outdir / "busbw.png")
     plt.close(fig)
+
+
+def _plot_throughput(outdir: Path, runs: list[dict]) -> None:
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
     for r in runs:
@@ -115,6 +137,10 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     fig.tight_layout()
     fig.savefig(outdir / "throughput.png")
     plt.close(fig)
+
+
+def _plot_queues(outdir: Path, runs: list[dict]) -> None:
+    import matplotlib.pyplot as plt
 
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6), dpi=110, sharex=True)
     drew = False
@@ -140,22 +166,68 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     fig.savefig(outdir / "queues.png")
     plt.close(fig)
 
-    lines = [f"# {exp.name}", "", exp.description or "", "",
-             "| variant | ops | busbw (Mbit/s, mean ± sd) | of ideal (mean ± sd) | drops (lossless/default) "
+
+def summary_lines(exp, runs: list[dict]) -> list[str]:
+    """summary.md: the variants, then per job, training iterations, placement, NIC balance, fidelity."""
+    variants = list(dict.fromkeys(r["variant"] for r in runs))
+    lines = [f"# {exp.name}", "", exp.description or "", "", *_variant_table(runs)]
+    lines += _per_job(variants, runs)
+    lines += _iterations(variants, runs)
+    lines += _placement(exp, variants, runs)
+    balance = [row for v in variants if (row := _balance_row(v, [r for r in runs if r["variant"] == v]))]
+    if balance:
+        lines += ["", "Load on the two ToR ports facing each receiving NIC (more/less loaded bytes), the deepest "
+                  "lossless queue at those ports, and the aggregation-to-ToR links that carried traffic "
+                  "(testbed/net/balance.py), per run:", "",
+                  "| variant | worst NIC | median over NICs | NICs >= 2x | deepest queue (KB) "
+                  "| agg-to-ToR links used |",
+                  "|---|---|---|---|---|---|", *balance]
+    if runs and runs[0].get("cluster"):
+        lines += ["", cluster_line(runs[0]["cluster"]) + " (results.json: each run's `cluster`)."]
+    if exp.paper:
+        lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]
+    return lines + _fidelity_lines(runs) + [
+        "", "Files: ops.csv, timeline.csv, results.json, busbw.png, throughput.png, queues.png, environment.json."]
+
+
+def _faithful_cell(rs: list[dict]) -> str:
+    """'yes' only when every run was judged faithful; runs not judged (unknown) are counted apart."""
+    no = sum(1 for r in rs if status(r["fidelity"]) == "not faithful")
+    unknown = sum(1 for r in rs if status(r["fidelity"]) == "unknown")
+    cells = ([f"NO ({no} of {len(rs)})"] if no else []) + ([f"unknown ({unknown} of {len(rs)})"] if unknown else [])
+    return ", ".join(cells) or "yes"
+
+
+def _variant_table(runs: list[dict]) -> list[str]:
+    variants, bw, fr = _by_variant(runs)
+    lines = ["| variant | ops | busbw (Mbit/s, mean ± sd) | of ideal (mean ± sd) | drops (lossless/default) "
              "| failures fired (of planned) | halted | faithful |",
              "|---|---|---|---|---|---|---|---|"]
     for v in variants:
         rs = [r for r in runs if r["variant"] == v]
         m, s = _mean_sd(bw[v])
         fm, fs = _mean_sd(fr[v])
-        unfaithful = [r for r in rs if not r["fidelity"]["faithful"]]
         halted = [r["halted"] for r in rs if r.get("halted")]
         halted_text = f"{len(halted)} of {len(rs)} (first at {halted[0]['at']} s)" if halted else "no"
         drops = f"{sum(r['drops']['lossless'] for r in rs)}/{sum(r['drops']['default'] for r in rs)}"
         lines.append(f"| {v} | {len(bw[v])} | {m:.2f} ± {s:.2f} | {fm:.1%} ± {fs:.1%} | {drops} | "
-                     f"{_fired(rs)} | {halted_text} | "
-                     f"{f'NO ({len(unfaithful)} of {len(rs)})' if unfaithful else 'yes'} |")
-    balance = [row for v in variants if (row := _balance_row(v, [r for r in runs if r["variant"] == v]))]
+                     f"{_fired(rs)} | {halted_text} | {_faithful_cell(rs)} |")
+    return lines
+
+
+def _fidelity_lines(runs: list[dict]) -> list[str]:
+    bad = [r for r in runs if not r["fidelity"]["bytes_ok"]]
+    lines = ["", f"Bytes delivered equal the closed forms in {len(runs) - len(bad)} of {len(runs)} runs.", "",
+             "Fidelity (testbed/experiment/fidelity.py): a run is faithful when the CPU never ran out (idle >= 5% "
+             "in every sample), the hypervisor's steal stayed <= 5%, the PFC agent kept its poll period and the "
+             "lossless class dropped nothing with PFC on, and no small op took many times its ideal time; it is "
+             "unknown when a measurement it relies on is missing. Runs not faithful:"]
+    return lines + ([f"- {r['variant']} #{r['repetition']}: " + "; ".join(reasons(r["fidelity"]))
+                     for r in runs if not r["fidelity"]["faithful"]] or ["- none"])
+
+
+def _per_job(variants: list[str], runs: list[dict]) -> list[str]:
+    lines: list[str] = []
     jobs = sorted({o.get("job", "job") for r in runs for o in r["ops"]})
     if len(jobs) > 1:
         lines += ["", "Per job: iteration (op) time, mean ± sd:", "", "| variant | " + " | ".join(jobs) + " |",
@@ -167,6 +239,11 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
                 m, sd = _mean_sd(ts)
                 cells.append(f"{m:.2f} ± {sd:.2f} s ({len(ts)} ops)")
             lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _iterations(variants: list[str], runs: list[dict]) -> list[str]:
+    lines: list[str] = []
     iters = [(r["variant"], i) for r in runs for i in r.get("iterations", [])]
     if iters:
         lines += ["", "Training iterations (compute as timed waits, then communication in SimAI's order; "
@@ -189,6 +266,11 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
             lines += [f"| {v} | {c['utilization']:.1%} | " + ", ".join(
                 f"{j} ({d['gpus']} GPUs, {d['utilization']:.1%}, {d['class']})" for j, d in c["jobs"].items()) + " |"
                 for v, c in cluster.items() if c["jobs"]]
+    return lines
+
+
+def _placement(exp, variants: list[str], runs: list[dict]) -> list[str]:
+    lines: list[str] = []
     if exp.jobs and all(r.get("jobs") for r in runs):
         lines += ["", "Where the jobs ran (controllers/placement.py: segments spanned, share of the rail rings' hops "
                   "between segments) and the bytes that crossed segments (up the ToR uplinks, OVS counters), "
@@ -200,27 +282,7 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
             for j, d in rs[0]["jobs"].items():
                 lines.append(f"| {v} | {up / 1e6:,.1f} MB | {j} | {','.join(d['hosts'])} | {d['segments']} "
                              f"| {d['ring_hops_crossing']:.0%} |")
-    if balance:
-        lines += ["", "Load on the two ToR ports facing each receiving NIC (more/less loaded bytes), the deepest "
-                  "lossless queue at those ports, and the aggregation-to-ToR links that carried traffic "
-                  "(testbed/net/balance.py), per run:", "",
-                  "| variant | worst NIC | median over NICs | NICs >= 2x | deepest queue (KB) "
-                  "| agg-to-ToR links used |",
-                  "|---|---|---|---|---|---|", *balance]
-    if runs and runs[0].get("cluster"):
-        lines += ["", cluster_line(runs[0]["cluster"]) + " (results.json: each run's `cluster`)."]
-    if exp.paper:
-        lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]
-    bad = [r for r in runs if not r["fidelity"]["bytes_ok"]]
-    lines += ["", f"Bytes delivered equal the closed forms in {len(runs) - len(bad)} of {len(runs)} runs.", "",
-              "Fidelity (testbed/experiment/fidelity.py): a run is faithful when the CPU never ran out (idle >= 5% "
-              "in every sample), the hypervisor's steal stayed <= 5%, the PFC agent kept its poll period and the "
-              "lossless class dropped nothing with PFC on. Unfaithful runs:"]
-    lines += [f"- {r['variant']} #{r['repetition']}: " + "; ".join(r["fidelity"]["reasons"])
-              for r in runs if not r["fidelity"]["faithful"]] or ["- none"]
-    lines += ["",
-              "Files: ops.csv, timeline.csv, results.json, busbw.png, throughput.png, queues.png, environment.json."]
-    (outdir / "summary.md").write_text("\n".join(lines) + "\n")
+    return lines
 
 
 def load_results(run_dir: Path) -> dict:

@@ -47,6 +47,7 @@ from .failures import Injector, expand
 from .fidelity import verdict
 from .jobs import Job, demand, items, job_gpus, jobs, offered, resolve_scale
 from .measure import Sampler, port_delta
+from .record import RunRecord
 from .results import RESULTS, write_reports
 from .spec import Experiment, check_against, load
 from .watch import Watch
@@ -56,21 +57,15 @@ log = logging.getLogger(__name__)
 SPORT_STRIDE = 2500  # jobs side by side take disjoint source ports (4 per pinned NIC-port range, 8 in ECMP's)
 
 
-def _op_record(job: str, label: str, start: float, r) -> dict:
-    return {"job": job, "label": label, "op": r.op, "algorithm": r.algorithm, "ranks": r.ranks, "size": r.size,
-            "start": round(start, 4), "seconds": round(r.seconds, 4), "algbw_bps": r.algbw_bps,
-            "busbw_bps": r.busbw_bps, "ideal_busbw_bps": r.ideal_busbw_bps, "fraction_of_ideal": r.fraction_of_ideal,
-            "bytes_delivered": r.bytes_delivered, "bytes_expected": r.bytes_expected, "step_seconds": r.step_seconds}
-
-
 def _queue_records(net: Network, counters_before: dict) -> dict:
     """Drops per class anywhere (lossless priorities summed; the PFC report has each); the bytes each ToR sent
     down to each host port and that port's queue (a NIC's two-ToR balance); the bytes every switch-to-switch
     link carried each way, from OVS's counters."""
-    drops = {"high": 0, "lossless": 0, "default": 0}
+    drops = {"high": 0, "lossless": 0, "default": 0, "unread": 0}  # unread: ports whose counters were gone
     for cls, handle in leaf_handles(net.qos.spec).items():
-        n = sum(q[0].drops for q in net.qos.stats(handle).values() if q)
-        drops["lossless" if cls.startswith("lossless") else cls] += n
+        stats = net.qos.stats(handle).values()
+        drops["lossless" if cls.startswith("lossless") else cls] += sum(q[0].drops for q in stats if q)
+        drops["unread"] += sum(1 for q in stats if not q)
     down = [p for p in net.qos.ports.values() if not p.is_host and net.topo.nodes[p.peer].role == "host"]
     stats = net.qos.stats(ROOT, down).values()
     rx = {f"{p.peer}:{p.peer_port}": q[0].bytes for p, q in zip(down, stats, strict=True) if q}
@@ -82,6 +77,32 @@ def _queue_records(net: Network, counters_before: dict) -> dict:
             "fabric_links": fabric}
 
 
+@dataclass
+class Plan:
+    """What one run replays, every check passed: the topology, the experiment at a numeric scale, the
+    transport, the jobs, the failure events and the connections per peer."""
+
+    label: str
+    exp: Experiment
+    topo: Topology
+    choice: ScaleChoice | None
+    kind: str
+    jobs: list[Job]
+    events: list
+    channels: int
+
+
+def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = None) -> Plan:
+    topo = exp.topology.build()
+    check_against(exp, topo)
+    exp, choice = resolve_scale(exp, base, topo)
+    if choice is not None:
+        log.info("%s: %s", label, choice.why())
+    kind = choose(exp.transport, probe().rxe_in_netns, len(cluster.servers) if cluster else 1)
+    channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
+    return Plan(label, exp, topo, choice, kind, jobs(exp, base, topo), expand(exp, topo), channels)
+
+
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
             progress: Callable[[], None] | None = None, watch: Watch | None = None,
             stage: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None) -> dict:
@@ -90,120 +111,125 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     network, every op and iteration as they happen (the live web view); `cluster`: the servers it spreads
     over (testbed.cluster), recorded with their versions and the placement."""
     watch = watch or Watch()
-    topo = exp.topology.build()
-    check_against(exp, topo)
-    exp, choice = resolve_scale(exp, base, topo)
-    if choice is not None:
-        log.info("%s: %s", label, choice.why())
-    kind = choose(exp.transport, probe().rxe_in_netns, len(cluster.servers) if cluster else 1)
-    job_list = jobs(exp, base, topo)
-    events = expand(exp, topo)
+    p = plan(label, exp, base, cluster)
     exit_cleanly_on_signals()
-    channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
-    rec: dict = {"variant": label, "repetition": rep, "transport": kind, "channels": channels, "ops": [],
-                 "iterations": [],
-                 "halted": None, "scale": exp.qos.scale, "scale_auto": choice.why() if choice else None}
-    with Network(topo, routing="controller", mode=exp.switch_mode, hashing=exp.hashing, qos=exp.qos,
+    rec = RunRecord(label, rep, watch, progress, transport=p.kind, channels=p.channels, scale=p.exp.qos.scale,
+                    scale_auto=p.choice.why() if p.choice else None)
+    e = p.exp
+    with Network(p.topo, routing="controller", mode=e.switch_mode, hashing=e.hashing, qos=e.qos,
                  log_dir=None if log_dir is None else str(log_dir), progress=stage, cluster=cluster) as net:
         watch.network_up(net, label)
         if net.cluster is not None:
-            rec["cluster"] = net.cluster.record()
+            rec.data["cluster"] = net.cluster.record()
         if stage:
             stage("traffic")
-        if exp.scheduler == "crux":
-            rec["crux"] = _crux_classes(net, exp, job_list, topo, channels)
-        rec["jobs"] = {j.name: _job_record(j, topo) for j in job_list}
-        runners = []
-        for i, job in enumerate(job_list):  # each job: own agents, port, source ports, traffic class
-            tr = make(kind, net, tos=job.dscp << 2, index=i)
-            tr.start()
-            rp = Replayer(net, tr, channels=channels, routing=exp.routing, connection_choice=exp.connection_choice,
-                          nic_port_choice=exp.nic_port_choice, step_timeout=exp.step_timeout_s,
-                          sport_offset=SPORT_STRIDE * i)
-            runners.append((job, tr, rp))
-        if "crux" in rec:  # paths placed job by job, the most important first, around those already placed
-            rank = {n: k for k, n in enumerate(rec["crux"]["order"])}
-            for job, _tr, rp in sorted(runners, key=lambda r: rank[r[0].name]):
-                rp.connect([sched for _step, sched in job.one_iteration if sched is not None])
-        sampler, injector = Sampler(net), Injector(net, events)
-        sampler.start()
-        injector.start()
-        t0, t0_mono = time.time(), time.monotonic()
-        counters0 = net.port_counters()
+        if e.scheduler == "crux":
+            rec.data["crux"] = _crux_classes(net, e, p.jobs, p.topo, p.channels)
+        rec.data["jobs"] = {j.name: _job_record(j, p.topo) for j in p.jobs}
+        runners = _start_jobs(net, p, rec.data.get("crux"))
+        _replay(net, p, runners, rec)
+    rec.data["fidelity"] = _fidelity(p, rec.data)
+    return rec.data
 
-        def halted(job, what: str, exc: Exception) -> None:  # a step that never ends: the job is halted
-            rec["halted"] = {"at": round(time.time() - t0, 3), "op": what, "why": str(exc), "job": job.name}
-            log.warning("%s rep %d halted: %s", label, rep, exc)
 
-        def record(job, name: str, start: float, r) -> None:
-            rec["ops"].append(_op_record(job.name, name, start, r))
-            watch.op_done({"variant": label, "repetition": rep, **rec["ops"][-1]})
-            if progress:
-                progress()
+def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, object, Replayer]]:
+    """Each job's transport and replayer: own agents, port, source ports and traffic class; under Crux, the
+    paths placed job by job, the most important first, around those already placed."""
+    runners = []
+    for i, job in enumerate(p.jobs):
+        tr = make(p.kind, net, tos=job.dscp << 2, index=i)
+        tr.start()
+        rp = Replayer(net, tr, channels=p.channels, routing=p.exp.routing, connection_choice=p.exp.connection_choice,
+                      nic_port_choice=p.exp.nic_port_choice, step_timeout=p.exp.step_timeout_s,
+                      sport_offset=SPORT_STRIDE * i)
+        runners.append((job, tr, rp))
+    if crux is not None:
+        rank = {n: k for k, n in enumerate(crux["order"])}
+        for job, _tr, rp in sorted(runners, key=lambda r: rank[r[0].name]):
+            rp.connect([sched for _step, sched in job.one_iteration if sched is not None])
+    return runners
 
-        def run_job(job, rp):
-            if job.iteration:
-                return run_training(job, rp)
-            for o, sched in job.items:
-                if sched is None or rec["halted"]:
-                    continue
-                start = time.time() - t0
-                try:
-                    r = rp.run(sched)
-                except (TimeoutError, RuntimeError) as exc:
-                    return halted(job, o.label or o.op, exc)
-                record(job, o.label or f"{r.op}/{r.algorithm}", start, r)
 
-        def run_training(job, rp):
-            # the steps with their schedules in place of their ops: compute-only and in-host steps have none
-            predicted = predict([replace(s, op=sched) for s, sched in job.iteration],
-                                lambda sched: _ideal_seconds(sched, rp))
-            for k in range(job.iterations):
-                if rec["halted"]:
-                    return
-                start = time.time() - t0
-                try:
-                    it = rp.run_iteration(job.iteration)
-                except (TimeoutError, RuntimeError) as exc:
-                    return halted(job, f"iteration {k}", exc)
-                rec["iterations"].append({
-                    "job": job.name, "iteration": k, "start": round(start, 4), "seconds": round(it.seconds, 4),
-                    "compute_s": round(it.compute_s, 6), "exposed_comm_s": round(it.exposed_comm_s, 4),
-                    "gpu_utilization": round(it.gpu_utilization, 4), "predicted_s": round(predicted.seconds, 4),
-                    "predicted_gpu_utilization": round(predicted.gpu_utilization, 4), "bytes_ok": it.bytes_ok})
-                watch.iteration_done({"variant": label, "repetition": rep, **rec["iterations"][-1]})
-                for r in it.ops:
-                    record(job, f"{r.op}/{r.algorithm}", start, r)
+def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
+    """Every job in a thread of its own while the sampler and the failure schedule run; then the record's
+    measurements, gathered also when a job raised."""
+    sampler, injector = Sampler(net), Injector(net, p.events)
+    sampler.start()
+    injector.start()
+    rec.start_clock()
+    t0_mono = time.monotonic()
+    counters0 = net.port_counters()
+    try:
+        threads = [threading.Thread(target=_run_job, args=(job, rp, rec), daemon=True) for job, _tr, rp in runners]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        d = rec.data
+        d["failures_not_fired"] = injector.stop()
+        if d["failures_not_fired"]:
+            log.warning("%s rep %d: %d scheduled failure(s) never fired, the traffic ended first at %.2f s "
+                        "(first planned at %.2f s): schedule them earlier or give the job more traffic",
+                        rec.label, rec.rep, len(d["failures_not_fired"]), rec.now(),
+                        d["failures_not_fired"][0]["planned_t"])
+        sampler.stop()
+        for _job, tr, rp in runners:
+            rp.close()
+            tr.stop()
+        d["failures"] = injector.log
+        d["controller_events"] = net.controller.get("/events") if net.controller else []
+        d["timeline"], d["sampler_error"] = sampler.rows, sampler.error
+        d.update(_queue_records(net, counters0))
+        rec.watch.network_down(net)
+        d["pfc"] = net.stop_qos(since=t0_mono)
 
+
+def _run_job(job: Job, rp: Replayer, rec: RunRecord) -> None:
+    """A job's ops back to back, or its training iterations; a step that never ends halts it."""
+    if job.iteration:
+        return _run_training(job, rp, rec)
+    for o, sched in job.items:
+        if sched is None or rec.halted:
+            continue
+        start = rec.now()
         try:
-            threads = [threading.Thread(target=run_job, args=(job, rp), daemon=True) for job, _tr, rp in runners]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        finally:
-            rec["failures_not_fired"] = injector.stop()
-            if rec["failures_not_fired"]:
-                log.warning("%s rep %d: %d scheduled failure(s) never fired, the traffic ended first at %.2f s "
-                            "(first planned at %.2f s): schedule them earlier or give the job more traffic",
-                            label, rep, len(rec["failures_not_fired"]), time.time() - t0,
-                            rec["failures_not_fired"][0]["planned_t"])
-            sampler.stop()
-            for _job, tr, rp in runners:
-                rp.close()
-                tr.stop()
-            rec["failures"] = injector.log
-            rec["controller_events"] = net.controller.get("/events") if net.controller else []
-            rec["timeline"] = sampler.rows
-            rec.update(_queue_records(net, counters0))
-            watch.network_down(net)
-            rec["pfc"] = net.stop_qos(since=t0_mono)
-    budget = load_budget(hosts=len(topo.hosts))
-    rec["fidelity"] = verdict(rec["timeline"], rec["pfc"], exp.qos.pfc.enabled, rec["drops"]["lossless"],
-                              offered_bps=offered(job_list, topo) / exp.qos.scale, budget_bps=budget.bps,
-                              calibrated=budget.calibrated)
-    rec["fidelity"]["bytes_ok"] = all(o["bytes_delivered"] == o["bytes_expected"] for o in rec["ops"])
-    return rec
+            r = rp.run(sched)
+        except (TimeoutError, RuntimeError) as exc:
+            return rec.halt(job.name, o.label or o.op, exc)
+        rec.op(job.name, o.label or f"{r.op}/{r.algorithm}", start, r)
+    return None
+
+
+def _run_training(job: Job, rp: Replayer, rec: RunRecord) -> None:
+    # the steps with their schedules in place of their ops: compute-only and in-host steps have none
+    predicted = predict([replace(s, op=sched) for s, sched in job.iteration], lambda sched: _ideal_seconds(sched, rp))
+    for k in range(job.iterations):
+        if rec.halted:
+            return
+        start = rec.now()
+        try:
+            it = rp.run_iteration(job.iteration)
+        except (TimeoutError, RuntimeError) as exc:
+            return rec.halt(job.name, f"iteration {k}", exc)
+        rec.iteration({
+            "job": job.name, "iteration": k, "start": round(start, 4), "seconds": round(it.seconds, 4),
+            "compute_s": round(it.compute_s, 6), "exposed_comm_s": round(it.exposed_comm_s, 4),
+            "gpu_utilization": round(it.gpu_utilization, 4), "predicted_s": round(predicted.seconds, 4),
+            "predicted_gpu_utilization": round(predicted.gpu_utilization, 4), "bytes_ok": it.bytes_ok})
+        for r in it.ops:
+            rec.op(job.name, f"{r.op}/{r.algorithm}", start, r)
+
+
+def _fidelity(p: Plan, d: dict) -> dict:
+    """The verdict on a finished run, with whether every op delivered exactly the bytes its closed form says."""
+    budget = load_budget(hosts=len(p.topo.hosts))
+    lossless = None if d["drops"]["unread"] else d["drops"]["lossless"]
+    v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,
+                offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale, budget_bps=budget.bps,
+                calibrated=budget.calibrated, sampler_error=d["sampler_error"], ops=d["ops"])
+    v["bytes_ok"] = all(o["bytes_delivered"] == o["bytes_expected"] for o in d["ops"])
+    return v
 
 
 def _job_record(job: Job, topo: Topology) -> dict:
@@ -293,8 +319,6 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     `watch` hears of each network, op and the run's progress (the live web view); `cluster`: spread each network
     over these servers (each run's record keeps them and the placement).
     """
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     watch = watch or Watch()
 
     if isinstance(spec, Experiment):
@@ -313,7 +337,23 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     (outdir / "spec.yaml").write_text(text)
     (outdir / "environment.json").write_text(json.dumps({"capabilities": caps.to_dict(), "versions": versions(caps)},
                                                         indent=1))
-    runs = []
+    runs: list[dict] = []
+    try:
+        _run_variants(exp, variants, base, outdir, runs, total, watch, cluster)
+    except BaseException:
+        if runs:  # what finished is kept, with its reports, and results.json says the run is incomplete
+            _write_reports_quietly(outdir, exp, runs)
+        raise
+    _save(outdir, exp, runs, complete=True)
+    write_reports(outdir, exp, runs)
+    return outdir
+
+
+def _run_variants(exp: Experiment, variants: list[Prepared], base: Path, outdir: Path, runs: list[dict], total: int,
+                  watch: Watch, cluster: ClusterSpec | None) -> None:
+    """Every variant's repetitions in turn, each on a fresh network, results.json rewritten after each."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} ops"),
                   TimeElapsedColumn()) as prog:
         task = prog.add_task(exp.name, total=total)
@@ -337,10 +377,21 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
                 v_rep = v.model_copy(update={"seed": v.seed + rep})
                 runs.append(run_one(label, v_rep, base, outdir / f"{label}-rep{rep}", rep, progress=advance,
                                     watch=watch, stage=stage, cluster=cluster))
-    # written whole or not at all: a run stopped mid-write leaves no truncated record behind
-    tmp = outdir / "results.json.tmp"
-    tmp.write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs}, indent=1))
-    tmp.replace(outdir / "results.json")
-    write_reports(outdir, exp, runs)
-    return outdir
+                _save(outdir, exp, runs, complete=False)
 
+
+def _save(outdir: Path, exp: Experiment, runs: list[dict], complete: bool) -> None:
+    """results.json, written whole or not at all: a run stopped mid-write leaves no truncated record behind.
+    `complete` is false while variants are still to come (or when the run stopped early)."""
+    tmp = outdir / "results.json.tmp"
+    tmp.write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "complete": complete, "runs": runs},
+                              indent=1, default=str))
+    tmp.replace(outdir / "results.json")
+
+
+def _write_reports_quietly(outdir: Path, exp: Experiment, runs: list[dict]) -> None:
+    """The reports of a run that stopped early; their own failure must not hide why it stopped."""
+    try:
+        write_reports(outdir, exp, runs)
+    except Exception:  # noqa: BLE001 - the original error is re-raised by the caller
+        log.exception("reports of the finished variants could not be written")

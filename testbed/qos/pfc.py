@@ -136,6 +136,9 @@ class PfcAgent:
         self.holds_in: dict[str, set[Hold]] = {}  # server -> the pauses it holds on ours
         self._said_at = 0.0  # when the held pauses were last said to the other servers
         self.expired = 0  # times a silent server's pauses here were released
+        self.error: str | None = None  # why the loop died, if it did: the verdict then says "unknown"
+        self.last_poll: float | None = None  # monotonic time the last poll began
+        self.stopped_at: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -143,6 +146,7 @@ class PfcAgent:
         self._thread.start()
 
     def stop(self) -> None:
+        self.stopped_at = time.monotonic()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -174,7 +178,7 @@ class PfcAgent:
             while not self._stop.is_set():
                 now = time.monotonic()
                 self.period_samples.append((now, now - last))
-                last = now
+                last = self.last_poll = now
                 self.poll(dumpers, include_hosts=self.polls % self.host_every == 0)
                 self.polls += 1
                 next_at += self.period
@@ -183,7 +187,8 @@ class PfcAgent:
                     self._wait(delay)
                 else:
                     next_at = time.monotonic()  # fell behind: do not try to catch up in a burst
-        except Exception:
+        except Exception as exc:  # noqa: BLE001 - any error ends the loop; the report must say so
+            self.error = f"{type(exc).__name__}: {exc}"[:300]
             log.exception("PFC agent stopped")
         finally:
             self.cpu_s = time.thread_time() - t_cpu0
@@ -313,7 +318,8 @@ class PfcAgent:
     def report(self, since: float | None = None) -> dict:
         """Counters and the poll period's statistics (only polls after `since`, a monotonic time, if given:
         the traffic's window, not the network's start-up)."""
-        periods = sorted(p for t, p in self.period_samples[1:] if since is None or t >= since) or [0.0]
+        periods = sorted(p for t, p in self.period_samples[1:] if since is None or t >= since)
+        now = self.stopped_at or time.monotonic()
         tiers: dict[str, dict[str, float]] = {}
         by_prio: dict[int, dict[str, float]] = {p: {"pause_events": 0, "paused_s": 0.0, "xoff_events": 0, "drops": 0}
                                                 for p in self.priorities}
@@ -330,6 +336,11 @@ class PfcAgent:
             "priorities": self.priorities,
             "by_priority": {str(p): {k: round(v, 4) for k, v in d.items()} for p, d in by_prio.items()},
             "polls": self.polls,
+            # polls inside the traffic's window, and how long before this report the last one was: an agent
+            # that died or stalled must not read as one that saw empty queues (testbed/experiment/fidelity.py)
+            "polls_in_window": len(periods),
+            "last_poll_age_ms": None if self.last_poll is None else round((now - self.last_poll) * 1000, 3),
+            "error": self.error,
             "pfc_frames_sent": self.frames_sent,
             "poll_period_ms": {"configured": self.spec.poll_ms, **spread(periods, 1000)},
             "agent_cpu_share": round(self.cpu_s / self.wall_s, 4) if self.wall_s else None,
@@ -352,10 +363,17 @@ class PfcAgent:
         tmp.replace(self.state_file)
 
 
-def spread(ordered: list[float], scale: float = 1.0) -> dict[str, float]:
-    """Median, p99 and max of values sorted ascending, times `scale`, to 3 places."""
+def spread(ordered: list[float], scale: float = 1.0) -> dict[str, float | None]:
+    """Median, p99 and max of values sorted ascending, times `scale`, to 3 places; None for no values."""
+    if not ordered:
+        return dict.fromkeys(("median", "p99", "max"))
     return {"median": round(scale * ordered[len(ordered) // 2], 3),
             "p99": round(scale * ordered[int(len(ordered) * 0.99)], 3), "max": round(scale * ordered[-1], 3)}
+
+
+def _most(values: list[float | None]) -> float | None:
+    """The largest figure of any agent; None if any agent has none (it never polled: nothing to judge by)."""
+    return None if any(v is None for v in values) else max(values)
 
 
 def merge_reports(reports: dict[str, dict]) -> dict:
@@ -384,9 +402,12 @@ def merge_reports(reports: dict[str, dict]) -> dict:
         "by_priority": {p: {k: round(sum(r["by_priority"][p][k] for r in reports.values()), 4) for k in d}
                         for p, d in first["by_priority"].items()},
         "polls": sum(r["polls"] for r in reports.values()),
+        "polls_in_window": min(r.get("polls_in_window", r["polls"]) for r in reports.values()),
+        "last_poll_age_ms": _most([r.get("last_poll_age_ms") for r in reports.values()]),
+        "error": "; ".join(f"{name}: {r['error']}" for name, r in reports.items() if r.get("error")) or None,
         "pfc_frames_sent": sum(r["pfc_frames_sent"] for r in reports.values()),
         "poll_period_ms": {"configured": periods[0]["configured"],
-                           **{k: max(p[k] for p in periods) for k in ("median", "p99", "max")}},
+                           **{k: _most([p[k] for p in periods]) for k in ("median", "p99", "max")}},
         "agent_cpu_share": max(shares) if shares else None,
         "pauses_by_tier": tiers,
         "ports": {k: v for r in reports.values() for k, v in r["ports"].items()},

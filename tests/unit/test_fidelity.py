@@ -5,7 +5,8 @@ from __future__ import annotations
 from testbed.experiment.fidelity import line, verdict
 
 QUIET = [{"cpu_idle": 0.4, "steal": 0.01, "ovs_thread": 0.5}, {"cpu_idle": 0.3, "steal": 0.02, "ovs_thread": 0.6}]
-PFC_OK = {"poll_period_ms": {"configured": 5.0, "median": 5.0, "p99": 11.0, "max": 19.0},
+PFC_OK = {"poll_period_ms": {"configured": 5.0, "median": 5.0, "p99": 11.0, "max": 19.0}, "polls": 900,
+          "polls_in_window": 800, "last_poll_age_ms": 3.0, "error": None,
           "queues": {"agg-p0-pl0-0:3": {"max_backlog": 90_000, "xoff": 48_448, "headroom": 53_028, "drops": 0}}}
 
 
@@ -40,3 +41,41 @@ def test_each_reason_makes_it_unfaithful():
     assert verdict(QUIET, PFC_OK, pfc_enabled=False, lossless_drops=3)["faithful"]  # a lossy class may drop
     v = verdict(hog, lag)
     assert not v["faithful"] and len(v["reasons"]) == 2 and line(v).startswith("fidelity: NOT faithful: CPU-bound")
+
+
+def test_missing_measurements_are_unknown_never_faithful():
+    none = verdict([])
+    assert none["status"] == "unknown" and not none["faithful"]
+    assert none["unknown"] == ["no CPU samples: idle and steal were not watched"]
+    assert line(none) == "fidelity: unknown: no CPU samples: idle and steal were not watched"
+    died = verdict(QUIET[:1], sampler_error="KeyError: 'cpu'")
+    assert died["status"] == "unknown" and "the CPU sampler failed (KeyError: 'cpu')" in died["unknown"][0]
+    assert verdict(QUIET, None, pfc_enabled=True)["unknown"] == ["PFC is on but there is no PFC agent report"]
+    dead = {**PFC_OK, "error": "OSError: netlink"}
+    assert verdict(QUIET, dead, pfc_enabled=True)["unknown"][0].startswith("the PFC agent died (OSError: netlink)")
+    never = {**PFC_OK, "polls_in_window": 0, "poll_period_ms": {"configured": 5.0, "median": None, "p99": None,
+                                                                 "max": None}}
+    v = verdict(QUIET, never, pfc_enabled=True)
+    assert v["unknown"] == ["the PFC agent never polled during the traffic"] and v["pfc_poll_p99_ms"] is None
+    stalled = {**PFC_OK, "last_poll_age_ms": 4_000.0}  # stopped polling 4 s before the end, without an error
+    assert verdict(QUIET, stalled, pfc_enabled=True)["unknown"][0].startswith("the PFC agent was silent for 4,000 ms")
+    gap = {**PFC_OK, "poll_period_ms": {**PFC_OK["poll_period_ms"], "max": 1_500.0}}
+    assert verdict(QUIET, gap, pfc_enabled=True)["status"] == "unknown"
+    assert verdict(QUIET, PFC_OK, pfc_enabled=True, lossless_drops=None)["unknown"] == [
+        "the lossless class's drops could not be read"]
+    # evidence against fidelity wins over missing evidence: both are said
+    both = verdict([{"cpu_idle": 0.01, "steal": 0.0}], None, pfc_enabled=True)
+    assert both["status"] == "not faithful" and both["unknown"] and line(both).endswith("no PFC agent report")
+
+
+def test_small_ops_far_from_their_ideal_time_are_latency_bound():
+    def op(seconds, ideal):
+        return {"label": "allreduce/ring", "seconds": seconds, "fraction_of_ideal": ideal / seconds}
+
+    # the 16-GPU SimAI file: an op of 9.2 ms ideal that took 0.42 s, with the CPU idle
+    v = verdict(QUIET, ops=[op(0.42, 0.0092), op(0.010, 0.0092)])
+    assert v["status"] == "not faithful" and v["reasons"] == [
+        "latency-bound: 1 of 2 ops took >= 4x their ideal time, worst allreduce/ring 46x (420.0 ms against 9.20 ms): "
+        "the emulation's own per-op latency, not the fabric, may dominate"]
+    # a big op slowed by contention is the fabric's doing, and an op at 3x is not flagged
+    assert verdict(QUIET, ops=[op(4.0, 0.5), op(0.030, 0.011)])["faithful"]

@@ -1,0 +1,66 @@
+"""One variant-repetition's record as its jobs write it: ops, iterations and a halt, from several job threads.
+
+Every change goes through a method under one lock, so two jobs finishing at once cannot interleave their
+records, and the first halt is the one kept (later ones come from the same cause: the network stopped).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from .watch import Watch
+
+log = logging.getLogger(__name__)
+
+
+def op_record(job: str, label: str, start: float, r) -> dict:
+    """An op's row in results.json and ops.csv (r: a traffic.metrics.OpResult)."""
+    return {"job": job, "label": label, "op": r.op, "algorithm": r.algorithm, "ranks": r.ranks, "size": r.size,
+            "start": round(start, 4), "seconds": round(r.seconds, 4), "algbw_bps": r.algbw_bps,
+            "busbw_bps": r.busbw_bps, "ideal_busbw_bps": r.ideal_busbw_bps, "fraction_of_ideal": r.fraction_of_ideal,
+            "bytes_delivered": r.bytes_delivered, "bytes_expected": r.bytes_expected, "step_seconds": r.step_seconds}
+
+
+class RunRecord:
+    """The record of one run (`data`, what results.json keeps), written by the job threads."""
+
+    def __init__(self, label: str, rep: int, watch: Watch, progress: Callable[[], None] | None = None, **fields):
+        self.label, self.rep, self.watch, self.progress = label, rep, watch, progress
+        self.data: dict = {"variant": label, "repetition": rep, **fields, "ops": [], "iterations": [], "halted": None}
+        self._lock = threading.Lock()
+        self.t0 = time.time()
+
+    def start_clock(self) -> None:
+        """Times in the record count from here: the traffic's start."""
+        self.t0 = time.time()
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    @property
+    def halted(self) -> bool:
+        with self._lock:
+            return self.data["halted"] is not None
+
+    def halt(self, job: str, what: str, exc: Exception) -> None:
+        """A step that never ended: its job stops, and the run says where (the first halt only)."""
+        with self._lock:
+            if self.data["halted"] is None:
+                self.data["halted"] = {"at": round(self.now(), 3), "op": what, "why": str(exc), "job": job}
+        log.warning("%s rep %d halted: %s", self.label, self.rep, exc)
+
+    def op(self, job: str, name: str, start: float, result) -> None:
+        row = op_record(job, name, start, result)
+        with self._lock:
+            self.data["ops"].append(row)
+        self.watch.op_done({"variant": self.label, "repetition": self.rep, **row})
+        if self.progress:
+            self.progress()
+
+    def iteration(self, row: dict) -> None:
+        with self._lock:
+            self.data["iterations"].append(row)
+        self.watch.iteration_done({"variant": self.label, "repetition": self.rep, **row})

@@ -1,0 +1,64 @@
+"""The runner's record: jobs write it from threads through one lock, and results.json is saved after every
+variant, so a crash in variant 2 keeps variant 1."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from testbed.experiment import runner
+from testbed.experiment.record import RunRecord
+from testbed.experiment.watch import Watch
+
+EXP = Path(__file__).resolve().parents[2] / "experiments" / "precise_vs_ecmp.yaml"
+
+
+def test_jobs_halting_at_once_keep_the_first_halt_and_every_op():
+    rec = RunRecord("v", 0, Watch())
+    result = SimpleNamespace(op="allreduce", algorithm="ring", ranks=8, size=10, seconds=0.1, algbw_bps=1.0,
+                             busbw_bps=1.0, ideal_busbw_bps=2.0, fraction_of_ideal=0.5, bytes_delivered=10,
+                             bytes_expected=10, step_seconds=[])
+    go = threading.Barrier(8)
+
+    def job(i: int) -> None:
+        go.wait()
+        for _ in range(50):
+            rec.op(f"j{i}", "allreduce/ring", rec.now(), result)
+        rec.halt(f"j{i}", "allreduce", TimeoutError(f"job {i}"))
+
+    threads = [threading.Thread(target=job, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(rec.data["ops"]) == 400 and rec.halted
+    assert rec.data["halted"]["why"] == f"job {rec.data['halted']['job'][1:]}"
+
+
+def test_a_crash_in_variant_2_keeps_variant_1(tmp_path, monkeypatch):
+    calls = []
+
+    def run_one(label, *_a, **_k):
+        calls.append(label)
+        if len(calls) == 2:
+            raise RuntimeError("the network died")
+        return {"variant": label, "repetition": 0, "ops": [], "iterations": [], "timeline": [], "failures": [],
+                "drops": {"lossless": 0, "default": 0, "high": 0, "unread": 0}, "halted": None, "pfc": None,
+                "fidelity": {"faithful": False, "status": "unknown", "reasons": [], "unknown": ["x"],
+                             "bytes_ok": True}}
+
+    caps = SimpleNamespace(require_root=lambda _what: None, to_dict=lambda: {})
+    monkeypatch.setattr(runner, "probe", lambda: caps)
+    monkeypatch.setattr(runner, "versions", lambda _caps: {})
+    monkeypatch.setattr(runner, "run_one", run_one)
+    with pytest.raises(RuntimeError, match="the network died"):
+        runner.run(EXP, results=tmp_path)
+    (out,) = tmp_path.iterdir()
+    saved = json.loads((out / "results.json").read_text())
+    assert calls == ["hpn-precise", "hpn-precise-host"]
+    assert saved["complete"] is False and [r["variant"] for r in saved["runs"]] == ["hpn-precise"]
+    assert "unknown (1 of 1)" in (out / "summary.md").read_text()

@@ -1,0 +1,98 @@
+"""The run's watchers (the CPU sampler, the PFC agent) say when they stopped watching, and the verdict then
+says "unknown": a watcher that died must not read as one that saw a quiet, empty fabric."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from testbed.experiment.fidelity import verdict
+from testbed.experiment.measure import Sampler
+from testbed.qos.pfc import PfcAgent
+from testbed.qos.shaper import Shaper
+from testbed.qos.spec import QosSpec
+
+QUIET = [{"cpu_idle": 0.4, "steal": 0.0, "ovs_thread": 0.3}]
+
+
+class _Qos:
+    def __init__(self, fail_after: int | None = None):
+        self.ports, self.reads, self.fail_after = {}, 0, fail_after
+
+    def stats(self, _handle, _ports=None):
+        self.reads += 1
+        if self.fail_after is not None and self.reads > self.fail_after:
+            raise KeyError("tor-p0-s0-r0-a:5")  # a port's counters gone mid-run
+        return {}
+
+
+def _sampler(qos: _Qos) -> Sampler:
+    s = Sampler(SimpleNamespace(qos=qos, cluster=None), period=0.05)
+    s.start()
+    return s
+
+
+def test_a_sampler_that_dies_is_reported_and_the_verdict_is_unknown():
+    s = _sampler(_Qos(fail_after=3))
+    time.sleep(0.5)
+    s.stop()
+    assert s.error == "KeyError: 'tor-p0-s0-r0-a:5'" and len(s.rows) == 2
+    v = verdict(s.rows, sampler_error=s.error)
+    assert v["status"] == "unknown" and not v["faithful"]
+
+
+def test_a_run_shorter_than_the_sampling_period_still_gets_a_sample():
+    s = Sampler(SimpleNamespace(qos=_Qos(), cluster=None), period=10.0)
+    s.start()
+    time.sleep(0.2)
+    s.stop()
+    assert s.error is None and len(s.rows) == 1 and 0.0 <= s.rows[0]["cpu_idle"] <= 1.0
+
+
+def _agent(poll) -> PfcAgent:
+    spec = QosSpec(pfc={"enabled": True, "poll_ms": 5})
+    agent = PfcAgent(Shaper([], spec))
+    agent.poll = poll
+    return agent
+
+
+def test_a_pfc_agent_that_dies_makes_the_verdict_unknown():
+    def poll(_dumpers, include_hosts=True):
+        if agent.polls >= 5:
+            raise OSError("netlink socket closed")
+
+    agent = _agent(poll)
+    since = time.monotonic()
+    agent.start()
+    time.sleep(0.3)
+    agent.stop()
+    report = agent.report(since)
+    assert report["error"] == "OSError: netlink socket closed" and report["polls"] == 5
+    v = verdict(QUIET, report, pfc_enabled=True)
+    assert v["status"] == "unknown" and v["unknown"][0].startswith("the PFC agent died (OSError: netlink")
+
+
+def test_a_pfc_agent_that_stalls_makes_the_verdict_unknown():
+    def poll(_dumpers, include_hosts=True):
+        if agent.polls == 3:
+            time.sleep(2.5)  # held (the GIL, a netlink call that hangs): the queues go unwatched
+
+    agent = _agent(poll)
+    since = time.monotonic()
+    agent.start()
+    time.sleep(1.5)
+    agent.stop()  # the stop comes while the agent still hangs
+    report = agent.report(since)
+    assert report["error"] is None and report["last_poll_age_ms"] > 1400
+    assert verdict(QUIET, report, pfc_enabled=True)["unknown"][0].startswith("the PFC agent was silent for")
+
+
+def test_a_pfc_agent_that_keeps_its_period_is_judged_on_its_figures():
+    agent = _agent(lambda _d, include_hosts=True: None)
+    since = time.monotonic()
+    agent.start()
+    time.sleep(0.3)
+    agent.stop()
+    report = agent.report(since)
+    assert report["polls_in_window"] > 20 and report["last_poll_age_ms"] < 100
+    assert verdict(QUIET, report, pfc_enabled=True)["faithful"]
