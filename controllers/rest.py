@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, urlparse
 
 from .crux import JobDemand
 from .precise import FlowSpec, candidate_paths
+from .state import RequestError
 
 log = logging.getLogger("hpnlab.rest")
 
@@ -47,6 +48,19 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+MAX_QUERY_FIELDS = 16
+
+
+def _query(text: str) -> dict[str, str]:
+    """A query string's fields (the last of a repeated one), bounded in length and count."""
+    if len(text) >= 2048:
+        raise ApiError(414, "query string longer than 2048 characters")
+    try:
+        return {k: v[-1] for k, v in parse_qs(text, max_num_fields=MAX_QUERY_FIELDS).items()}
+    except ValueError:
+        raise ApiError(400, f"query string: more than {MAX_QUERY_FIELDS} fields") from None
 
 
 def _query_int(v: str) -> int | str:
@@ -175,7 +189,7 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s " + fmt, self.address_string(), *args)
 
     def _reply(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
+        data = json.dumps(body, allow_nan=False).encode()  # NaN/Infinity are not JSON: a 500, not a bad answer
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -216,15 +230,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         url = urlparse(self.path)
-        q = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=16).items()} if len(url.query) < 2048 else None
         name = url.path.strip("/").replace("/", "_") or "root"
         route = getattr(self, f"{method}_{name}", None)
         try:
             if not self._authorised():
                 raise ApiError(401, "send the run's token: Authorization: Bearer TOKEN (the token file is "
                                     "printed by 'hpnlab up' and readable by its owner only)")
-            if q is None:
-                raise ApiError(414, "query string longer than 2048 characters")
+            q = _query(url.query)
             if route is None:
                 allowed = [m.upper() for m in ("get", "post", "delete") if hasattr(self, f"{m}_{name}")]
                 if allowed:
@@ -233,9 +245,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, route(q))
         except ApiError as exc:
             self._reply(exc.status, {"error": str(exc)})
-        except (ValueError, KeyError) as exc:
-            self._reply(400, {"error": str(exc.args[0]) if exc.args else repr(exc)})
-        except Exception as exc:  # keep serving whatever one request did
+        except RequestError as exc:
+            self._reply(400, {"error": str(exc)})
+        except Exception as exc:  # the controller's own fault: logged, answered 500, and it keeps serving
             log.exception("REST %s %s failed", method, url.path)
             self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"internal error: {type(exc).__name__}"})
 
@@ -281,6 +293,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(400, f"src={_short(src)}: not a host")
         if dst not in st.ip_owner:
             raise ApiError(400, f"dst={_short(dst)}: not a host address")
+        if st.ip_owner[dst].host == src:
+            raise ApiError(400, f"dst={_short(dst)}: an address of src={_short(src)} itself; give another host's")
         return src, dst
 
     @staticmethod
@@ -341,10 +355,11 @@ class _Handler(BaseHTTPRequestHandler):
         levels = body.get("levels", 1)
         if type(levels) is not int or not 1 <= levels <= 8:
             raise ApiError(400, f"levels={_short(levels)}: the lossless priorities, 1..8 (802.1Qbb)")
-        if len(body["jobs"]) > 64 or sum(len(j.get("flows") or []) for j in body["jobs"] if isinstance(j, dict)) \
-                > MAX_FLOWS:
-            raise ApiError(413, f"jobs: at most 64 jobs and {MAX_FLOWS} flows in all per request")
-        jobs = [_job_from(j) for j in body["jobs"]]
+        if len(body["jobs"]) > 64:
+            raise ApiError(413, "jobs: at most 64 jobs per request")
+        jobs = [_job_from(j) for j in body["jobs"]]  # each checked for its shape before anything is counted
+        if sum(len(j.flows) for j in jobs) > MAX_FLOWS:
+            raise ApiError(413, f"jobs: at most {MAX_FLOWS} flows in all per request")
         if len({j.name for j in jobs}) != len(jobs):
             raise ApiError(400, "jobs: two jobs have the same name")
         return self.app.state.schedule_jobs(jobs, levels)

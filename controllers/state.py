@@ -20,6 +20,11 @@ from . import crux
 from .crux import JobDemand
 from .precise import Assignment, FlowSpec, Path, assign, loads
 from .routing import RoutingGraph, compute_tables
+
+
+class RequestError(ValueError):
+    """What a caller asked for cannot be done as asked (the REST API answers 400 with it); any other error
+    inside the controller is its own fault (500)."""
 from .ruleset import Change, RuleSet
 
 MODES = ("ecmp", "precise", "shortest")
@@ -150,7 +155,7 @@ class ControllerState:
         """Place new flows around the declared ones (a re-declared flow keeps its path)."""
         with self.lock:
             if self.mode != "precise":
-                raise ValueError(f"mode={self.mode!r}: flows are declared in precise mode")
+                raise RequestError(f"mode={self.mode!r}: flows are declared in precise mode")
             for f in flows:
                 self._check_flow(f)
             # one entry per key: a flow named twice in one request is one flow (its load counts once)
@@ -163,13 +168,15 @@ class ControllerState:
 
     def _check_flow(self, f: FlowSpec) -> None:
         if f.src not in self.topo.nodes or self.topo.nodes[f.src].role != "host":
-            raise ValueError(f"src={f.src!r}: not a host of this topology")
+            raise RequestError(f"src={f.src!r}: not a host of this topology")
         if f.dst not in self.ip_owner:
-            raise ValueError(f"dst={f.dst!r}: not a host address of this topology")
+            raise RequestError(f"dst={f.dst!r}: not a host address of this topology")
+        if self.ip_owner[f.dst].host == f.src:
+            raise RequestError(f"dst={f.dst!r}: an address of src={f.src!r} itself; a flow goes to another host")
         if f.proto not in ("tcp", "udp"):
-            raise ValueError(f"proto={f.proto!r}: use tcp or udp")
+            raise RequestError(f"proto={f.proto!r}: use tcp or udp")
         if not (0 <= f.sport < 65536 and 0 <= f.dport < 65536):
-            raise ValueError(f"ports={f.sport},{f.dport}: use 0..65535")
+            raise RequestError(f"ports={f.sport},{f.dport}: use 0..65535")
 
     def withdraw(self, keys: list[str] | None = None) -> Update:
         with self.lock:
@@ -193,6 +200,8 @@ class ControllerState:
         installed: a job's flows are declared as usual, and its level picks its traffic class)."""
         with self.lock:
             for j in jobs:
+                if not j.flows:
+                    raise RequestError(f"job {j.name!r}: no flows; a job is scheduled by what it sends")
                 for f, _n in j.flows:
                     self._check_flow(f)
             s = crux.schedule(self.graph, self.tables, jobs, self._rate_bps, levels)

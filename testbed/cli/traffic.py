@@ -36,7 +36,8 @@ def _fmt(bps: float) -> str:
 @click.option("--sizes", default=None, help="A sweep instead of --size, as nccl-tests' -b/-e/-f: MIN:MAX:xFACTOR "
               "or MIN:MAX:+STEP, e.g. 1MB:1GB:x2; each size --iters times.")
 @click.option("--ranks", "ranks_spec", default="rail0", show_default=True, help="rail0, all, or h0:0,h1:0,...")
-@click.option("--iters", type=int, default=3, show_default=True)
+@click.option("--iters", type=int, default=None, help="Times each size runs (default 3); with --simai or "
+              "--workload: training iterations, each with its compute (default 1).")
 @click.option("--routing", type=click.Choice(["precise", "precise-host", "ecmp", "shortest"]), default="precise",
               show_default=True, help="precise: controller-placed exact-match rules; precise-host: hosts pick "
               "source ports the asic hash takes onto disjoint paths (needs --hashing asic).")
@@ -67,16 +68,14 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
 
     fmt = "json" if as_json else fmt
     cluster = load_cluster_arg(cluster_file)
-    if iters < 1:
+    if iters is not None and iters < 1:
         raise InputError("iters must be at least 1", "e.g. --iters 3", field="iters", value=iters)
+    base = Path.cwd()
     if workload_file or simai_file:
-        workload = {"file": workload_file} if workload_file else {"simai": simai_file}
-        for opt, f in (("workload", workload_file), ("simai", simai_file)):
-            if f is not None and not Path(f).is_file():
-                raise InputError("workload file not found", "give the path of an existing file", field=opt, value=f)
+        base, workload = _workload_arg(workload_file, simai_file, iters or 1)
     else:
         workload = {"collective": {"op": op, "size": size_sweep(sizes) if sizes else parse_size(size, "size"),
-                                   "algorithm": algorithm, "ranks": ranks_spec, "iters": iters}}
+                                   "algorithm": algorithm, "ranks": ranks_spec, "iters": iters or 3}}
     exp = from_dict({"name": f"traffic-{op}", "topology": {"name": topo_name, "preset": preset,
                                                             "params": parse_kv(params)},
                      "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
@@ -86,8 +85,8 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     topo = exp.topology.build()
     if "collective" in workload:
         select_ranks(ranks_spec, topo, "ranks")  # the option's own name in the error
-    exp, choice = resolve_scale(exp, Path.cwd(), topo)
-    job = jobs(exp, Path.cwd(), topo)[0]
+    exp, choice = resolve_scale(exp, base, topo)
+    job = jobs(exp, base, topo)[0]
     replayed = [sched for _o, sched in job.items if sched is not None]
     skipped = len(job.items) - len(replayed)
     if "collective" in workload:
@@ -99,7 +98,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True, disable=fmt != "table") as prog:
         task = prog.add_task("replaying", total=len(replayed))
-        rec = run_one(routing, exp, Path.cwd(), None, 0, progress=lambda: prog.advance(task), cluster=cluster)
+        rec = run_one(routing, exp, base, None, 0, progress=lambda: prog.advance(task), cluster=cluster)
     scale = rec["scale"]
     if fmt != "table":  # plain stdout for scripts: no colour, no wrapping
         click.echo(nccl_tests(rec["ops"], scale, f"{title}, {routing} on {topo_name}") if fmt == "nccl"
@@ -126,6 +125,8 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
         fr = [r["fraction_of_ideal"] for r in rec["ops"]]
         console.print(f"busbw as a fraction of ideal: mean {statistics.mean(fr):.1%}, min {min(fr):.1%}"
                       + (f"; {skipped} op(s) inside hosts (NVLink), not replayed" if skipped else ""))
+    if rec["iterations"]:
+        console.print(_iteration_table(rec["iterations"]))
     fid = rec["fidelity"]
     colour = "green" if fid["faithful"] else "yellow"
     console.print(f"[{colour}]{fidelity_line(fid)}[/]" + ("" if fid["faithful"] else
@@ -133,3 +134,29 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     if rec["halted"]:
         console.print(f"[red]halted at {rec['halted']['at']} s in {rec['halted']['op']}: {rec['halted']['why']}[/]")
         raise SystemExit(1)
+
+
+def _workload_arg(workload_file: str | None, simai_file: str | None, iterations: int) -> tuple[Path, dict]:
+    """The folder a workload file named on the command line is read from, and the workload spec for it: any path
+    the user names (they chose the file; an experiment file's own references stay inside its folder)."""
+    opt, given = ("workload", workload_file) if workload_file else ("simai", simai_file)
+    f = Path(given).expanduser()
+    if not f.is_file():
+        raise InputError("workload file not found", "give the path of an existing file", field=opt, value=given)
+    f = f.resolve()
+    return f.parent, {"file" if workload_file else "simai": f.name, "iterations": iterations}
+
+
+def _iteration_table(iterations: list[dict]) -> Table:
+    """A training job's iterations beside their prediction (traffic/iteration.py at the fabric's ideal rate)."""
+    t = Table(title="training iterations (compute as timed waits; predicted: the closed forms at the ideal rate)")
+    for c in ("iteration", "time (ms)", "predicted (ms)", "x predicted", "compute (ms)", "exposed comm (ms)",
+              "GPU utilization", "predicted utilization", "bytes ok"):
+        t.add_column(c, justify="right")
+    for i in iterations:
+        ratio = i["seconds"] / i["predicted_s"] if i["predicted_s"] else float("nan")
+        t.add_row(str(i["iteration"]), f"{i['seconds'] * 1000:.1f}", f"{i['predicted_s'] * 1000:.1f}",
+                  f"{ratio:.2f}", f"{i['compute_s'] * 1000:.1f}", f"{i['exposed_comm_s'] * 1000:.1f}",
+                  f"{i['gpu_utilization']:.1%}", f"{i['predicted_gpu_utilization']:.1%}",
+                  "yes" if i["bytes_ok"] else "NO")
+    return t

@@ -176,3 +176,27 @@ def test_fidelity_verdict_of_a_quiet_run(no_leftovers, hpnlab):
     if "NOT faithful: the hypervisor took" in out and "CPU-bound" not in out:
         pytest.skip("the hypervisor's steal made this quiet run unfaithful: " + out[out.index("fidelity:"):][:200])
     assert "fidelity: faithful (CPU idle >=" in out, out[-1500:]
+
+
+def test_traffic_run_simai_takes_any_path_and_replays_training_iterations(tmp_path, no_leftovers, hpnlab):
+    """`--simai FILE` with an absolute path outside the working folder (there is no experiment file to be inside
+    of), replayed as a training job: compute included, `--iters` iterations, each beside its prediction."""
+    import json
+    import shutil
+
+    f = tmp_path / "elsewhere" / "two_layers.txt"
+    f.parent.mkdir()
+    shutil.copy(TWO_LAYERS, f)
+    r = hpnlab("traffic", "run", "--simai", str(f), "--iters", "2", "--scale", "20000", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = json.loads(r.stdout)
+    its = rec["iterations"]
+    assert [i["iteration"] for i in its] == [0, 1] and all(i["bytes_ok"] for i in its)
+    # the file's own compute, in real seconds (traffic/iteration.py: 1 s per rank over both layers' phases)
+    assert all(i["compute_s"] == pytest.approx(1.0) for i in its)
+    assert all(i["seconds"] >= i["compute_s"] and 0 < i["gpu_utilization"] <= 1 for i in its)
+    assert its[0]["predicted_s"] > 1.0 and 0 < its[0]["predicted_gpu_utilization"] < 1
+    assert len(rec["ops"]) == 2 * 2  # two layers' all-reduce, twice
+    table = hpnlab("traffic", "run", "--simai", str(f), "--scale", "20000", timeout=300)
+    assert table.returncode == 0, table.stderr[-2000:]
+    assert "training iterations" in table.stdout and "GPU utilization" in table.stdout

@@ -287,3 +287,49 @@ def test_bad_job_requests_are_4xx(server, body):
     _, port = server
     status, answer = call(port, "POST", "/jobs", body)
     assert 400 <= status < 500 and answer["error"], (status, answer)
+
+
+def test_a_job_whose_flows_are_not_a_list_is_400_not_500(server):
+    _, port = server
+    status, answer = call(port, "POST", "/jobs", {"jobs": [{"flows": 5}]})
+    assert status == 400 and "each job is an object" in answer["error"]
+    status, answer = call(port, "POST", "/jobs", {"jobs": [{"name": "A", "flows": "x"}, 3]})
+    assert status == 400
+
+
+def test_a_query_of_many_fields_is_refused_as_json_and_the_token_is_checked_first(server):
+    _, port = server
+    query = "&".join(f"f{i}=1" for i in range(40))
+    assert call(port, "GET", f"/path?{query}", token=None)[0] == 401
+    status, answer = call(port, "GET", f"/path?{query}")
+    assert status == 400 and "more than 16 fields" in answer["error"]
+
+
+@pytest.mark.parametrize("job", [
+    {"name": "A", "gpus": 4, "compute_s": 1.0, "flows": []},  # nothing sent: "intensity": Infinity before
+    {"name": "A", "gpus": 4, "compute_s": 1.0, "flows": [{"src": "h0", "dst": "10.0.0.1", "bytes": 10}]},  # itself
+])
+def test_a_job_that_sends_nothing_across_the_fabric_is_refused(server, job):
+    _, port = server
+    status, answer = call(port, "POST", "/jobs", {"jobs": [job]})
+    assert status == 400 and answer["error"], answer
+
+
+def test_a_flow_to_its_own_host_is_refused(server):
+    app, port = server
+    status, answer = call(port, "POST", "/flows", {"flows": [flow(dst="10.0.0.1")]})  # 10.0.0.1 is h0's NIC 0
+    assert status == 400 and "itself" in answer["error"] and app.state.flows == {}
+    assert call(port, "GET", "/paths?src=h0&dst=10.0.0.1")[0] == 400
+
+
+def test_an_internal_error_is_a_500_with_a_log_line(server, monkeypatch, caplog):
+    app, port = server
+
+    def broken():
+        raise KeyError("s7")  # the controller's own bug, not the caller's
+
+    monkeypatch.setattr(app, "port_counters", broken)
+    status, answer = call(port, "GET", "/counters/ports")
+    assert status == 500 and answer == {"error": "internal error: KeyError"}
+    assert any("REST get /counters/ports failed" in r.getMessage() for r in caplog.records)
+    assert call(port, "GET", "/health")[0] == 200  # and it keeps serving
