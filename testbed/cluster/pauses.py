@@ -108,8 +108,7 @@ class PauseWire:
                 self.counts["rejected"] += 1
                 continue
             sender = msg["f"]
-            self._heard[sender] = now
-            if "a" in msg:
+            if "a" in msg:  # an acknowledgement times our message; it renews nothing (a replayed one would)
                 sent = self._sent_at.pop(msg["a"], None)
                 if sent is not None and len(self.one_way_s) < MAX_DELAY_SAMPLES:
                     self.one_way_s.append((now - sent) / 2)
@@ -118,6 +117,7 @@ class PauseWire:
                 self.counts["rejected"] += 1
                 continue
             self._last_seq[sender] = msg["s"]
+            self._heard[sender] = now  # only a fresh set of holds renews the sender's pauses here
             self.counts["received"] += 1
             self._send(sender, {"a": msg["s"]})
             out.append((sender, [tuple(h) for h in msg["h"]]))
@@ -131,7 +131,8 @@ class PauseWire:
         except ValueError:
             return None
         sender = msg.get("f") if isinstance(msg, dict) else None
-        if msg.get("r") != self.run_id or sender not in self.peers or addr[0] != self.peers[sender][0]:
+        if not isinstance(sender, str) or msg.get("r") != self.run_id or sender not in self.peers \
+                or addr[0] != self.peers[sender][0] or not _well_formed(msg):
             return None
         return msg
 
@@ -140,6 +141,21 @@ class PauseWire:
 
     def report(self) -> dict:
         return dict(self.counts) | {"one_way_ms": [round(1000 * s, 3) for s in self.one_way_s]}
+
+
+def _count(v: object) -> bool:
+    return type(v) is int and v > 0  # bool is an int to Python; a sequence number is neither 0 nor True
+
+
+def _well_formed(msg: dict) -> bool:
+    """A signed message is still checked for its shape: a peer's bug must not raise inside the PFC agent's loop.
+    Either an acknowledgement {"a": seq} or a set of holds {"s": seq, "h": [[port, priority, by], ...]}."""
+    if "a" in msg:
+        return _count(msg["a"]) and set(msg) == {"r", "f", "a"}
+    holds = msg.get("h")
+    return (_count(msg.get("s")) and set(msg) == {"r", "f", "s", "h"} and isinstance(holds, list)
+            and all(isinstance(h, list) and len(h) == 3 and isinstance(h[0], str) and type(h[1]) is int
+                    and isinstance(h[2], str) for h in holds))
 
 
 def start_agent(shaper, state_file, *, run_id: str, me: str, key: bytes, bind_ip: str, others: list[Port],

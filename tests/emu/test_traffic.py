@@ -197,6 +197,6 @@ def test_traffic_run_simai_takes_any_path_and_replays_training_iterations(tmp_pa
     assert all(i["seconds"] >= i["compute_s"] and 0 < i["gpu_utilization"] <= 1 for i in its)
     assert its[0]["predicted_s"] > 1.0 and 0 < its[0]["predicted_gpu_utilization"] < 1
     assert len(rec["ops"]) == 2 * 2  # two layers' all-reduce, twice
-    table = hpnlab("traffic", "run", "--simai", str(f), "--scale", "20000", timeout=300)
+    table = hpnlab("traffic", "run", "--simai", str(f), "--scale", "20000", env={"COLUMNS": "220"}, timeout=300)
     assert table.returncode == 0, table.stderr[-2000:]
-    assert "training iterations" in table.stdout and "GPU utilization" in table.stdout
+    assert "training iterations" in table.stdout and "GPU utilization" in table.stdout, table.stdout

@@ -186,3 +186,44 @@ def test_the_servers_reports_add_up():
     assert m["between_servers"] == {"sent": 4, "received": 6, "rejected": 0, "expired": 0,
                                     "one_way_ms": {"n": 3, "median": 0.3, "p99": 0.4, "max": 0.4}}
     assert set(m["by_server"]) == {"a", "b"}
+
+
+def _datagram(key: bytes, msg: dict) -> bytes:
+    body = json.dumps(msg).encode()
+    return hmac.new(key, body, hashlib.sha256).digest() + body
+
+
+def test_a_replayed_acknowledgement_does_not_keep_a_dead_servers_pause(two_servers):
+    """Only a fresh set of holds renews the sender's pauses: an ack captured once and replayed (it is validly
+    signed) kept a dead peer's pause 1.5 s against a 0.3 s expiry."""
+    topo, placement, agents, wires, queues, key = two_servers
+    a = agents["a"]
+    target = next(k for k in a.shaper.ports if topo.nodes[k.split(":")[0]].role == "tor")
+    wires["b"].send("a", [(target, 3, "agg-x:1")])
+    settle(a, wires["a"], 5)
+    assert a.shaper.paused == {(target, 3)}
+    wires["a"].expire_s = 0.3
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        end = time.monotonic() + 0.6
+        while time.monotonic() < end:  # b is dead; someone replays its ack of a's message number 1
+            s.sendto(_datagram(key, {"r": "run1", "f": "b", "a": 1}), ("127.0.0.1", wires["a"].port))
+            settle(a, wires["a"], 2)
+            a.poll({None: queues["a"]})
+    assert a.shaper.paused == set() and a.expired == 1
+
+
+@pytest.mark.parametrize("msg", [
+    {"s": "1", "h": []}, {"s": True, "h": []}, {"s": 3, "h": 5}, {"s": 3, "h": [5]}, {"s": 3, "h": [["x", 3]]},
+    {"s": 3, "h": [[1, 3, "y"]]}, {"s": 3}, {"h": []}, {"a": "x"}, {"a": 0}, {"s": 3, "h": [], "extra": 1},
+])
+def test_a_signed_but_malformed_message_is_rejected_and_the_agent_runs_on(two_servers, msg):
+    topo, placement, agents, wires, queues, key = two_servers
+    a = agents["a"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(_datagram(key, {"r": "run1", "f": "b", **msg}), ("127.0.0.1", wires["a"].port))
+        settle(a, wires["a"], 3)  # raised out of the receive path before, and stopped the agent
+    assert wires["a"].counts["rejected"] == 1 and a.shaper.paused == set()
+    target = next(k for k in a.shaper.ports if topo.nodes[k.split(":")[0]].role == "tor")
+    wires["b"].send("a", [(target, 3, "agg-x:1")])  # and a good one after it is still taken
+    settle(a, wires["a"], 5)
+    assert a.shaper.paused == {(target, 3)}
