@@ -20,12 +20,13 @@ from . import crux
 from .crux import JobDemand
 from .precise import Assignment, FlowSpec, Path, assign, loads
 from .routing import RoutingGraph, compute_tables
+from .ruleset import Change, RuleSet
 
 
 class RequestError(ValueError):
     """What a caller asked for cannot be done as asked (the REST API answers 400 with it); any other error
     inside the controller is its own fault (500)."""
-from .ruleset import Change, RuleSet
+
 
 MODES = ("ecmp", "precise", "shortest")
 PRECISE_PRIORITY = 200

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ACTIVE = 0.05  # a link "carries traffic" above this share of the busiest link of its kind and direction
+IDLE = 0.01  # a NIC port that carried less than this share of its NIC's bytes is idle (ACKs, ARP: no data)
 
 
 @dataclass(frozen=True)
@@ -23,9 +24,10 @@ class NicBalance:
 
     @property
     def imbalance(self) -> float:
-        """More-loaded over less-loaded port; inf when one port carried nothing."""
+        """More-loaded over less-loaded port; inf when one port was idle (a ratio to a port that carried only
+        acknowledgements, 97,670x once, says nothing about hashing)."""
         lo, hi = sorted(self.port_bytes)
-        return hi / lo if lo else float("inf")
+        return hi / lo if lo > IDLE * (lo + hi) else float("inf")
 
 
 def nic_balance(rec: dict, min_bytes: int = 1) -> list[NicBalance]:
@@ -60,8 +62,8 @@ def links_used(rec: dict, from_role: str = "agg", to_role: str = "tor") -> tuple
 
 
 def ratio_text(x: float) -> str:
-    """An imbalance as the summaries print it ("inf": one port carried nothing)."""
-    return "inf" if x == float("inf") else f"{x:.2f}"
+    """An imbalance as the summaries print it."""
+    return "one port idle" if x == float("inf") else f"{x:.2f}"
 
 
 def describe(rec: dict) -> str:
@@ -71,7 +73,7 @@ def describe(rec: dict) -> str:
         return ""
     worst = max(n.imbalance for n in nics)
     used, total = links_used(rec)
-    return (f"worst NIC {ratio_text(worst)}x, "
+    return (f"worst NIC {ratio_text(worst)}{'' if worst == float('inf') else 'x'}, "
             f"{sum(n.imbalance >= 2 for n in nics)}/{len(nics)} NICs >= 2x, "
             f"queue {max(n.deepest_queue for n in nics) / 1e3:.0f} KB, agg-to-ToR links {used}/{total}")
 

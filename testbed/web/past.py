@@ -7,12 +7,23 @@ from pathlib import Path
 
 from testbed.experiment.results import folder_summary, load_results
 from testbed.experiment.spec import Experiment
+from topos.errors import InputError
 
 from .elements import elements, op_row
 
 
 def results_page(run_dir: Path) -> dict:
+    """The page's data, or an InputError naming what of results.json could not be read (a file edited by hand or
+    from another version must give the page a message, not drop its connection)."""
     data = load_results(run_dir)
+    try:
+        return _page(run_dir, data)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise InputError(f"results.json has a field this page cannot read ({type(exc).__name__}: {str(exc)[:60]})",
+                         "run the experiment again", field="run", value=run_dir.name) from None
+
+
+def _page(run_dir: Path, data: dict) -> dict:
     exp = Experiment.model_validate(data["experiment"])
     label, first = exp.expand()[0]
     topo = first.topology.build()

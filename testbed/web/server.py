@@ -12,8 +12,10 @@ import errno
 import hmac
 import json
 import logging
+import os
 import queue
 import secrets
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,6 +34,18 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 KEEPALIVE_S = 10.0  # a comment line now and then, so a page notices a server that is gone
 LOOPBACK = "127.0.0.1"
 TEXT = "text/plain; charset=utf-8"
+CLIENT_TIMEOUT_S = 10.0  # a client that sends nothing (or reads nothing) for this long is dropped
+LISTEN_BACKLOG = 128  # http.server's 5 refuses a page's burst of requests on a busy machine
+PLOT_SUFFIX = ".png"  # all a past run's folder serves: its own plots, directly in it
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """Into the log, not a traceback on stderr over the Mininet CLI."""
+        log.debug("web view: a request from %s failed", client_address, exc_info=True)
 
 
 class WebServer:
@@ -47,13 +61,12 @@ class WebServer:
         self.token = secrets.token_urlsafe(18)
         self.closing = threading.Event()
         try:
-            self.httpd = ThreadingHTTPServer((LOOPBACK, port), _Handler)
+            self.httpd = _Server((LOOPBACK, port), _Handler)
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
                 raise
             raise InputError("the web view's port is taken", "choose another --web-port, or 0 for any free one",
                              field="web-port", value=port) from None
-        self.httpd.daemon_threads = True
         self.httpd.view = self
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="web-server", daemon=True)
         self._page: dict | None = None
@@ -94,12 +107,16 @@ class WebServer:
         if self.hub is not None:
             return {"mode": "live", **self.hub.snapshot()}
         if self._page is None:
-            self._page = results_page(self.results)
+            try:
+                self._page = results_page(self.results)
+            except InputError as exc:  # a results.json edited or cut short: the page says so
+                self._page = {"mode": "results", "run": self.results.name, "error": f"{exc.field}: {exc.what}"}
         return self._page
 
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "hpnlab-web"
+    timeout = CLIENT_TIMEOUT_S
 
     def log_message(self, fmt, *args):  # into logging, not stderr over the Mininet CLI
         log.debug("%s " + fmt, self.address_string(), *args)
@@ -122,7 +139,10 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path == "/api/events" and self.view.hub is not None:
             return self._events(self.view.hub)
         if url.path.startswith("/api/plot/") and self.view.results is not None:
-            return self._file(self.view.results, url.path.removeprefix("/api/plot/"))
+            name = url.path.removeprefix("/api/plot/")
+            if "/" in name or not name.endswith(PLOT_SUFFIX):  # the run's own plots, not its other files
+                return self._send(404, TEXT, b"404\n")
+            return self._file(self.view.results, name)
         return self._send(404, TEXT, b"404\n")
 
     def _send(self, status: int, ctype: str, body: bytes) -> None:
@@ -134,12 +154,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def _file(self, folder: Path, name: str) -> None:
-        """A regular file directly or below `folder`, of a type the page uses; nothing outside it."""
-        root = folder.resolve()
-        path = (folder / name).resolve()
-        if not path.is_relative_to(root) or not path.is_file() or path.suffix not in TYPES:
+        """A regular file directly or below `folder`, of a type the page uses; nothing outside it. Streamed: a
+        large file costs a buffer, not its size in memory, per request."""
+        try:
+            root = folder.resolve()
+            path = (folder / name).resolve()
+            ok = path.is_relative_to(root) and path.is_file() and path.suffix in TYPES
+            f = open(path, "rb") if ok else None  # noqa: SIM115 - closed below
+        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+            ok = False
+        if not ok:
             return self._send(404, TEXT, b"404\n")
-        self._send(200, TYPES[path.suffix], path.read_bytes())
+        with f:
+            self.send_response(200)
+            self.send_header("Content-Type", TYPES[path.suffix])
+            self.send_header("Content-Length", str(os.fstat(f.fileno()).st_size))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            shutil.copyfileobj(f, self.wfile, 1 << 16)
 
     def _events(self, hub: Hub) -> None:
         self.send_response(200)

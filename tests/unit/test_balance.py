@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed.net.balance import links_used, nic_balance
+from testbed.net.balance import NicBalance, links_used, nic_balance, ratio_text
 
 
 def record() -> dict:
@@ -32,3 +32,10 @@ def test_each_dual_homed_nic_with_traffic_busiest_first():
 def test_aggregation_to_tor_links_used_among_those_into_fed_tors():
     assert links_used(record()) == (2, 4)
     assert links_used({"fabric_links": []}) == (0, 0)
+
+
+def test_a_port_that_carried_only_acknowledgements_is_idle_not_a_ratio():
+    acks = NicBalance("h4:nic0", (48_000_000, 491), 0)  # read "97669.57x" before
+    assert acks.imbalance == float("inf") and ratio_text(acks.imbalance) == "one port idle"
+    assert ratio_text(NicBalance("h0:nic0", (3_000_000, 1_000_000), 0).imbalance) == "3.00"
+    assert NicBalance("h1:nic0", (98_000, 2_000), 0).imbalance == 49.0  # 2% of the NIC's bytes: still a ratio

@@ -235,3 +235,65 @@ def test_vendored_libraries_are_the_pinned_npm_files():
     assert {r[0] for r in rows} == {p.name for p in VENDOR.glob("*.js")} == {"cytoscape.min.js", "chart.umd.min.js"}
     for name, _pkg, digest in rows:
         assert hashlib.sha256((VENDOR / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_hostile_paths_get_an_answer_and_print_nothing(capfd):
+    """A 300-character name or a NUL byte: an answer (no token needed to try), no traceback on stderr."""
+    with WebServer(hub=Hub()) as web:
+        for path in ("/static/" + "a" * 300 + ".js", "/static/x%00.js", f"/{'b' * 300}?token={web.token}"):
+            assert get(web.port, path)[0] == 404, path
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_idle_clients_are_dropped_and_the_backlog_takes_a_burst(monkeypatch):
+    from testbed.web import server
+
+    monkeypatch.setattr(server._Handler, "timeout", 0.5)
+    with WebServer(hub=Hub()) as web:
+        assert web.httpd.request_queue_size >= 128
+        idle = [socket.create_connection(("127.0.0.1", web.port), timeout=5) for _ in range(20)]
+        time.sleep(1.5)
+        closed = sum(1 for s in idle if s.recv(1) == b"")  # the server hung up on each: no thread held
+        for s in idle:
+            s.close()
+        assert closed == 20 and get(web.port, f"/?token={web.token}")[0] == 200
+
+
+def _results_run(tmp_path, runs):
+    run = tmp_path / "results" / "20261122-000000-tiny-abc1234"
+    run.mkdir(parents=True)
+    exp = Experiment.model_validate({"name": "tiny", "topology": {"name": "hpn"}, "qos": {"scale": 20000},
+                                     "workload": {"collective": {"op": "allreduce", "size": "1GB"}}})
+    (run / "results.json").write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs}))
+    (run / "summary.md").write_text("# tiny\n")
+    return run
+
+
+def test_a_past_run_serves_only_its_own_plots(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = _results_run(tmp_path, [])
+    (run / "page.html").write_text("<script>alert(1)</script>")
+    (run / "sub").mkdir()
+    (run / "sub" / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    big = run / "big.png"
+    with open(big, "wb") as f:  # sparse: 400 MB on paper, streamed, never read whole
+        f.truncate(400 << 20)
+    with WebServer(results=run) as web:
+        for name in ("page.html", "sub/x.png", "summary.md"):
+            assert get(web.port, f"/api/plot/{name}?token={web.token}")[0] == 404, name
+        c = http.client.HTTPConnection("127.0.0.1", web.port, timeout=10)
+        c.request("GET", f"/api/plot/big.png?token={web.token}")
+        r = c.getresponse()
+        assert r.status == 200 and int(r.getheader("Content-Length")) == 400 << 20
+        first = r.read(1 << 20)
+        c.close()
+        assert len(first) == 1 << 20
+
+
+def test_a_malformed_results_file_gives_the_page_a_message(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = _results_run(tmp_path, [{"variant": "a", "repetition": 0, "ops": [], "timeline": [{"t": "x"}]}])
+    with WebServer(results=run) as web:
+        status, _, body = get(web.port, f"/api/snapshot?token={web.token}")
+    page = json.loads(body)
+    assert status == 200 and "results.json has a field this page cannot read" in page["error"]

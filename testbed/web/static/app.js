@@ -199,6 +199,10 @@ function live() {
 }
 
 function results(snap) {
+  if (snap.error) {  // a results.json this page cannot read: say so instead of drawing half a page
+    $('#link-status').textContent = `results of ${snap.run} cannot be shown: ${snap.error}`;
+    return;
+  }
   drawNetwork(snap.network);
   $('#link-status').textContent = `results of ${snap.run}`;
   $('#results').hidden = false;
