@@ -158,7 +158,7 @@ def clean(force: bool, cluster_file: str | None) -> None:
         from testbed.net.controller import ROOT
 
         failed = False
-        for server, (rc, out) in on_each_server(cluster, str(ROOT), "clean" + (" --force" if force else "")).items():
+        for server, (rc, out) in on_each_server(cluster, str(ROOT), ["clean", *(["--force"] if force else [])]).items():
             console.print(f"[bold]{server}[/]: " + (out or "no output"), highlight=False)
             failed |= rc != 0
         if failed:

@@ -9,6 +9,7 @@ addresses. `findings` turns that into verdicts; it is pure, so the rules are uni
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,9 +27,10 @@ TUNNEL_TRIAL = {"vxlan": "ip link add hpnlab-dt type vxlan id 1 dstport 4789",
 def script(server: Server, hpnlab_dir: str, tunnel: str, sudo: str = "sudo -E ") -> str:
     """`sudo`: as Mininet's cluster edition runs commands on the other servers (here, already root: '')."""
     trial = TUNNEL_TRIAL[tunnel]
-    return (f"date +%s.%N; cd {hpnlab_dir} && {sudo}.venv/bin/hpnlab doctor --json; echo '{SEPARATOR}'; "
-            f"{sudo}unshare --net sh -c '{trial} && echo tunnel-ok' 2>&1 | tail -1; "
-            f"ip -o -4 addr show | grep -qw '{server.tunnel_ip}' && echo tunnel-ip-ok; date +%s.%N")
+    q = shlex.quote
+    return (f"date +%s.%N; cd {q(hpnlab_dir)} && {sudo}.venv/bin/hpnlab doctor --json; echo {q(SEPARATOR)}; "
+            f"{sudo}unshare --net sh -c {q(trial + ' && echo tunnel-ok')} 2>&1 | tail -1; "
+            f"ip -o -4 addr show | grep -qw {q(str(server.tunnel_ip))} && echo tunnel-ip-ok; date +%s.%N")
 
 
 @dataclass

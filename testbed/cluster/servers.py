@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -153,8 +154,15 @@ class ServerAgent:
 
 def agent_argv(server: Server, run_id: str, hpnlab_dir: str, control_path: str) -> list[str]:
     """The agent over ssh, opening the run's shared connection to the server (the node shells ride on it)."""
-    return server.ssh_argv(f"cd {hpnlab_dir} && exec sudo -E .venv/bin/python -m testbed.cluster.agent {run_id}",
-                           control_path, master=True)
+    return server.ssh_argv(remote_line(hpnlab_dir, ["exec", "sudo", "-E", ".venv/bin/python", "-m",
+                                                    "testbed.cluster.agent", run_id]), control_path, master=True)
+
+
+def remote_line(hpnlab_dir: str, argv: list[str]) -> str:
+    """A command line for a server's root shell over ssh: `cd DIR && ARGV`, every word quoted (ssh joins its
+    arguments into one line the remote shell parses again: a folder or run id with a space or ';' in it must
+    stay one word)."""
+    return f"cd {shlex.quote(hpnlab_dir)} && {shlex.join(argv)}"
 
 
 def run_once(argv: list[str], timeout: float) -> tuple[int, str, str]:
@@ -166,11 +174,12 @@ def run_once(argv: list[str], timeout: float) -> tuple[int, str, str]:
     return r.returncode, r.stdout, r.stderr
 
 
-def on_each_server(spec: ClusterSpec, hpnlab_dir: str, command: str,
+def on_each_server(spec: ClusterSpec, hpnlab_dir: str, command: list[str],
                    timeout: float = 300) -> dict[str, tuple[int, str]]:
-    """`hpnlab COMMAND` run on every server but the first (in parallel): exit status and output of each."""
+    """`hpnlab COMMAND...` run on every server but the first (in parallel): exit status and output of each."""
     def one(server: Server) -> tuple[int, str]:
-        rc, out, err = run_once(server.ssh_argv(f"cd {hpnlab_dir} && sudo -E .venv/bin/hpnlab {command}"), timeout)
+        line = remote_line(hpnlab_dir, ["sudo", "-E", ".venv/bin/hpnlab", *command])
+        rc, out, err = run_once(server.ssh_argv(line), timeout)
         return rc, (out + err).strip()
 
     others = spec.servers[1:]

@@ -241,3 +241,15 @@ def test_a_run_records_each_server_s_versions_and_the_placement(cluster_dir, tmp
     assert cluster_line(rec) == ("Spread over 2 servers: s1 (12 nodes, user datapath, kernel 6.1.0, hpnlab abc1234), "
                                  "s2 (12 nodes, kernel datapath, kernel 7.2.13, hpnlab abc1234); 16 links cross "
                                  f"between them over {spec.tunnel} tunnels")
+
+
+def test_remote_lines_keep_every_word_one_word():
+    """ssh joins its arguments into one line the remote root shell parses again: a folder or run id with a space
+    or ';' must not become two commands."""
+    import shlex
+
+    from testbed.cluster.servers import remote_line
+
+    line = remote_line("/srv/hp nlab;touch x", ["sudo", "-E", ".venv/bin/hpnlab", "clean", "--force"])
+    assert shlex.split(line) == ["cd", "/srv/hp nlab;touch x", "&&", "sudo", "-E", ".venv/bin/hpnlab", "clean",
+                                 "--force"]
