@@ -24,7 +24,7 @@ lint: bootstrap
 
 # Unit + emulation tests; tests/emu/test_examples.py runs the scripts in examples/.
 test: bootstrap lint ryu-venv browser
-	$(SUDO) $(VENV)/bin/pytest -q tests/unit tests/emu $(PYTEST_ARGS)
+	$(SUDO) $(VENV)/bin/pytest -q -rs tests/unit tests/emu $(PYTEST_ARGS)
 
 test-unit: bootstrap lint
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)

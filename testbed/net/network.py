@@ -34,7 +34,7 @@ from testbed.cluster.servers import ClusterRun, refuse_on_servers
 from testbed.cluster.spec import ClusterSpec
 from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import Capabilities, probe
-from testbed.system.ownership import RUN_DIR, Ownership
+from testbed.system.ownership import RUN_DIR, Ownership, signals_deferred
 from testbed.system.site import LocalSite
 from topos.errors import InputError
 from topos.model import Link, Topology
@@ -118,7 +118,7 @@ class Network:
                 check_fits(placement, self._scale(self.qos_spec), self.cluster_spec.link_gbps)
         t0 = time.monotonic()
         self.owner = Ownership()
-        self.workdir = Workdir()
+        self.workdir = Workdir(self.owner)
         self.local = LocalSite(self.owner, self.workdir.path)
         if self.cluster_spec is not None:
             self.progress(f"starting the agents on {len(self.cluster_spec.servers) - 1} more servers")
@@ -222,6 +222,11 @@ class Network:
         return report
 
     def stop(self) -> None:
+        """Undo everything the start made; a signal meanwhile waits until it is done (signals_deferred)."""
+        with signals_deferred():
+            self._stop()
+
+    def _stop(self) -> None:
         try:
             self.stop_qos()
         except Exception as exc:  # noqa: BLE001 - the interfaces go with Mininet below anyway

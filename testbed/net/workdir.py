@@ -6,15 +6,15 @@ never complete: long work goes through files written here.
 
 from __future__ import annotations
 
-import tempfile
+import shutil
 from collections.abc import Callable
-from pathlib import Path
+
+from testbed.system.ownership import Ownership
 
 
 class Workdir:
-    def __init__(self):
-        self._tmp = tempfile.TemporaryDirectory(prefix="hpnlab-")
-        self.path = Path(self._tmp.name)
+    def __init__(self, owner: Ownership):
+        self.path = owner.make_scratch()  # named by the run's record first: a kill -9 leaves nothing unowned
         self.site_of: Callable[[str], object] | None = None  # a cluster run: node -> the site it runs on
 
     def write(self, name: str, lines: list[str], node: str | None = None) -> str:
@@ -27,4 +27,4 @@ class Workdir:
         return str(path)
 
     def cleanup(self) -> None:
-        self._tmp.cleanup()
+        shutil.rmtree(self.path, ignore_errors=True)

@@ -16,12 +16,16 @@ found or killed by a broad name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -151,6 +155,18 @@ class Ownership:
         tmp.write_text(json.dumps(self.data))
         tmp.replace(self.path)
 
+    @property
+    def scratch(self) -> Path:
+        """The run's scratch folder: its name comes from the run id, so the record names it before it exists
+        and cleanup after a kill -9 finds it without trusting a path from a file."""
+        return Path(tempfile.gettempdir()) / f"hpnlab-{self.run_id}"
+
+    def make_scratch(self) -> Path:
+        """The scratch folder, created after the record that owns it is on disk."""
+        self.begin()
+        self.scratch.mkdir(mode=0o700)
+        return self.scratch
+
     def begin(self) -> None:
         """Write the record now, before anything exists (a server agent: the record names it as the owner)."""
         with self._lock:
@@ -209,6 +225,9 @@ class Ownership:
             if ns.startswith(f"hpnlab-{self.run_id}-") and Path(f"/run/netns/{ns}").exists():
                 _sh("ip", "netns", "del", ns)
                 done.append(f"netns {ns}")
+        if _ours(self.scratch):
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            done.append(f"folder {self.scratch}")
         skipped = (set(self.data["bridges"]) - set(bridges)) | (set(self.data["interfaces"]) - set(interfaces))
         left = sorted(n for n in skipped if Path(f"/sys/class/net/{n}").exists())
         if left:
@@ -236,6 +255,15 @@ class Ownership:
                 continue
             out.append(cls(data=rec.model_dump()))
         return out
+
+
+def _ours(folder: Path) -> bool:
+    """A real folder (not a link to elsewhere) owned by this user: what a run's scratch folder is."""
+    try:
+        st = folder.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
 def _proven_interfaces(names: list[str], group: int, bridges: list[str]) -> list[str]:
@@ -309,3 +337,27 @@ def exit_cleanly_on_signals() -> None:
 
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done (a teardown cut in half leaves what it had not
+    removed yet), then act as they would have: KeyboardInterrupt, or SystemExit(128 + signal)."""
+    if threading.current_thread() is not threading.main_thread():  # handlers are the main thread's to set
+        yield
+        return
+    got: list[int] = []
+    old = {s: signal.signal(s, lambda signum, _frame: got.append(signum))
+           for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if got:
+            log.info("signal %d during teardown: acted on after it", got[0])
+            handler = old[got[0]]
+            if callable(handler):
+                handler(got[0], None)  # Python's Ctrl-C handler raises KeyboardInterrupt, ours SystemExit
+            elif handler == signal.SIG_DFL:
+                raise SystemExit(128 + got[0])

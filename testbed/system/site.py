@@ -24,6 +24,10 @@ class LocalSite:
     def run_id(self) -> str:
         return self.owner.run_id
 
+    @property
+    def link_group(self) -> int:
+        return self.owner.link_group
+
     def intend(self, kind: str, names: list[str]) -> None:
         self.owner.intend(kind, names)
 

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from controllers.launcher import ECHO_INTERVAL_S
 from testbed.net.network import Network
 from topos import build
 
@@ -51,6 +52,18 @@ def forge(of_port: int, dpid: int, ofport: int, uid: int | None = None) -> int:
 def threads_and_rss(pid: int) -> tuple[int, int]:
     rss = next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("VmRSS:"))
     return len(os.listdir(f"/proc/{pid}/task")), rss
+
+
+def settled(pid: int, window_s: float = 3 * ECHO_INTERVAL_S) -> tuple[int, int]:
+    """The fewest threads (and the RSS then) over a few echo intervals. A closed connection's echo thread ends at
+    its next interval, and later still on a loaded machine (61 against 53 after a fixed 2.5 s in a full suite,
+    53 against 53 alone): a leak keeps the floor up, a late exit does not."""
+    best = threads_and_rss(pid)
+    end = time.monotonic() + window_s
+    while time.monotonic() < end:
+        time.sleep(0.1)
+        best = min(best, threads_and_rss(pid))
+    return best
 
 
 def test_a_forged_switch_is_refused_and_its_port_status_ignored(no_leftovers):
@@ -98,8 +111,7 @@ def test_switch_reconnects_keep_threads_memory_and_health_flat(no_leftovers):
             subprocess.run(["ovs-vsctl", "set-controller", bridge, target], check=True)
             wait_health(n)
             if i in (20, cycles - 1):
-                time.sleep(2.5)  # one echo interval: the closed connection's echo thread is done
-                samples.append(threads_and_rss(proc.proc.pid))
+                samples.append(settled(proc.proc.pid))
         (t0, rss0), (t1, rss1) = samples
         print(f"after 20 reconnects: {t0} threads, {rss0} kB; after {cycles}: {t1} threads, {rss1} kB")
         assert t1 <= t0 + 2, (t0, t1)
