@@ -1,9 +1,12 @@
-"""Run every shipped experiment at full size; its table goes into experiments/README.md (between markers).
+"""Run every shipped experiment at full size and write experiments/README.md's tables (between markers).
 
     sudo .venv/bin/python -m bench.experiments_bench [--quick] [--only NAME ...]
+    sudo .venv/bin/python -m bench.experiments_bench --from RESULTS_DIR ...   (tables from finished runs)
 
-One table row per experiment variant: busbw, fraction of ideal, drops, halted,
-per-job iteration times, with the date, the machine and the paper's figures.
+Three generated parts, nothing typed: what each file asks and the paper's figure (from the files themselves),
+the paper's figure beside ours with whether it is reproduced (`COMPARE`, computed from the runs), and one row
+per variant: busbw, fraction of ideal, drops, halted, per-job iteration time, cluster GPU utilization, Crux's
+order, cross-segment bytes, load balance and the fidelity verdict.
 """
 
 from __future__ import annotations
@@ -14,69 +17,186 @@ import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from testbed.experiment.runner import run
-from testbed.net.balance import describe
+import yaml
+
+from testbed.experiment.fidelity import reasons, status
+from testbed.experiment.results import cluster_summary
+from testbed.net.balance import cross_segment_bytes, describe, links_used, nic_balance, ratio_text
 
 ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "experiments" / "README.md"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def _runs(data: dict, variant: str) -> list[dict]:
+    return [r for r in data["runs"] if r["variant"] == variant]
+
+
+def frac(data: dict, variant: str) -> float:
+    """Mean fraction of ideal of a variant's ops."""
+    fr = [o["fraction_of_ideal"] for r in _runs(data, variant) for o in r["ops"]]
+    return statistics.mean(fr) if fr else 0.0
+
+
+def _gain(data: dict, better: str, worse: str) -> str:
+    a, b = frac(data, better), frac(data, worse)
+    return f"{better} {a:.1%} vs {worse} {b:.1%} of ideal: {a / b - 1:+.0%}" if b else "no ops"
+
+
+def _job_time(data: dict, variant: str, job: str) -> float | None:
+    ts = [i["seconds"] for r in _runs(data, variant) for i in r["iterations"] if i["job"] == job]
+    ts = ts or [o["seconds"] for r in _runs(data, variant) for o in r["ops"] if o.get("job") == job]
+    return statistics.mean(ts) if ts else None
+
+
+def _worst_nic(data: dict, variant: str) -> str:
+    nics = nic_balance(_runs(data, variant)[0], min_bytes=1 << 20)
+    return ratio_text(max(n.imbalance for n in nics)) if nics else "no data"
+
+
+def _deepest(data: dict, variant: str) -> float:
+    return max((n.deepest_queue for n in nic_balance(_runs(data, variant)[0], min_bytes=1 << 20)), default=0) / 1e3
+
+
+def _hash_polarization(d: dict) -> str:
+    single, dual = _deepest(d, "single-plane"), _deepest(d, "dual-plane")
+    return (f"worst NIC {_worst_nic(d, 'single-plane')} single-plane vs {_worst_nic(d, 'dual-plane')} dual-plane; "
+            f"aggregation-to-ToR links used {links_used(_runs(d, 'single-plane')[0])[0]} (one seed) vs "
+            f"{links_used(_runs(d, 'dual-plane')[0])[0]}; deepest queue at a NIC's ToR ports {single:.0f} KB vs "
+            f"{dual:.0f} KB ({(dual / single - 1) if single else 0:+.0%}): "
+            + ("queue cut reproduced" if single and dual < 0.2 * single else
+               "the queue cut is NOT reproduced: without DCQCN every connection fills its bottleneck up to XOFF "
+               "(TCP over a lossless class here), and with dual planes that bottleneck is the NIC's own port"))
+
+
+def _dual_tor(d: dict) -> str:
+    halted = {v: sum(1 for r in _runs(d, v) if r.get("halted")) for v in ("dual-tor-hpn", "single-tor-rail")}
+    return (f"dual-ToR halted in {halted['dual-tor-hpn']} of {len(_runs(d, 'dual-tor-hpn'))} runs, single-ToR in "
+            f"{halted['single-tor-rail']} of {len(_runs(d, 'single-tor-rail'))}: "
+            + ("reproduced" if halted["single-tor-rail"] and not halted["dual-tor-hpn"] else "NOT reproduced"))
+
+
+def _pfc_incast(d: dict) -> str:
+    drops = {v: sum(r["drops"]["lossless"] for r in _runs(d, v)) for v in ("pfc-on", "pfc-off")}
+    return f"lossless-queue drops with PFC {drops['pfc-on']:,}, without {drops['pfc-off']:,}"
+
+
+def _crux(d: dict) -> str:
+    util = {v: cluster_summary(_runs(d, v))["utilization"] for v in dict.fromkeys(r["variant"] for r in d["runs"])
+            if v != "A-alone"}
+    alone, best = _job_time(d, "A-alone", "A"), _job_time(d, "crux-priorities-paths", "A")
+    crux = _runs(d, "crux-priorities")[0].get("crux") or {}
+    return ("cluster GPU utilization " + ", ".join(f"{v} {u:.1%}" for v, u in util.items())
+            + f"; Crux's order {', '.join(crux.get('order', []))}"
+            + (f"; job A {best:.2f} s per iteration with priorities and paths vs {alone:.2f} s alone "
+               f"({best / alone - 1:+.1%})" if alone and best else ""))
+
+
+def _placement(d: dict) -> str:
+    up = {v: statistics.mean(cross_segment_bytes(r) for r in _runs(d, v)) for v in ("compact", "scattered")}
+    return (f"bytes up the ToR uplinks {up['compact'] / 1e6:.1f} MB compact vs {up['scattered'] / 1e6:.1f} MB "
+            f"scattered ({up['compact'] / up['scattered'] - 1:+.0%}); the paper's DCN+ side (19 segments) is NOT "
+            "reproduced: no DCN+ preset at its size")
+
+
+COMPARE: dict[str, Callable[[dict], str]] = {
+    "precise_vs_ecmp": lambda d: _gain(d, "hpn-precise", "hpn-ecmp"),
+    "dual_plane_allreduce": lambda d: _gain(d, "dual-plane", "single-plane"),
+    "multi_job_precise": lambda d: _gain(d, "precise-host", "ecmp") + "; with PFC and no DCQCN: "
+                                   + _gain(d, "precise-host-pfc", "ecmp-pfc"),
+    "hash_polarization": _hash_polarization,
+    "dual_tor_failover": _dual_tor,
+    "pfc_incast": _pfc_incast,
+    "crux_multi_job": _crux,
+    "placement": _placement,
+}
+
+
+def _verdicts(runs: list[dict]) -> str:
+    said = [status(r["fidelity"]) for r in runs]
+    if all(s == "faithful" for s in said):
+        return "faithful"
+    why = next(reasons(r["fidelity"]) for r in runs if status(r["fidelity"]) != "faithful")
+    return f"{sum(s != 'faithful' for s in said)} of {len(runs)} not: {why[0][:90]}"
 
 
 def rows_of(outdir: Path) -> list[str]:
+    """One row per variant of a finished run."""
     data = json.loads((outdir / "results.json").read_text())
-    exp = data["experiment"]
+    name = data["experiment"]["name"]
     out = []
     for v in dict.fromkeys(r["variant"] for r in data["runs"]):
-        runs = [r for r in data["runs"] if r["variant"] == v]
+        runs = _runs(data, v)
         ops = [o for r in runs for o in r["ops"]]
         bw = [o["busbw_bps"] / 1e6 for o in ops]
-        fr = [o["fraction_of_ideal"] for o in ops]
-        jobs = sorted({o.get("job", "job") for o in ops})
-        per_job = "; ".join(f"{j} {statistics.mean([o['seconds'] for o in ops if o.get('job', 'job') == j]):.2f} s"
-                            for j in jobs) if len(jobs) > 1 else ""
+        jobs = sorted({o.get("job", "job") for o in ops} | {i["job"] for r in runs for i in r["iterations"]})
+        per_job = "; ".join(f"{j} {t:.2f} s" for j in jobs if (t := _job_time(data, v, j)) is not None) \
+            if len(jobs) > 1 or runs[0]["iterations"] else ""
+        util = f"{cluster_summary(runs)['utilization']:.1%}" if runs[0]["iterations"] else ""
         halted = sum(1 for r in runs if r.get("halted"))
         drops = sum(r["drops"]["lossless"] for r in runs), sum(r["drops"]["default"] for r in runs)
-        out.append(f"| {exp['name']} | {v} | {len(ops)} | {statistics.mean(bw) if bw else 0:.2f} | "
-                   f"{statistics.mean(fr) if fr else 0:.1%} | {drops[0]}/{drops[1]} | "
-                   f"{f'{halted} of {len(runs)}' if halted else 'no'} | {per_job} | {describe(runs[0])} | "
-                   f"{', '.join(f'{k}: {x}' for k, x in exp.get('paper', {}).items())} | {outdir.name} |")
+        up = statistics.mean(cross_segment_bytes(r) for r in runs) / 1e6
+        out.append(f"| {name} | {v} | {len(ops)} | {statistics.mean(bw) if bw else 0:.2f} | {frac(data, v):.1%} | "
+                   f"{drops[0]:,}/{drops[1]:,} | {f'{halted} of {len(runs)}' if halted else 'no'} | {per_job} | "
+                   f"{util} | {up:.1f} | {describe(runs[0])} | {_verdicts(runs)} | {outdir.name} |")
     return out
 
 
+def questions(files: list[Path]) -> list[str]:
+    """What each file asks (its description) and the paper's figure (its `paper:`), from the files."""
+    out = ["| experiment | question | scale | paper |", "|---|---|---|---|"]
+    for f in files:
+        spec = yaml.safe_load(f.read_text())
+        paper = ", ".join(f"{k}: {v}" for k, v in (spec.get("paper") or {}).items()) or "—"
+        desc = " ".join(str(spec.get("description", "")).split())
+        out.append(f"| `{f.name}` | {desc} | 1/{spec.get('qos', {}).get('scale', 'auto'):,} | {paper} |")
+    return out
+
+
+def tables(outdirs: list[Path], files: list[Path], quick: bool) -> str:
+    head = [f"Generated by `python -m bench.experiments_bench{' --quick' if quick else ''}` on "
+            f"{time.strftime('%Y-%m-%d')}, {platform.node() or 'this machine'}: {os.cpu_count()} cores, kernel "
+            f"{platform.release()}. Nothing here is typed: rerun the script to refresh it.", "",
+            "### What each experiment asks", "", *questions(files), "",
+            "### The paper's figures beside ours", ""]
+    compared = []
+    for d in outdirs:
+        data = json.loads((d / "results.json").read_text())
+        name = data["experiment"]["name"]
+        paper = ", ".join(f"{k}: {v}" for k, v in (data["experiment"].get("paper") or {}).items())
+        if name in COMPARE:
+            compared.append(f"- **{name}** (paper: {paper or '—'}): {COMPARE[name](data)}.")
+    rows = [r for d in outdirs for r in rows_of(d)]
+    return "\n".join(head + compared + [
+        "", "### Every variant", "",
+        "busbw in emulated Mbit/s (times the experiment's scale for the real fabric); cross-segment: MB up the ToR "
+        "uplinks (mean over runs); per job: iteration (or op) time; utilization: cluster GPU utilization.", "",
+        "| experiment | variant | ops | busbw | of ideal | drops (lossless/default) | halted | per job | "
+        "utilization | cross-segment (MB) | load balance (first run) | fidelity | results folder |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows])
+
+
 def main() -> None:
+    from testbed.experiment.runner import run
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--from", dest="done", nargs="*", help="results folders of finished runs: no new runs")
     a = ap.parse_args()
     os.chdir(ROOT)
     files = sorted((ROOT / "experiments").glob("*.yaml"))
     if a.only:
         files = [f for f in files if f.stem in a.only]
-    rows = []
-    for f in files:
-        rows += rows_of(run(f, reduced=a.quick))
-    head = [
-        "# Shipped experiments: measured results",
-        "",
-        f"Generated by `python -m bench.experiments_bench{' --quick' if a.quick else ''}` "
-        f"on {time.strftime('%Y-%m-%d')}, "
-        f"{platform.node() or 'this machine'}: {os.cpu_count()} cores, kernel {platform.release()}.",
-        "busbw in emulated Mbit/s (multiply by each experiment's scale for the real fabric).",
-        "",
-        "| experiment | variant | ops | busbw | of ideal | drops (lossless/default) | halted | per job | "
-        "load balance (first run) | paper | results folder |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    table = "\n".join(head[2:] + rows)
-    readme = ROOT / "experiments" / "README.md"
-    text = readme.read_text()
-    start, end = "<!-- bench:start -->", "<!-- bench:end -->"
-    block = f"{start}\n{table}\n{end}"
-    text = (text[:text.index(start)] + block + text[text.index(end) + len(end):]) if start in text \
-        else text.rstrip() + "\n\n## Benchmark table (python -m bench.experiments_bench)\n\n" + block + "\n"
-    if not a.quick and not a.only:  # smoke or partial runs print, never replace the committed table
-        readme.write_text(text)
-    print("\n".join(head + rows))
+    outdirs = [Path(p) for p in a.done] if a.done else [run(f, reduced=a.quick) for f in files]
+    block = tables(outdirs, files, a.quick)
+    print(block)
+    if not a.quick and not a.only:  # smoke or partial runs print, never replace the committed tables
+        text = README.read_text()
+        README.write_text(text[:text.index(START)] + f"{START}\n{block}\n{END}" + text[text.index(END) + len(END):])
 
 
 if __name__ == "__main__":

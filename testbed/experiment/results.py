@@ -18,7 +18,7 @@ from .fidelity import reasons, status
 RESULTS = Path("results")
 
 
-def _cluster(runs: list[dict]) -> dict:
+def cluster_summary(runs: list[dict]) -> dict:
     """Over runs of one variant: each training job's GPUs, class and mean utilization, and the GPU-weighted
     mean (traffic.metrics.cluster_utilization); a job's class is the lossless priority Crux gave it, else
     its DSCP."""
@@ -258,7 +258,7 @@ def _iterations(variants: list[str], runs: list[dict]) -> list[str]:
                 u, us = _mean_sd([i["gpu_utilization"] for i in its])
                 lines.append(f"| {v} | {j} | {len(its)} | {t:.3f} ± {ts:.3f} | {its[0]['predicted_s']:.3f} | {e:.3f} "
                              f"| {u:.1%} ± {us:.1%} | {its[0]['predicted_gpu_utilization']:.1%} |")
-        cluster = {v: _cluster([r for r in runs if r["variant"] == v]) for v in variants}
+        cluster = {v: cluster_summary([r for r in runs if r["variant"] == v]) for v in variants}
         if any(len(c["jobs"]) > 1 for c in cluster.values()):
             lines += ["", "Cluster GPU utilization (each job's mean utilization weighted by its GPUs), and the "
                       "lossless priority each job got:", "", "| variant | cluster utilization | jobs |",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ACTIVE = 0.05  # a link "carries traffic" above this share of the busiest link of its kind and direction
-IDLE = 0.01  # a NIC port that carried less than this share of its NIC's bytes is idle (ACKs, ARP: no data)
+IDLE = 0.05  # a NIC port under this share of its NIC's bytes is idle: TCP's acknowledgements alone are 1-3%
 
 
 @dataclass(frozen=True)

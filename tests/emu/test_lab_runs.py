@@ -53,19 +53,22 @@ def test_lab2_steps_pass(tmp_path, quick_results, no_leftovers):
     prepare(LABS[2], work)
     v = by_variant(student_copy(tmp_path, quick_results, "precise_vs_ecmp"))
     frac = {k: statistics.mean(o["fraction_of_ideal"] for r in rs for o in r["ops"]) for k, rs in v.items()}
-    stolen = {k: max(r["fidelity"]["steal_mean"] or 0.0 for r in v[k]) for k in ("hpn-precise", "hpn-ecmp")}
-    if max(stolen.values()) > STEAL_MAX:  # the run's own verdict says so: its rates say nothing about routing
-        pytest.skip(f"the hypervisor took the CPU during the runs compared (steal {stolen}); busbw "
-                    f"{frac['hpn-precise']:.0%} precise vs {frac['hpn-ecmp']:.0%} ECMP is not a routing figure")
-    assert frac["hpn-precise"] > frac["hpn-ecmp"]  # what the student should see (89% vs 47% unthrottled)
     pol = by_variant(student_copy(tmp_path, quick_results, "hash_polarization"))
     used = {k: links_used(rs[0])[0] for k, rs in pol.items()}
     assert used["single-plane"] == 8 < used["single-plane-seeded"]  # one seed idles half the links, as the guide says
+    faster = "precise" if frac["hpn-precise"] > frac["hpn-ecmp"] else "ecmp"  # what this run shows, checked by lab
     answer(work, 2, ecmp_fraction=round(frac["hpn-ecmp"], 2), precise_fraction=round(frac["hpn-precise"], 2),
-           faster="precise", polarized_links=used["single-plane"], seeded_links=used["single-plane-seeded"])
+           faster=faster, polarized_links=used["single-plane"], seeded_links=used["single-plane-seeded"])
     r = check(tmp_path, 2)
     assert r.returncode == 0, r.stdout
     assert "7 of 7 checks passed" in r.stdout
+    # the routing figure itself: only when the hypervisor left the CPU to the runs compared (outside the testbed;
+    # the run's own verdict measures it)
+    stolen = {k: max(r["fidelity"]["steal_mean"] or 0.0 for r in v[k]) for k in ("hpn-precise", "hpn-ecmp")}
+    if max(stolen.values()) > STEAL_MAX:
+        pytest.skip(f"the hypervisor took the CPU during the runs compared (steal {stolen}); busbw "
+                    f"{frac['hpn-precise']:.0%} precise vs {frac['hpn-ecmp']:.0%} ECMP is not a routing figure")
+    assert faster == "precise"  # what the student should see (89% vs 47% unthrottled)
 
 
 def test_lab2_without_the_run_says_to_run_it(tmp_path):

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import secrets
 
-import pytest
-
 from testbed.cluster.pauses import start_agent
 from testbed.cluster.placement import place
 from testbed.experiment.measure import StreamSpec, run_streams
@@ -20,6 +18,9 @@ from testbed.qos.spec import QosSpec
 from topos import build
 
 DSCP26 = 26 << 2
+# 4 senders at 15 Mbit/s into a host's two 20 Mbit/s ports: 30 on each even if the hash splits them 2/2
+# (at 9 Mbit/s an even split congested nothing, and whether a run tested PFC at all was up to the hash)
+PPS = 1340
 
 
 class ServerShare:
@@ -42,8 +43,8 @@ def test_pauses_cross_between_two_servers_agents_and_nothing_is_lost(no_leftover
     topo = build("hpn")
     placement = place(topo, ["a", "b"])
     assert {placement.server_of[h] for h in ("h0", "h4")} == {"a", "b"}
-    specs = [StreamSpec(src=f"h{i}", dst="h4", sport=6000 + i, dport=7000, pps=800, duration=3, size=1400,
-                        stream=i, tos=DSCP26) for i in range(4)]  # 4 x 9 Mbit/s into 2 x 20, across the servers
+    specs = [StreamSpec(src=f"h{i}", dst="h4", sport=6000 + i, dport=7000, pps=PPS, duration=3, size=1400,
+                        stream=i, tos=DSCP26) for i in range(4)]  # see PPS
     with Network(topo, qos=QosSpec()) as net:
         net.pfc.stop()  # the one-machine agent makes way for one per server
         net.pfc = None
@@ -70,14 +71,11 @@ def test_pauses_cross_between_two_servers_agents_and_nothing_is_lost(no_leftover
     report = merge_reports(reports)
     drops = sum(q[0].drops for q in lossless.values() if q)
     period = report["poll_period_ms"]
-    if drops and period["max"] > 2 * period["configured"]:
-        pytest.skip(f"{drops} lossless drops while the slower PFC agent's longest poll gap was {period['max']} ms "
-                    f"(configured {period['configured']} ms): the machine did not give it the CPU")
     between = report["between_servers"]
     print(f"drops {drops}; between servers: {between}; pauses by tier {report['pauses_by_tier']}")
     sent = sum(s["sent"] for s in r["senders"])
     streams = r["receivers"]["h4:7000"]["streams"]
-    assert sent >= 4 * 2300
+    assert sent >= 4 * 0.9 * PPS * 3
     assert drops == 0, period
     assert sum(s["received"] for s in streams.values()) == sent
     # both agents paused a port of the other's server: each received pause messages, acknowledged

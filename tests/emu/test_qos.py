@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from testbed.experiment.measure import iperf, receiver_bottleneck, shaped_rate
 from testbed.net.naming import root_intfs
 from testbed.net.network import Network
@@ -15,6 +13,9 @@ from topos import build
 
 TC_H_ROOT = 0xFFFFFFFF
 DSCP26 = 26 << 2
+# 4 senders at 15 Mbit/s into a host's two 20 Mbit/s ports: 30 on each even if the hash splits them 2/2
+# (at 9 Mbit/s an even split congested nothing, and whether a run tested PFC at all was up to the hash)
+PPS = 1340
 
 
 def test_single_flow_gets_the_shaped_rate(no_leftovers, cpu_window):
@@ -65,23 +66,18 @@ def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers):
     """UDP like RoCE (no congestion control), 4 hosts of segment 0 into one of segment 1 at ~1.5x its ports."""
     from testbed.experiment.measure import StreamSpec, run_streams
 
-    specs = [StreamSpec(src=f"h{i}", dst="h4", sport=6000 + i, dport=7000, pps=800, duration=3, size=1400,
-                        stream=i, tos=DSCP26) for i in range(4)]  # 4 x 9 Mbit/s into 2 x 20, split by hashing
+    specs = [StreamSpec(src=f"h{i}", dst="h4", sport=6000 + i, dport=7000, pps=PPS, duration=3, size=1400,
+                        stream=i, tos=DSCP26) for i in range(4)]  # see PPS
     with Network(build("hpn"), qos=QosSpec()) as net:
         r = run_streams(net, specs, tail=4)
         lossless = net.qos.stats(lossless_leaf(3))
         report = net.stop_qos()
     streams = r["receivers"]["h4:7000"]["streams"]
     sent = sum(s["sent"] for s in r["senders"])
-    assert sent >= 4 * 2300  # the senders kept (close to) their pace
+    assert sent >= 4 * 0.9 * PPS * 3  # the senders kept (close to) their pace
     drops = sum(q[0].drops for q in lossless.values() if q)
     period = report["poll_period_ms"]
-    if drops and period["max"] > 2 * period["configured"]:
-        # The headroom covers two poll periods of reaction (qos/spec.py); an agent starved of CPU for
-        # longer voids the guarantee, and the run says so in its report. Anything else is a failure.
-        pytest.skip(f"{drops} lossless drops while the PFC agent's longest poll gap was {period['max']} ms "
-                    f"(configured {period['configured']} ms): the machine did not give it the CPU")
-    assert drops == 0, period
+    assert drops == 0, period  # the claim, whatever the agent's timing: a late agent is the testbed's defect
     assert sum(s["received"] for s in streams.values()) == sent  # every packet sent arrived
     assert all(s["lost"] == 0 for s in streams.values())
     tiers = report["pauses_by_tier"]
@@ -116,9 +112,6 @@ def test_each_lossless_priority_pauses_alone(no_leftovers):
         drops = {p: sum(q[0].drops for q in net.qos.stats(lossless_leaf(p)).values() if q) for p in dscp}
         report = net.stop_qos()
     period = report["poll_period_ms"]
-    if any(drops.values()) and period["max"] > 2 * period["configured"]:
-        pytest.skip(f"lossless drops {drops} while the PFC agent's longest poll gap was {period['max']} ms "
-                    f"(configured {period['configured']} ms): the machine did not give it the CPU")
     assert drops == {3: 0, 4: 0}, period
     for r in results:
         sent = sum(s["sent"] for s in r["senders"])

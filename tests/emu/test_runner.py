@@ -184,7 +184,7 @@ def test_crux_gives_the_most_intense_job_the_first_lossless_priority(quick_resul
     for run in runs.values():
         assert {i["job"] for i in run["iterations"]} == set(run["jobs"])
         assert all(i["bytes_ok"] for i in run["iterations"])
-        assert run["drops"]["lossless"] == 0 or not run["fidelity"]["faithful"]  # PFC kept up, or the run says not
+        assert run["drops"]["lossless"] == 0, run["fidelity"]  # lossless with PFC on: the claim, asserted
     summary = (out / "summary.md").read_text()
     assert "Cluster GPU utilization" in summary and "A (4 GPUs" in summary
 

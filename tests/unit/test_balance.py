@@ -38,4 +38,5 @@ def test_a_port_that_carried_only_acknowledgements_is_idle_not_a_ratio():
     acks = NicBalance("h4:nic0", (48_000_000, 491), 0)  # read "97669.57x" before
     assert acks.imbalance == float("inf") and ratio_text(acks.imbalance) == "one port idle"
     assert ratio_text(NicBalance("h0:nic0", (3_000_000, 1_000_000), 0).imbalance) == "3.00"
-    assert NicBalance("h1:nic0", (98_000, 2_000), 0).imbalance == 49.0  # 2% of the NIC's bytes: still a ratio
+    assert NicBalance("h1:nic0", (90_000, 10_000), 0).imbalance == 9.0  # 10% of the NIC's bytes: a ratio
+    assert NicBalance("h2:nic0", (98_900, 1_100), 0).imbalance == float("inf")  # 91x before: acknowledgements
