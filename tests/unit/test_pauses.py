@@ -136,13 +136,21 @@ def test_forged_foreign_or_replayed_messages_change_nothing(two_servers):
         assert a.shaper.paused == {(target, 3)} and wires["a"].counts["rejected"] == 5
 
 
-def test_a_silent_servers_pauses_expire(two_servers):
-    topo, placement, agents, wires, queues, key = two_servers
+def paused_by_b(two_servers) -> str:
+    """One of a's ToR ports, paused by a message from b; its key."""
+    topo, _placement, agents, wires, _queues, _key = two_servers
     a = agents["a"]
     target = next(k for k in a.shaper.ports if topo.nodes[k.split(":")[0]].role == "tor")
     wires["b"].send("a", [(target, 3, "agg-x:1")])
     settle(a, wires["a"], 5)
     assert a.shaper.paused == {(target, 3)}
+    return target
+
+
+def test_a_silent_servers_pauses_expire(two_servers):
+    _topo, _placement, agents, wires, queues, _key = two_servers
+    a = agents["a"]
+    paused_by_b(two_servers)
     wires["a"].expire_s = 0.05
     time.sleep(0.1)
     a.poll({None: queues["a"]})  # b said nothing since: its pause goes, as an unrenewed PAUSE times out
@@ -196,12 +204,9 @@ def _datagram(key: bytes, msg: dict) -> bytes:
 def test_a_replayed_acknowledgement_does_not_keep_a_dead_servers_pause(two_servers):
     """Only a fresh set of holds renews the sender's pauses: an ack captured once and replayed (it is validly
     signed) kept a dead peer's pause 1.5 s against a 0.3 s expiry."""
-    topo, placement, agents, wires, queues, key = two_servers
+    _topo, _placement, agents, wires, queues, key = two_servers
     a = agents["a"]
-    target = next(k for k in a.shaper.ports if topo.nodes[k.split(":")[0]].role == "tor")
-    wires["b"].send("a", [(target, 3, "agg-x:1")])
-    settle(a, wires["a"], 5)
-    assert a.shaper.paused == {(target, 3)}
+    paused_by_b(two_servers)
     wires["a"].expire_s = 0.3
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         end = time.monotonic() + 0.6
