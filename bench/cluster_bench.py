@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from testbed.experiment.record import bytes_ok
+
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
 PARAMS = {"hosts_per_segment": 2, "rails": 1, "aggs_per_plane": 2, "tor_uplinks": 2}
 
@@ -37,7 +39,7 @@ def summary(rec: dict) -> dict:
     fid = rec["fidelity"]
     return {"busbw_bps": round(statistics.mean(o["busbw_bps"] for o in ops)),
             "fraction_of_ideal": round(statistics.mean(o["fraction_of_ideal"] for o in ops), 4),
-            "bytes_ok": all(o["bytes_delivered"] == o["bytes_expected"] for o in ops),
+            "bytes_ok": all(bytes_ok(o) for o in ops),
             "faithful": fid["faithful"], "reasons": fid["reasons"], "cpu_idle_min": fid["cpu_idle_min"],
             "servers": list(rec.get("cluster", {}).get("servers", {})) or ["this one"]}
 

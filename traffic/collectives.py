@@ -82,13 +82,14 @@ def halving_doubling_allreduce(ranks: list[Rank], size: int) -> Schedule:
     while d:
         dists.append(d)
         d //= 2
-    part = size
-    for d in dists:  # halving: exchange half of what is left with the partner d away
-        part = part // 2
-        s.steps.append([Flow(ranks[i], ranks[i ^ d], part) for i in range(n)])
-    for d in reversed(dists):  # doubling: the mirror image
-        s.steps.append([Flow(ranks[i], ranks[i ^ d], part) for i in range(n)])
-        part *= 2
+    part = [size] * n  # what each rank holds of the buffer; partners hold segments of the same size
+    for d in dists:  # halving: each keeps one half of its segment and sends the partner the other
+        halves = [_split(part[i], 2)[::-1] if i & d else _split(part[i], 2) for i in range(n)]  # (keep, send)
+        s.steps.append([Flow(ranks[i], ranks[i ^ d], halves[i][1]) for i in range(n)])
+        part = [keep for keep, _send in halves]
+    for d in reversed(dists):  # doubling: the mirror image, each segment joined with the partner's
+        s.steps.append([Flow(ranks[i], ranks[i ^ d], part[i]) for i in range(n)])
+        part = [part[i] + part[i ^ d] for i in range(n)]
     return s
 
 

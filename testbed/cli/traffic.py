@@ -61,6 +61,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.fidelity import line as fidelity_line
     from testbed.experiment.jobs import jobs, resolve_scale
+    from testbed.experiment.record import bytes_ok
     from testbed.experiment.runner import run_one
     from testbed.experiment.spec import from_dict
     from traffic.report import nccl_tests
@@ -118,8 +119,8 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     for r in rec["ops"]:
         t.add_row(r["label"], f"{r['size']:,}", f"{r['seconds'] * 1000:.0f}", _fmt(r["algbw_bps"]),
                   _fmt(r["busbw_bps"]), f"{r['busbw_bps'] * scale / 1e9:.1f}", f"{r['fraction_of_ideal']:.1%}",
-                  "yes" if r["bytes_delivered"] == r["bytes_expected"]
-                  else f"NO {r['bytes_delivered']}/{r['bytes_expected']}")
+                  "yes" if bytes_ok(r)
+                  else f"NO {r['bytes_delivered']}/{r['bytes_expected']} (closed form {r.get('bytes_closed_form')})")
     console.print(t)
     if rec["ops"]:
         fr = [r["fraction_of_ideal"] for r in rec["ops"]]

@@ -14,7 +14,7 @@ software. A run is marked unfaithful, with the reason, when
   alone shows it (both are shown as figures);
 - the hypervisor took the CPU: steal over the run above STEAL_MAX;
 - a PFC pause came too late: a lossless queue grew past XOFF + headroom, the
-  depth the headroom is sized never to exceed (two poll periods of reaction at
+  depth the headroom is sized never to exceed (five poll periods of reaction at
   the full ingress rate). The agent's poll period is shown beside the verdict:
   a late poll is harmless while the queues stay below that depth, and on these
   2-core machines its p99 is 1.5-2.5x the configured period in quiet runs too;

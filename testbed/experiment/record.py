@@ -16,12 +16,21 @@ from .watch import Watch
 log = logging.getLogger(__name__)
 
 
-def op_record(job: str, label: str, start: float, r) -> dict:
-    """An op's row in results.json and ops.csv (r: a traffic.metrics.OpResult)."""
+def op_record(job: str, label: str, start: float, r, closed_form: int | None = None) -> dict:
+    """An op's row in results.json and ops.csv (r: a traffic.metrics.OpResult; closed_form: the bytes its
+    collective puts on the wire by definition, traffic/closed_form.py)."""
     return {"job": job, "label": label, "op": r.op, "algorithm": r.algorithm, "ranks": r.ranks, "size": r.size,
             "start": round(start, 4), "seconds": round(r.seconds, 4), "algbw_bps": r.algbw_bps,
             "busbw_bps": r.busbw_bps, "ideal_busbw_bps": r.ideal_busbw_bps, "fraction_of_ideal": r.fraction_of_ideal,
-            "bytes_delivered": r.bytes_delivered, "bytes_expected": r.bytes_expected, "step_seconds": r.step_seconds}
+            "bytes_delivered": r.bytes_delivered, "bytes_expected": r.bytes_expected,
+            "bytes_closed_form": closed_form, "step_seconds": r.step_seconds}
+
+
+def bytes_ok(o: dict) -> bool:
+    """The receivers got what the schedule sent, and that is what the collective moves by definition (the second
+    check cannot be fooled by a schedule that lost a chunk: the receivers expect the schedule's sum)."""
+    closed = o.get("bytes_closed_form")
+    return o["bytes_delivered"] == o["bytes_expected"] and (closed is None or closed == o["bytes_expected"])
 
 
 class RunRecord:
@@ -52,8 +61,8 @@ class RunRecord:
                 self.data["halted"] = {"at": round(self.now(), 3), "op": what, "why": str(exc), "job": job}
         log.warning("%s rep %d halted: %s", self.label, self.rep, exc)
 
-    def op(self, job: str, name: str, start: float, result) -> None:
-        row = op_record(job, name, start, result)
+    def op(self, job: str, name: str, start: float, result, closed_form: int | None = None) -> None:
+        row = op_record(job, name, start, result, closed_form)
         with self._lock:
             self.data["ops"].append(row)
         self.watch.op_done({"variant": self.label, "repetition": self.rep, **row})

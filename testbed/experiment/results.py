@@ -14,6 +14,7 @@ from topos.inputs import read_text
 from traffic.metrics import cluster_utilization
 
 from .fidelity import reasons, status
+from .record import bytes_ok
 
 RESULTS = Path("results")
 
@@ -89,7 +90,7 @@ def _write_csvs(outdir: Path, runs: list[dict]) -> None:
                 w.writerow([r["variant"], r["repetition"], o["label"], o["op"], o["algorithm"], o["ranks"], o["size"],
                             o["start"], o["seconds"], round(o["algbw_bps"]), round(o["busbw_bps"]),
                             round(o["ideal_busbw_bps"]), round(o["fraction_of_ideal"], 4),
-                            o["bytes_delivered"] == o["bytes_expected"]])
+                            bytes_ok(o)])
     with open(outdir / "timeline.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["variant", "repetition", "t", "cpu_idle", "host_tx_bps"])

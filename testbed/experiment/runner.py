@@ -38,6 +38,7 @@ from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.system.versions import versions
 from topos.inputs import read_text
 from topos.model import Topology
+from traffic import closed_form
 from traffic.iteration import predict
 from traffic.metrics import busbw_factor
 from traffic.replay import Replayer
@@ -47,7 +48,7 @@ from .failures import Injector, expand
 from .fidelity import verdict
 from .jobs import Job, demand, items, job_gpus, jobs, offered, resolve_scale
 from .measure import Sampler, port_delta
-from .record import RunRecord
+from .record import RunRecord, bytes_ok
 from .results import RESULTS, write_reports
 from .spec import Experiment, check_against, load
 from .watch import Watch
@@ -197,7 +198,7 @@ def _run_job(job: Job, rp: Replayer, rec: RunRecord) -> None:
             r = rp.run(sched)
         except (TimeoutError, RuntimeError) as exc:
             return rec.halt(job.name, o.label or o.op, exc)
-        rec.op(job.name, o.label or f"{r.op}/{r.algorithm}", start, r)
+        rec.op(job.name, o.label or f"{r.op}/{r.algorithm}", start, r, closed_form.of(sched))
     return None
 
 
@@ -217,8 +218,9 @@ def _run_training(job: Job, rp: Replayer, rec: RunRecord) -> None:
             "compute_s": round(it.compute_s, 6), "exposed_comm_s": round(it.exposed_comm_s, 4),
             "gpu_utilization": round(it.gpu_utilization, 4), "predicted_s": round(predicted.seconds, 4),
             "predicted_gpu_utilization": round(predicted.gpu_utilization, 4), "bytes_ok": it.bytes_ok})
-        for r in it.ops:
-            rec.op(job.name, f"{r.op}/{r.algorithm}", start, r)
+        scheds = [sched for _s, sched in job.iteration if sched is not None]  # it.ops are in step order
+        for r, sched in zip(it.ops, scheds, strict=True):
+            rec.op(job.name, f"{r.op}/{r.algorithm}", start, r, closed_form.of(sched))
 
 
 def _fidelity(p: Plan, d: dict) -> dict:
@@ -228,7 +230,7 @@ def _fidelity(p: Plan, d: dict) -> dict:
     v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,
                 offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale, budget_bps=budget.bps,
                 calibrated=budget.calibrated, sampler_error=d["sampler_error"], ops=d["ops"])
-    v["bytes_ok"] = all(o["bytes_delivered"] == o["bytes_expected"] for o in d["ops"])
+    v["bytes_ok"] = all(bytes_ok(o) for o in d["ops"])
     return v
 
 

@@ -18,10 +18,13 @@ priorities by their `weight`).
 PFC defaults, per lossless priority, from the scaled port rate r and the
 switch's total ingress rate R_in (bytes/s; the sum of its other links) and the
 agent's poll period T:
-    headroom = 2 x R_in x T + R_x x L + 2 x MTU
+    headroom = 5 x R_in x T + R_x x L + 2 x MTU
                                        (what can still arrive while a pause takes
-                                        effect: one poll to notice, one to act; the
-                                        queue sees every ingress, so all of them count;
+                                        effect: up to the agent's longest gap between
+                                        polls, measured at 2.4-4.2 T in quiet runs on 2
+                                        cores (two T, one to notice and one to act, let
+                                        a crux run drop 2 lossless packets at a 2.6 T
+                                        gap); the queue sees every ingress, so all count;
                                         R_x of them from other servers, whose pause is
                                         a message that takes up to L = pfc.remote_ms)
     XOFF     = max(32 x MTU, 4 x r x T)  (userspace OVS forwards in batches of up to 32
@@ -42,6 +45,7 @@ from topos.errors import InputError
 
 MTU = 1514  # bytes on the wire for a full Ethernet frame without FCS
 OVS_BATCH = 32  # NETDEV_MAX_BURST: frames userspace OVS forwards per batch
+REACTION_POLLS = 5  # the headroom covers this many poll periods of ingress (see the module's docstring)
 HIGH_MINOR, LOSSLESS_MINOR, DEFAULT_MINOR = 0x10, 0x30, 0x40  # HTB minor ids under 1: (lossless: + priority)
 PARENT_MINOR = 0x1
 HTB_LEVELS = 8  # TC_HTB_NUMPRIO: strict scheduling has high, the lossless priorities and default in 8 levels
@@ -203,7 +207,7 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
     pfc = spec.pfc
     lossless = {}
     for c in spec.lossless:
-        derived = int(2 * r_in * t + late + 2 * MTU)
+        derived = int(REACTION_POLLS * r_in * t + late + 2 * MTU)
         headroom = next(v for v in (c.headroom_bytes, pfc.headroom_bytes, derived) if v is not None)
         xoff = next(v for v in (c.xoff_bytes, pfc.xoff_bytes, max(OVS_BATCH * MTU, int(4 * r * t))) if v is not None)
         xon = next(v for v in (c.xon_bytes, pfc.xon_bytes, xoff // 2) if v is not None)

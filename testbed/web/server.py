@@ -34,7 +34,8 @@ TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=u
 KEEPALIVE_S = 10.0  # a comment line now and then, so a page notices a server that is gone
 LOOPBACK = "127.0.0.1"
 TEXT = "text/plain; charset=utf-8"
-CLIENT_TIMEOUT_S = 10.0  # a client that sends nothing (or reads nothing) for this long is dropped
+CLIENT_TIMEOUT_S = 30.0  # a client silent this long is dropped; above Chromium's 10 s for an unused socket it
+# preconnected, which it may still pick up at 10 s (at 10 s here a loaded page's first fetch failed once)
 LISTEN_BACKLOG = 128  # http.server's 5 refuses a page's burst of requests on a busy machine
 PLOT_SUFFIX = ".png"  # all a past run's folder serves: its own plots, directly in it
 

@@ -16,7 +16,7 @@ def test_port_plan_defaults_from_rate_and_poll():
     assert q.xoff == max(32 * MTU, int(4 * r * 0.005)) == 50_000
     assert q.xon == 25_000
     assert port_plan(100, spec).lossless[3].xoff == 32 * MTU  # 10 Mbit/s: the OVS batch floor
-    assert q.headroom == int(2 * (2200e9 / 1e4 / 8) * 0.005 + 2 * MTU) == 278_028
+    assert q.headroom == int(5 * (2200e9 / 1e4 / 8) * 0.005 + 2 * MTU) == 690_528
     assert q.limit == q.xoff + q.headroom + 2 * MTU
     assert p.buffer_bytes == max(16 * MTU, int(r * 0.020))
     assert p.prio == {"high": 0, "lossless3": 1, "default": 2}

@@ -62,3 +62,14 @@ def test_a_crash_in_variant_2_keeps_variant_1(tmp_path, monkeypatch):
     assert calls == ["hpn-precise", "hpn-precise-host"]
     assert saved["complete"] is False and [r["variant"] for r in saved["runs"]] == ["hpn-precise"]
     assert "unknown (1 of 1)" in (out / "summary.md").read_text()
+
+
+def test_bytes_are_ok_only_when_they_match_the_schedule_and_the_closed_form():
+    from testbed.experiment.record import bytes_ok
+
+    row = {"bytes_delivered": 14_000, "bytes_expected": 14_000, "bytes_closed_form": 14_000}
+    assert bytes_ok(row)
+    # a schedule that lost a chunk: the receivers got all they were told to expect, which is too little
+    assert not bytes_ok({**row, "bytes_delivered": 12_000, "bytes_expected": 12_000})
+    assert not bytes_ok({**row, "bytes_delivered": 13_999})
+    assert bytes_ok({"bytes_delivered": 5, "bytes_expected": 5})  # a record from before closed forms

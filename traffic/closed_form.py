@@ -1,0 +1,39 @@
+"""Bytes a collective puts on the wire, written out from its definition (pure).
+
+Independent of the flows traffic/collectives.py schedules: a run's delivered bytes are checked against both
+the schedule's sum (what the receivers were told to expect) and this, so a schedule that lost, doubled or
+misrouted a chunk cannot agree with itself unnoticed. Per group of n ranks, `size` as in nccl-tests:
+
+    all-reduce            2 (n-1) size   (n ranks each send 2 (n-1)/n of the buffer)
+    hierarchical          2 (hosts-1) size  (one ring per rail on size/rails; NVLink parts carry nothing)
+    all-gather, reduce-scatter, all-to-all, broadcast   (n-1) size
+    send/recv             n/2 size        (pairs)
+    incast                size            (the schedule's size is what the receiver gets)
+"""
+
+from __future__ import annotations
+
+
+def wire_bytes(op: str, algorithm: str, ranks: int, size: int, groups: int = 1, hosts: int | None = None) -> int:
+    n = ranks // groups
+    if op == "allreduce" and algorithm == "hierarchical":
+        if hosts is None:
+            raise ValueError("a hierarchical all-reduce's closed form needs its hosts")
+        per = 2 * (hosts - 1) * size
+    elif op == "allreduce":
+        per = 2 * (n - 1) * size
+    elif op in ("allgather", "reducescatter", "alltoall", "broadcast"):
+        per = (n - 1) * size
+    elif op == "sendrecv":
+        per = n // 2 * size
+    elif op == "incast":
+        per = size
+    else:
+        raise ValueError(f"no closed form for {op!r}")
+    return groups * per
+
+
+def of(schedule) -> int:
+    """The closed form for a schedule's shape (op, algorithm, ranks, size, groups), not its flows."""
+    hosts = len({h for h, _nic in schedule.ranks})
+    return wire_bytes(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, schedule.groups, hosts)
