@@ -130,8 +130,9 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
         console.print(_iteration_table(rec["iterations"]))
     fid = rec["fidelity"]
     colour = "green" if fid["faithful"] else "yellow"
-    console.print(f"[{colour}]{fidelity_line(fid)}[/]" + ("" if fid["faithful"] else
-                                                          " (raise --scale to lower the load)"), soft_wrap=True)
+    load_bound = any(r.startswith(("CPU-bound", "offered load")) for r in fid["reasons"])
+    console.print(f"[{colour}]{fidelity_line(fid)}[/]" + (" (raise --scale to lower the load)" if load_bound else ""),
+                  soft_wrap=True)
     if rec["halted"]:
         console.print(f"[red]halted at {rec['halted']['at']} s in {rec['halted']['op']}: {rec['halted']['why']}[/]")
         raise SystemExit(1)
