@@ -289,12 +289,7 @@ class _Handler(BaseHTTPRequestHandler):
         src, dst = q.get("src"), q.get("dst")
         if not src or not dst:
             raise ApiError(400, "give src (a host name) and dst (a host address)")
-        if src not in st.topo.nodes or st.topo.nodes[src].role != "host":
-            raise ApiError(400, f"src={_short(src)}: not a host")
-        if dst not in st.ip_owner:
-            raise ApiError(400, f"dst={_short(dst)}: not a host address")
-        if st.ip_owner[dst].host == src:
-            raise ApiError(400, f"dst={_short(dst)}: an address of src={_short(src)} itself; give another host's")
+        st.check_ends(src, dst)
         return src, dst
 
     @staticmethod

@@ -167,13 +167,17 @@ class ControllerState:
             paths = self.assignment.paths
             return Update(precise_add=self._place(new, dict(paths), old=paths))
 
+    def check_ends(self, src: str, dst: str) -> None:
+        """A flow's ends: a host of this topology, and another host's address (REST's path queries too)."""
+        if src not in self.topo.nodes or self.topo.nodes[src].role != "host":
+            raise RequestError(f"src={src[:40]!r}: not a host of this topology")
+        if dst not in self.ip_owner:
+            raise RequestError(f"dst={dst[:40]!r}: not a host address of this topology")
+        if self.ip_owner[dst].host == src:
+            raise RequestError(f"dst={dst!r}: an address of src={src!r} itself; a flow goes to another host")
+
     def _check_flow(self, f: FlowSpec) -> None:
-        if f.src not in self.topo.nodes or self.topo.nodes[f.src].role != "host":
-            raise RequestError(f"src={f.src!r}: not a host of this topology")
-        if f.dst not in self.ip_owner:
-            raise RequestError(f"dst={f.dst!r}: not a host address of this topology")
-        if self.ip_owner[f.dst].host == f.src:
-            raise RequestError(f"dst={f.dst!r}: an address of src={f.src!r} itself; a flow goes to another host")
+        self.check_ends(f.src, f.dst)
         if f.proto not in ("tcp", "udp"):
             raise RequestError(f"proto={f.proto!r}: use tcp or udp")
         if not (0 <= f.sport < 65536 and 0 <= f.dport < 65536):

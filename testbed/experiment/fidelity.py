@@ -133,13 +133,12 @@ def _latency(ops: list[dict], reasons: list[str]) -> None:
     for o in ops:
         ideal = o["seconds"] * o["fraction_of_ideal"]  # fraction = busbw / ideal busbw = ideal time / time
         if 0 < ideal < LATENCY_OP_S and o["seconds"] >= LATENCY_RATIO * ideal:
-            slow.append((o["seconds"] / ideal, o))
+            slow.append((o["seconds"] / ideal, ideal, o))
     if slow:
-        ratio, o = max(slow, key=lambda s: s[0])
+        ratio, ideal, o = max(slow, key=lambda s: s[0])
         reasons.append(f"latency-bound: {len(slow)} of {len(ops)} ops took >= {LATENCY_RATIO:g}x their ideal time, "
-                       f"worst {o['label']} {ratio:.0f}x ({o['seconds'] * 1000:.1f} ms against "
-                       f"{o['seconds'] * o['fraction_of_ideal'] * 1000:.2f} ms): the emulation's own per-op "
-                       f"latency, not the fabric, may dominate")
+                       f"worst {o['label']} {ratio:.0f}x ({o['seconds'] * 1000:.1f} ms against {ideal * 1000:.2f} ms): "
+                       f"the emulation's own per-op latency, not the fabric, may dominate")
 
 
 def status(v: dict) -> str:
@@ -163,7 +162,7 @@ def line(v: dict) -> str:
         return f"fidelity: faithful ({', '.join(figures)})"
     if said == "unknown":
         return "fidelity: unknown: " + "; ".join(v["unknown"])
-    return "fidelity: NOT faithful: " + "; ".join(v["reasons"] + v.get("unknown", []))
+    return "fidelity: NOT faithful: " + "; ".join(reasons(v))
 
 
 def reasons(v: dict) -> list[str]:

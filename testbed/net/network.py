@@ -249,9 +249,7 @@ class Network:
                 if left:
                     log.info("removed on %s after mininet stop: %s", server, ", ".join(left))
             self.cluster = None
-        if self.workdir is not None:
-            self.workdir.cleanup()
-            self.workdir = None
+        self.workdir = None  # its folder went with the record's undo above
 
     # -- names ----------------------------------------------------------------
     @property

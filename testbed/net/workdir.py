@@ -6,7 +6,6 @@ never complete: long work goes through files written here.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 
 from testbed.system.ownership import Ownership
@@ -25,6 +24,3 @@ class Workdir:
         path = self.path / name
         path.write_text(text)
         return str(path)
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)

@@ -137,7 +137,6 @@ class PfcAgent:
         self._said_at = 0.0  # when the held pauses were last said to the other servers
         self.expired = 0  # times a silent server's pauses here were released
         self.error: str | None = None  # why the loop died, if it did: the verdict then says "unknown"
-        self.last_poll: float | None = None  # monotonic time the last poll began
         self.stopped_at: float | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -178,7 +177,7 @@ class PfcAgent:
             while not self._stop.is_set():
                 now = time.monotonic()
                 self.period_samples.append((now, now - last))
-                last = self.last_poll = now
+                last = now
                 self.poll(dumpers, include_hosts=self.polls % self.host_every == 0)
                 self.polls += 1
                 next_at += self.period
@@ -320,6 +319,7 @@ class PfcAgent:
         the traffic's window, not the network's start-up)."""
         periods = sorted(p for t, p in self.period_samples[1:] if since is None or t >= since)
         now = self.stopped_at or time.monotonic()
+        last_poll = self.period_samples[-1][0] if self.period_samples else None  # when the last poll began
         tiers: dict[str, dict[str, float]] = {}
         by_prio: dict[int, dict[str, float]] = {p: {"pause_events": 0, "paused_s": 0.0, "xoff_events": 0, "drops": 0}
                                                 for p in self.priorities}
@@ -339,7 +339,7 @@ class PfcAgent:
             # polls inside the traffic's window, and how long before this report the last one was: an agent
             # that died or stalled must not read as one that saw empty queues (testbed/experiment/fidelity.py)
             "polls_in_window": len(periods),
-            "last_poll_age_ms": None if self.last_poll is None else round((now - self.last_poll) * 1000, 3),
+            "last_poll_age_ms": None if last_poll is None else round((now - last_poll) * 1000, 3),
             "error": self.error,
             "pfc_frames_sent": self.frames_sent,
             "poll_period_ms": {"configured": self.spec.poll_ms, **spread(periods, 1000)},

@@ -146,32 +146,29 @@ class _Handler(BaseHTTPRequestHandler):
             return self._file(self.view.results, name)
         return self._send(404, TEXT, b"404\n")
 
-    def _send(self, status: int, ctype: str, body: bytes) -> None:
+    def _head(self, status: int, ctype: str, length: int) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(length))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
+
+    def _send(self, status: int, ctype: str, body: bytes) -> None:
+        self._head(status, ctype, len(body))
         self.wfile.write(body)
 
     def _file(self, folder: Path, name: str) -> None:
         """A regular file directly or below `folder`, of a type the page uses; nothing outside it. Streamed: a
         large file costs a buffer, not its size in memory, per request."""
         try:
-            root = folder.resolve()
             path = (folder / name).resolve()
-            ok = path.is_relative_to(root) and path.is_file() and path.suffix in TYPES
-            f = open(path, "rb") if ok else None  # noqa: SIM115 - closed below
+            if not (path.is_relative_to(folder.resolve()) and path.is_file() and path.suffix in TYPES):
+                return self._send(404, TEXT, b"404\n")
+            f = open(path, "rb")  # noqa: SIM115 - closed below
         except (OSError, ValueError):  # a name too long for the file system, a NUL byte
-            ok = False
-        if not ok:
             return self._send(404, TEXT, b"404\n")
         with f:
-            self.send_response(200)
-            self.send_header("Content-Type", TYPES[path.suffix])
-            self.send_header("Content-Length", str(os.fstat(f.fileno()).st_size))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
+            self._head(200, TYPES[path.suffix], os.fstat(f.fileno()).st_size)
             shutil.copyfileobj(f, self.wfile, 1 << 16)
 
     def _events(self, hub: Hub) -> None:
