@@ -207,8 +207,9 @@ class Ownership:
             killed = [p for p in killed if alive(p["pid"], p["start"]) and not _zombie(p["pid"])]
             time.sleep(0.01)
         # Decide what is ours before removing anything: deleting a bridge detaches its ports.
-        tags = tagged_bridges() if self.data["bridges"] else {}
+        tags = ovs_bridges() if self.data["bridges"] else {}
         bridges = [b for b in self.data["bridges"] if tags.get(b) == self.run_id]
+        gone = [b for b in self.data["bridges"] if b not in tags]
         interfaces = _proven_interfaces(self.data["interfaces"], self.link_group, bridges)
         if bridges:
             args: list[str] = []
@@ -221,6 +222,8 @@ class Ownership:
             if Path(f"/sys/class/net/{ifname}").exists():
                 _sh("ip", "link", "del", ifname)
                 done.append(f"interface {ifname}")
+        if gone:
+            _await_taps_gone(gone, last_bridge=set(tags) <= set(bridges))
         for ns in self.data["netns"]:
             if ns.startswith(f"hpnlab-{self.run_id}-") and Path(f"/run/netns/{ns}").exists():
                 _sh("ip", "netns", "del", ns)
@@ -280,17 +283,38 @@ def _proven_interfaces(names: list[str], group: int, bridges: list[str]) -> list
     return out
 
 
-def tagged_bridges() -> dict[str, str]:
-    """OVS bridges carrying an hpnlab run tag: name -> run id."""
+def ovs_bridges() -> dict[str, str | None]:
+    """Every OVS bridge: name -> the hpnlab run id it is tagged with (None: untagged)."""
     r = _vsctl("--format=json", "--columns=name,external_ids", "list", "Bridge")
     if r.returncode != 0:
         return {}
     out = {}
     for name, ext in json.loads(r.stdout)["data"]:
         ids = dict(ext[1]) if ext and ext[0] == "map" else {}
-        if BRIDGE_TAG in ids:
-            out[name] = ids[BRIDGE_TAG]
+        out[name] = ids.get(BRIDGE_TAG)
     return out
+
+
+def tagged_bridges() -> dict[str, str]:
+    """OVS bridges carrying an hpnlab run tag: name -> run id."""
+    return {name: run for name, run in ovs_bridges().items() if run is not None}
+
+
+TAP_GONE_S = 10.0
+
+
+def _await_taps_gone(bridges: list[str], last_bridge: bool) -> None:
+    """Wait (bounded) until userspace OVS has removed the taps of bridges already deleted from its database.
+
+    ovs-vswitchd removes a deleted bridge's tap (and with the last bridge its datapath's `ovs-netdev`) after
+    its reconfiguration and an RCU grace period: up to seconds under load. A run killed during its own
+    teardown leaves exactly that in flight, and `clean` then found taps of bridges no longer tagged (a CI
+    run listed seven). They are not provably ours to delete, so we let OVS finish and only report what
+    is still there after TAP_GONE_S."""
+    names = bridges + (["ovs-netdev"] if last_bridge else [])
+    deadline = time.monotonic() + TAP_GONE_S
+    while any(Path(f"/sys/class/net/{n}").exists() for n in names) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def clean(force: bool = False) -> tuple[list[str], list[str]]:
