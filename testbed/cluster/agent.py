@@ -34,7 +34,6 @@ import json
 import logging
 import re
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -58,8 +57,9 @@ class Agent:
         if not re.fullmatch(RUN_ID, run_id):
             raise SystemExit(f"hpnlab agent: run id {run_id!r} is not one (letters, digits, '-' and '_')")
         self.owner = Ownership(run_id)
-        self.owner.begin()
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"hpnlab-{run_id}-"))
+        # Named by the record (hpnlab-<run id>), so `hpnlab clean` removes it after a kill -9 of the agent too;
+        # a random name (mkdtemp) was left behind by every killed agent.
+        self.scratch = self.owner.make_scratch()
         self.site = LocalSite(self.owner, self.scratch)
         self.shaper: Shaper | None = None  # its qdiscs go with the interfaces the record deletes
         self.pfc: PfcAgent | None = None  # this server's PFC agent, and its end of the pause messages
@@ -135,15 +135,11 @@ class Agent:
         return shaper.remove() if shaper is not None else 0
 
     def undo(self) -> list[str]:
-        import shutil
-
         try:
             self.unshape()
         except Exception as exc:  # noqa: BLE001 - the record's interfaces take their qdiscs with them
             log.warning("unshape: %s", exc)
-        removed = self.owner.undo()
-        shutil.rmtree(self.scratch, ignore_errors=True)
-        return removed
+        return self.owner.undo()  # the scratch folder too
 
 
 def serve(run_id: str, inp=sys.stdin, out=sys.stdout) -> None:

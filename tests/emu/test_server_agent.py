@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -41,7 +42,7 @@ def give_it_things(a: ServerAgent, run_id: str) -> tuple[str, subprocess.Popen, 
     rc, out = a.sh(f"ip -o link show {veth} | grep -c group")
     assert (rc, out.strip()) == (0, "1")
     path = a.write("../../etc/x.sh", "echo hi\n")  # a name only: the file lands in the agent's scratch folder
-    assert Path(path).parent.name.startswith(f"hpnlab-{run_id}-") and Path(path).read_text() == "echo hi\n"
+    assert Path(path).parent.name == f"hpnlab-{run_id}" and Path(path).read_text() == "echo hi\n"
     return ns, sleeper, veth
 
 
@@ -53,6 +54,7 @@ def gone(ns: str, sleeper: subprocess.Popen, veth: str, run_id: str, within_s: f
     assert not Path(f"/run/netns/{ns}").exists()
     assert not Path(f"/sys/class/net/{veth}").exists() and not Path(f"/sys/class/net/{veth}p").exists()
     assert not list(RUN_DIR.glob(f"{run_id}.*"))
+    assert not list(Path(tempfile.gettempdir()).glob(f"hpnlab-{run_id}*"))  # its scratch folder
 
 
 def test_stop_undoes_what_the_agent_recorded(tmp_path, no_leftovers):
@@ -61,7 +63,8 @@ def test_stop_undoes_what_the_agent_recorded(tmp_path, no_leftovers):
     record = json.loads((RUN_DIR / f"{run_id}.json").read_text())
     assert record["owner_pid"] == a.proc.pid and record["netns"] == [ns] and record["interfaces"] == [veth]
     removed = a.stop()
-    assert f"netns {ns}" in removed and f"interface {veth}" in removed and len(removed) == 3, removed
+    assert f"netns {ns}" in removed and f"interface {veth}" in removed and len(removed) == 4, removed
+    assert f"folder {Path(tempfile.gettempdir()) / f'hpnlab-{run_id}'}" in removed
     gone(ns, sleeper, veth, run_id)
 
 
@@ -157,7 +160,7 @@ def test_what_runs_in_a_recorded_hosts_namespace_goes_with_it(tmp_path, no_lefto
         assert f"process {shell.pid} (mininet host h9)" in removed, removed
         assert f"process {inside.pid} (in the namespace of mininet host h9)" in removed, removed
         assert inside.wait(5) == -signal.SIGKILL and shell.wait(5) == -signal.SIGKILL
-        assert outsider.poll() is None and len(removed) == 2
+        assert outsider.poll() is None and len(removed) == 3  # and the scratch folder
     finally:
         for p in (shell, outsider):
             if p.poll() is None:
