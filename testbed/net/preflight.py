@@ -11,6 +11,8 @@ from testbed.system.ownership import live_runs, tagged_bridges
 from topos.errors import InputError
 from topos.model import Topology
 
+from .naming import switch_intfs
+
 # What shaped runs need from userspace OVS's one packet socket (what bootstrap.sh gives it): every
 # frame queued in any switch egress qdisc counts against it, at about twice its size (skb truesize).
 OVS_SEND_BUFFER_NEEDED = 32 << 20
@@ -60,6 +62,12 @@ def _refuse_what_is_taken(topo: Topology) -> None:
                 "rename or remove that bridge; hpnlab will not touch what it did not create"
             raise InputError("an OVS bridge with a name this topology needs already exists", fix,
                              field="bridge", value=sw.short)
-        if Path(f"/sys/class/net/{sw.short}-eth1").exists():
+        if Path(f"/sys/class/net/{sw.short}").exists():  # a userspace bridge's tap, named like the bridge
+            raise InputError("an interface named like a switch of this topology exists (a deleted userspace "
+                             "bridge's tap OVS has not removed yet, or another program's)",
+                             "wait a few seconds and retry; if it stays, remove it", field="interface",
+                             value=sw.short)
+        taken = next((i for i in switch_intfs(topo, sw.name) if Path(f"/sys/class/net/{i}").exists()), None)
+        if taken is not None:
             raise InputError("an interface with a name this topology needs already exists",
-                             "run 'hpnlab clean' or remove it", field="interface", value=f"{sw.short}-eth1")
+                             "run 'hpnlab clean' or remove it", field="interface", value=taken)
