@@ -105,15 +105,12 @@ def test_clean_touches_only_what_a_record_can_prove(no_leftovers, hpnlab, tmp_pa
         p.wait(timeout=60)
 
 
-def _interrupt_up(at: float, sig: int, preexec) -> subprocess.Popen:
-    """`hpnlab up` with the controller and the web view (what a user types), signalled `at` seconds after
-    launch, as a terminal's Ctrl-C or a kill -9 would."""
+def _interrupt(argv: list[str], cwd, at: float, sig: int, preexec) -> subprocess.Popen:
+    """`hpnlab ARGV...` signalled `at` seconds after launch, as a terminal's Ctrl-C or a kill -9 would."""
     import time
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    argv = [str(Path(sys.executable).parent / "hpnlab"), "up", "hpn", "--routing", "controller", "--web", "--no-cli"]
-    p = subprocess.Popen(argv, cwd=root,
+    p = subprocess.Popen([str(Path(sys.executable).parent / "hpnlab"), *argv], cwd=cwd,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
     time.sleep(at)
     p.send_signal(sig)
@@ -121,17 +118,33 @@ def _interrupt_up(at: float, sig: int, preexec) -> subprocess.Popen:
     return p
 
 
-# From the imports through the routed network (up ~2.3 s after launch) into its teardown (`up --no-cli` ends
-# ~4.4 s after launch): a kill -9 during the teardown left its bridge deletion in flight in OVS (CI, 2.38 s).
-POINTS = [0.4 + 0.34 * i for i in range(11)]
+TINY = """
+name: tiny
+topology: {name: hpn, params: {hosts_per_segment: 2}}
+qos: {scale: 20000}
+workload:
+  collective: {op: allreduce, size: 32GB, ranks: rail0, iters: 2}
+"""
+
+# What a user types, and when to interrupt it (seconds after launch). `up` with the controller and the web view:
+# from the imports through the routed network (up ~2.3 s after launch) into its teardown (`up --no-cli` ends
+# ~4.4 s after launch; a kill -9 during the teardown left its bridge deletion in flight in OVS, CI at 2.38 s).
+# `lab start` (lab 4: shaped, PFC) ends ~4.5 s after launch, `run` of TINY ~9 s: start-up, traffic, results.
+COMMANDS = {
+    "up": (["up", "hpn", "--routing", "controller", "--web", "--no-cli"], [0.4 + 0.34 * i for i in range(11)]),
+    "lab start": (["lab", "start", "4", "--workdir", "lab-work", "--no-cli"], [0.5 + 0.6 * i for i in range(6)]),
+    "run": (["run", "tiny.yaml"], [0.6 + 1.3 * i for i in range(6)]),
+}
 
 
-def test_ctrl_c_or_kill_at_any_point_of_start_up_then_clean_and_up_again(no_leftovers, take_snapshot,
-                                                                         as_from_a_terminal, hpnlab):
-    """22 interruptions of `hpnlab up` while it builds and tears down: a Ctrl-C exits 130 and leaves nothing; a
-    kill -9 leaves only what `hpnlab clean` removes (veths are the run's from the moment they exist, the scratch
-    folder is named by the record, bridges its own teardown was deleting are waited for). Then the next `up`
-    works. Before: 12-64 veths stranded in 4 of 8 tries, 'nothing to clean', and the next `up` refused."""
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_ctrl_c_or_kill_at_any_point_then_clean_and_up_again(no_leftovers, take_snapshot, as_from_a_terminal,
+                                                             hpnlab, tmp_path, command):
+    """`hpnlab up`, `lab start` and `run` interrupted at many points while they build, work and tear down: a
+    Ctrl-C exits 130 and leaves nothing; a kill -9 leaves only what `hpnlab clean` removes (veths are the run's
+    from the moment they exist, the scratch folder is named by the record, bridges its own teardown was deleting
+    are waited for). Then the next `up` works. Before: 12-64 veths stranded in 4 of 8 tries, 'nothing to
+    clean', and the next `up` refused."""
     import tempfile
     from pathlib import Path
 
@@ -140,14 +153,16 @@ def test_ctrl_c_or_kill_at_any_point_of_start_up_then_clean_and_up_again(no_left
         snap["scratch folders"] = set(map(str, Path(tempfile.gettempdir()).glob("hpnlab-*")))
         return {k: sorted(snap[k] - before[k]) for k in before if snap[k] - before[k]}
 
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    argv, points = COMMANDS[command]
     before = {**no_leftovers, "scratch folders": set(map(str, Path(tempfile.gettempdir()).glob("hpnlab-*")))}
-    for at in POINTS:
-        p = _interrupt_up(at, signal.SIGINT, as_from_a_terminal)
+    for at in points:
+        p = _interrupt(argv, tmp_path, at, signal.SIGINT, as_from_a_terminal)
         left = left_behind()
         assert p.returncode == 130 and not left, (at, p.returncode, left, p.stderr[-1500:])
         assert "Traceback" not in p.stderr, (at, p.stderr[-2000:])
-    for at in POINTS:
-        _interrupt_up(at, signal.SIGKILL, None)
+    for at in points:
+        _interrupt(argv, tmp_path, at, signal.SIGKILL, None)
         r = hpnlab("clean")
         left = left_behind()
         assert r.returncode == 0 and not left, (at, r.stdout[-800:], left)
