@@ -263,6 +263,20 @@ def _ideal_seconds(sched, rp) -> float:
     return busbw_factor(sched.op, len(sched.ranks) // sched.groups) * sched.size * 8 / rp.ideal_busbw(sched)
 
 
+def new_folder(path: Path) -> Path:
+    """`path`, or `path-2`, `path-3`, ... if taken: the same experiment started twice in one second (a script, a
+    run stopped and started again) named the same folder and the second one crashed on it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        candidate = path if n == 1 else path.with_name(f"{path.name}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path} and 998 more like it exist")
+
+
 def quick(exp: Experiment) -> Experiment:
     """The reduced size CI runs: one repetition, collectives a quarter of the size and 2 iterations at most.
 
@@ -334,8 +348,8 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     caps = probe()
     caps.require_root("running an experiment")
     digest = hashlib.sha256(text.encode()).hexdigest()[:7]
-    outdir = results / f"{time.strftime('%Y%m%d-%H%M%S')}-{exp.name}{'-quick' if reduced else ''}-{digest}"
-    outdir.mkdir(parents=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    outdir = new_folder(results / f"{stamp}-{exp.name}{'-quick' if reduced else ''}-{digest}")
     (outdir / "spec.yaml").write_text(text)
     (outdir / "environment.json").write_text(json.dumps({"capabilities": caps.to_dict(), "versions": versions(caps)},
                                                         indent=1))

@@ -105,7 +105,7 @@ def test_clean_touches_only_what_a_record_can_prove(no_leftovers, hpnlab, tmp_pa
         p.wait(timeout=60)
 
 
-def _interrupt(argv: list[str], cwd, at: float, sig: int, preexec) -> subprocess.Popen:
+def _interrupt(argv: list[str], cwd, at: float, sig: int, preexec) -> subprocess.CompletedProcess:
     """`hpnlab ARGV...` signalled `at` seconds after launch, as a terminal's Ctrl-C or a kill -9 would."""
     import time
     from pathlib import Path
@@ -114,8 +114,8 @@ def _interrupt(argv: list[str], cwd, at: float, sig: int, preexec) -> subprocess
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
     time.sleep(at)
     p.send_signal(sig)
-    p.wait(timeout=120)
-    return p
+    _out, err = p.communicate(timeout=120)  # read as it comes: a full pipe would stall the process
+    return subprocess.CompletedProcess(p.args, p.returncode, None, err)
 
 
 TINY = """

@@ -73,3 +73,14 @@ def test_bytes_are_ok_only_when_they_match_the_schedule_and_the_closed_form():
     assert not bytes_ok({**row, "bytes_delivered": 12_000, "bytes_expected": 12_000})
     assert not bytes_ok({**row, "bytes_delivered": 13_999})
     assert bytes_ok({"bytes_delivered": 5, "bytes_expected": 5})  # a record from before closed forms
+
+
+def test_a_results_folder_is_never_shared(tmp_path):
+    """The same experiment started twice in one second named the same folder, and the second run crashed
+    (FileExistsError) after its network was up."""
+    from testbed.experiment.runner import new_folder
+
+    made = [new_folder(tmp_path / "results" / "20261123-231706-tiny-9616dd2") for _ in range(3)]
+    assert [p.name for p in made] == ["20261123-231706-tiny-9616dd2", "20261123-231706-tiny-9616dd2-2",
+                                      "20261123-231706-tiny-9616dd2-3"]
+    assert all(p.is_dir() for p in made)
