@@ -26,13 +26,14 @@ and op, as NCCL does. Where a connection goes depends on `routing`:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from topos.addressing import PINNED_SPORTS, nic_address
 
 from .collectives import Schedule
 from .metrics import IterationResult, OpResult
 from .plan import pieces, split, step_seconds
+from .timebase import Timebase
 from .transports.tcp import FlowRecord, TcpTransport
 
 
@@ -46,7 +47,8 @@ class Replayer:
     # of the peer's connections has the fewest bytes outstanding when it is ready (HPN's host-side choice)
     connection_choice: str = "channel"
     nic_port_choice: str = "hash"  # hash | round-robin (ecmp and shortest only, see above)
-    step_timeout: float = 300.0
+    step_timeout: float = 300.0  # virtual seconds, as every time given to it and every time it reports
+    timebase: Timebase = field(default_factory=Timebase)  # the run's time dilation (traffic/timebase.py)
 
     sport_offset: int = 0  # jobs side by side take disjoint source ports
     pipeline: int = 1  # chunks per channel and step, when the transport runs plans
@@ -116,8 +118,11 @@ class Replayer:
 
     def ideal_busbw(self, schedule: Schedule) -> float:
         """The busbw bound: what a rank can send at (its NIC's ports in use, one per channel, at their
-        scaled rate). For the hierarchical all-reduce, whose n = hosts x rails ranks each carry only a
-        rail's share, NCCL's busbw bound is that rate x (n-1)/(hosts-1)."""
+        scaled rate, in the fabric's time). For the hierarchical all-reduce, whose n = hosts x rails ranks each
+        carry only a rail's share, NCCL's busbw bound is that rate x (n-1)/(hosts-1)."""
+        return self.timebase.rate(self._wall_ideal_busbw(schedule))
+
+    def _wall_ideal_busbw(self, schedule: Schedule) -> float:
         rates = []
         for host, nic in schedule.ranks:
             links = [l for l in self.net.topo.links_of(host) if l.kind == "host-tor" and l.nic == nic]
@@ -134,9 +139,9 @@ class Replayer:
         return self.finish(self.start(schedule))
 
     def start(self, schedule: Schedule, compute_s: float = 0.0) -> dict:
-        """Hand an op to the ranks, each to begin after `compute_s` of compute; `finish` waits for it. With a
-        planned transport several ops may be in flight (communication overlapping compute); a stepwise one
-        (rdma) computes here and runs the op before returning."""
+        """Hand an op to the ranks, each to begin after `compute_s` (wall seconds) of compute; `finish` waits for
+        it. With a planned transport several ops may be in flight (communication overlapping compute); a stepwise
+        one (rdma) computes here and runs the op before returning."""
         self._connections(schedule)
         self._op = getattr(self, "_op", 0) + 1
         if hasattr(self.transport, "submit"):
@@ -153,6 +158,7 @@ class Replayer:
         compute starts, an overlapping one runs on under the compute that follows, and the iteration ends
         when every op is done. A job's ops go over the network one at a time, in order (one communicator,
         as NCCL's stream and SimAI's model have it; traffic/iteration.py predicts the same)."""
+        tb = self.timebase  # the steps' compute is the fabric's time; the waits below are wall time
         t0 = time.time()
         ops: list[OpResult] = []  # in step order
         pending = None  # an overlapping op still running
@@ -161,10 +167,10 @@ class Replayer:
 
         def done(h: dict) -> float:  # the op's result kept; when its last byte arrived (not its late report)
             ops.append(self.finish(h))
-            return h["t_op"] + ops[-1].seconds if "t_op" in h else time.time()
+            return h["t_op"] + tb.wall(ops[-1].seconds) if "t_op" in h else time.time()
 
         for step, sched in steps:
-            gpu += step.compute_s
+            gpu += tb.wall(step.compute_s)
             if sched is None:  # compute only, or communication inside the hosts (NVLink)
                 continue
             if pending is not None:  # one communicator: an op starts after the one before it (NCCL's stream)
@@ -181,12 +187,14 @@ class Replayer:
             net = done(pending)
         time.sleep(max(0.0, gpu - time.time()))  # trailing compute: the ranks are busy, nothing to send
         compute = sum(s.compute_s for s, _ in steps)
-        return IterationResult(max(gpu, net) - t0, compute, ops, issued)
+        return IterationResult(tb.virtual(max(gpu, net) - t0), compute, ops, [tb.virtual(t) for t in issued])
 
     def _result(self, schedule: Schedule, seconds: float, step_times: list[float], delivered: int) -> OpResult:
-        return OpResult(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, seconds,
-                        self.ideal_busbw(schedule), step_times, delivered, schedule.total_bytes,
-                        groups=schedule.groups)
+        """The op's figures in the fabric's time, from the wall times measured."""
+        tb = self.timebase
+        return OpResult(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, tb.virtual(seconds),
+                        self.ideal_busbw(schedule), [tb.virtual(t) for t in step_times], delivered,
+                        schedule.total_bytes, groups=schedule.groups)
 
     def _start_planned(self, schedule: Schedule, compute_s: float) -> dict:
         topo = self.net.topo
@@ -205,7 +213,7 @@ class Replayer:
 
     def _finish_planned(self, h: dict) -> OpResult:
         schedule, ps, t_op = h["schedule"], h["ps"], h["t_op"]
-        recs = self.transport.wait(h["ids"], self.step_timeout)
+        recs = self.transport.wait(h["ids"], self.timebase.wall(self.step_timeout))
         errors = [r for r in recs if r.error]
         if errors:
             raise RuntimeError(f"{len(errors)} flow(s) failed, e.g. {errors[0].error}")
@@ -230,7 +238,7 @@ class Replayer:
             t0 = time.monotonic()
             for fid, src, dst_ip, nbytes, sport, nic, c in subflows:
                 self.transport.send(fid, src, dst_ip, nbytes, sport, nic=nic, channel=c)
-            recs = self.transport.wait([s[0] for s in subflows], self.step_timeout)
+            recs = self.transport.wait([s[0] for s in subflows], self.timebase.wall(self.step_timeout))
             step_times.append(time.monotonic() - t0)
             errors = [r for r in recs if r.error]
             if errors:

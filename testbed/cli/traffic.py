@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from topos.errors import InputError
+from traffic.timebase import MAX_DILATION
 
 from .common import SCALE, cluster_opt, console, hashing_opt, load_cluster_arg, parse_kv
 
@@ -49,6 +50,9 @@ def _fmt(bps: float) -> str:
               "unacknowledged bytes.")
 @click.option("--scale", type=SCALE, default="auto", show_default=True,
               help="Emulated rate = real / scale; auto fits the ranks' load into this machine's budget.")
+@click.option("--dilation", type=click.FloatRange(1, MAX_DILATION), default=1.0, show_default=True,
+              help="Time dilation D: the emulation runs D times slower than the fabric (links at real / (scale x "
+              "D)), so its own latencies shrink by D; every time reported is the fabric's.")
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
 @click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")
@@ -57,7 +61,8 @@ def _fmt(bps: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @cluster_opt
 def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spec, iters, routing, hashing, transport,
-                channels, connection_choice, scale, pfc, workload_file, simai_file, fmt, as_json, cluster_file) -> None:
+                channels, connection_choice, scale, dilation, pfc, workload_file, simai_file, fmt, as_json,
+                cluster_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.fidelity import line as fidelity_line
     from testbed.experiment.jobs import jobs, resolve_scale
@@ -81,7 +86,8 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
                                                             "params": parse_kv(params)},
                      "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
                      "connection_choice": connection_choice,
-                     "qos": {"scale": scale, "pfc": {"enabled": pfc}}, "workload": workload,
+                     "qos": {"scale": scale, "pfc": {"enabled": pfc}}, "time": {"dilation": dilation},
+                     "workload": workload,
                      "step_timeout_s": STEP_TIMEOUT_S})
     topo = exp.topology.build()
     if "collective" in workload:
@@ -112,7 +118,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
 
         console.print(cluster_line(rec["cluster"]), soft_wrap=True)
     t = Table(title=f"{title} — {routing} on {topo_name}, {rec['channels']} channel(s), {rec['transport'].upper()}, "
-                    f"scale 1/{scale:,.0f}")
+                    f"scale 1/{scale:,.0f}" + (f", time dilated {dilation:g}x" if dilation > 1 else ""))
     for c in ("op", "size (B)", "time (ms)", "algbw (Mbit/s)", "busbw (Mbit/s)", "busbw real (Gbit/s)",
               "of ideal", "bytes ok"):
         t.add_column(c, justify="right")

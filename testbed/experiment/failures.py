@@ -5,7 +5,7 @@ a switch "down" is all its links down; a flap is `count` down/up cycles of
 `period`; random failures are a Poisson process per link (rate per minute, as in
 HPN's production statistics) drawn from the experiment's seed, each repaired
 after `repair_after` seconds. `Injector` fires them against a running network
-(interfaces really go down) and logs the wall time of each.
+(interfaces really go down) and logs the time of each (virtual, and wall).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from topos.errors import InputError
 from topos.model import Topology
+from traffic.timebase import Clock
 
 from .spec import MAX_EVENTS, Experiment
 
@@ -70,26 +71,27 @@ def expand(exp: Experiment, topo: Topology) -> list[Event]:
 
 
 class Injector:
-    """Fires events against `net` (anything with set_link) from its own thread."""
+    """Fires events against `net` (anything with set_link) from its own thread, each at its virtual time on the
+    run's clock (its wall time is D times that under time dilation)."""
 
-    def __init__(self, net, events: list[Event]):
+    def __init__(self, net, events: list[Event], clock: Clock | None = None):
         self.net = net
         self.events = events
+        self.clock = clock or Clock()
         self.log: list[dict] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self.t0 = time.time()
         self._thread = threading.Thread(target=self._run, name="hpnlab-failures", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         for ev in self.events:
-            if self._stop.wait(max(0.0, self.t0 + ev.t - time.time())):
+            if self._stop.wait(max(0.0, self.clock.wall_at(ev.t) - time.time())):
                 return
-            entry = {"t": round(time.time() - self.t0, 4), "planned_t": ev.t, "up": ev.up, "links": list(ev.links),
-                     "cause": ev.cause, "time": time.time()}
+            entry = {"t": round(self.clock.now(), 4), "wall_t": round(self.clock.wall_now(), 4), "planned_t": ev.t,
+                     "up": ev.up, "links": list(ev.links), "cause": ev.cause, "time": time.time()}
             try:
                 for link in ev.links:
                     self.net.set_link(link, up=ev.up)

@@ -45,11 +45,13 @@ LATENCY_RATIO = 4.0  # ... and one that took this many times its ideal is flagge
 
 def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = False,
             lossless_drops: int | None = 0, offered_bps: float | None = None, budget_bps: float | None = None,
-            calibrated: bool = False, sampler_error: str | None = None, ops: list[dict] = ()) -> dict:
+            calibrated: bool = False, sampler_error: str | None = None, ops: list[dict] = (),
+            dilation: float = 1.0) -> dict:
     """timeline: the sampler's rows (cpu_idle, steal, ovs_thread per sample); pfc: the agent's report;
     offered_bps: every sending port at its emulated rate; budget_bps: what this machine forwards faithfully;
     sampler_error: why the sampler stopped early, if it did; ops: the run's op records (seconds and
-    fraction_of_ideal), read for latency-bound ops."""
+    fraction_of_ideal, in the fabric's time), read for latency-bound ops; dilation: the run's time dilation
+    (an op's wall time is that many times its virtual time: the emulator's own latency is wall time)."""
     idle = [r["cpu_idle"] for r in timeline]
     steal = [r.get("steal", 0.0) for r in timeline]
     ovs = [r["ovs_thread"] for r in timeline if "ovs_thread" in r]
@@ -73,7 +75,7 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
             unknown.append("the lossless class's drops could not be read")
         elif lossless_drops:
             reasons.append(f"{lossless_drops} drops in the lossless class with PFC on")
-    _latency(ops, reasons)
+    _latency(ops, reasons, dilation)
     out["cpu_bound"] = bool(idle) and min(idle) < CPU_IDLE_MIN
     out["status"] = "not faithful" if reasons else "unknown" if unknown else "faithful"
     out["faithful"] = out["status"] == "faithful"
@@ -127,12 +129,13 @@ def _pfc_watched(pfc: dict | None, unknown: list[str]) -> None:
                        f"allowed {silent_ms:,.0f} ms): queues and pauses were not watched then")
 
 
-def _latency(ops: list[dict], reasons: list[str]) -> None:
-    """Small ops many times their ideal time: the emulator's own latency, not the fabric, may dominate."""
+def _latency(ops: list[dict], reasons: list[str], dilation: float = 1.0) -> None:
+    """Small ops many times their ideal time: the emulator's own latency, not the fabric, may dominate. Small is
+    in wall time (the ideal x the dilation), where the emulator's latency lives."""
     slow = []
     for o in ops:
         ideal = o["seconds"] * o["fraction_of_ideal"]  # fraction = busbw / ideal busbw = ideal time / time
-        if 0 < ideal < LATENCY_OP_S and o["seconds"] >= LATENCY_RATIO * ideal:
+        if 0 < ideal * dilation < LATENCY_OP_S and o["seconds"] >= LATENCY_RATIO * ideal:
             slow.append((o["seconds"] / ideal, ideal, o))
     if slow:
         ratio, ideal, o = max(slow, key=lambda s: s[0])

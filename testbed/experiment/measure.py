@@ -20,6 +20,7 @@ from pathlib import Path
 from testbed.net.network import Network
 from testbed.qos.shaper import ROOT
 from topos.addressing import nic_address
+from traffic.timebase import Clock
 
 log = logging.getLogger(__name__)
 
@@ -208,8 +209,9 @@ class Sampler:
     all host NICs sent (the offered load). Over several servers, idle is the least and steal the most of any
     server (each row also keeps every server's idle): one server out of CPU is enough to bend the rates."""
 
-    def __init__(self, net: Network, period: float = 0.5):
-        self.net, self.period = net, period
+    def __init__(self, net: Network, period: float = 0.5, clock: Clock | None = None):
+        self.net, self.period = net, period  # period: wall seconds (it samples this machine)
+        self.clock = clock or Clock()  # rows are stamped in the run's virtual time, with the wall time beside
         self.rows: list[dict] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -230,7 +232,6 @@ class Sampler:
         return sum(q[0].bytes for q in stats.values() if q)
 
     def start(self) -> None:
-        self.t0 = time.time()
         self._thread = threading.Thread(target=self._run, name="hpnlab-sampler", daemon=True)
         self._thread.start()
 
@@ -262,7 +263,8 @@ class Sampler:
                 span = max(1, tot - tot0)
                 shares[server] = (round((idle - idle0) / span, 4), round((steal - steal0) / span, 4))
         busiest = max((ovs[k] - ovs0.get(k, ovs[k]) for k in ovs), default=0) / CLK_TCK / (t - t_prev)
-        row = {"t": round(t - self.t0, 3), "cpu_idle": min(i for i, _ in shares.values()),
+        wall_t = t - self.clock.t0
+        row = {"t": round(self.clock.timebase.virtual(wall_t), 4), "wall_t": round(wall_t, 3), "cpu_idle": min(i for i, _ in shares.values()),
                "steal": max(s for _, s in shares.values()), "ovs_thread": round(busiest, 4),
                "host_tx_bps": round(bits / (t - t_prev))}
         if self.others:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
+
+from traffic.timebase import Clock, Timebase
 
 from .watch import Watch
 
@@ -36,18 +37,21 @@ def bytes_ok(o: dict) -> bool:
 class RunRecord:
     """The record of one run (`data`, what results.json keeps), written by the job threads."""
 
-    def __init__(self, label: str, rep: int, watch: Watch, progress: Callable[[], None] | None = None, **fields):
+    def __init__(self, label: str, rep: int, watch: Watch, progress: Callable[[], None] | None = None,
+                 timebase: Timebase | None = None, **fields):
         self.label, self.rep, self.watch, self.progress = label, rep, watch, progress
-        self.data: dict = {"variant": label, "repetition": rep, **fields, "ops": [], "iterations": [], "halted": None}
+        self.clock = Clock(timebase)
+        self.data: dict = {"variant": label, "repetition": rep, "dilation": self.clock.timebase.dilation, **fields,
+                           "ops": [], "iterations": [], "halted": None}
         self._lock = threading.Lock()
-        self.t0 = time.time()
 
     def start_clock(self) -> None:
         """Times in the record count from here: the traffic's start."""
-        self.t0 = time.time()
+        self.clock.restart()
 
     def now(self) -> float:
-        return time.time() - self.t0
+        """Virtual seconds since the traffic's start."""
+        return self.clock.now()
 
     @property
     def halted(self) -> bool:

@@ -93,10 +93,12 @@ def _write_csvs(outdir: Path, runs: list[dict]) -> None:
                             bytes_ok(o)])
     with open(outdir / "timeline.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["variant", "repetition", "t", "cpu_idle", "host_tx_bps"])
+        # t: the fabric's (virtual) time; wall_t and host_tx_bps: this machine's clock (D x slower when dilated)
+        w.writerow(["variant", "repetition", "t", "wall_t", "cpu_idle", "host_tx_bps"])
         for r in runs:
             for row in r["timeline"]:
-                w.writerow([r["variant"], r["repetition"], row["t"], row["cpu_idle"], row["host_tx_bps"]])
+                w.writerow([r["variant"], r["repetition"], row["t"], row.get("wall_t", row["t"]), row["cpu_idle"],
+                            row["host_tx_bps"]])
 
 
 def _by_variant(runs: list[dict]) -> tuple[list[str], dict[str, list[float]], dict[str, list[float]]]:
@@ -129,10 +131,11 @@ def _plot_throughput(outdir: Path, runs: list[dict]) -> None:
     fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
     for r in runs:
         ts = [row["t"] for row in r["timeline"]]
-        ax.plot(ts, [row["host_tx_bps"] / 1e6 for row in r["timeline"]], label=f"{r['variant']} #{r['repetition']}")
+        d = r.get("dilation", 1.0)  # the same bytes in 1/D of the time: the fabric's rate
+        ax.plot(ts, [row["host_tx_bps"] * d / 1e6 for row in r["timeline"]], label=f"{r['variant']} #{r['repetition']}")
         for ev in r["failures"]:
             ax.axvline(ev["t"], color="green" if ev["up"] else "red", alpha=0.4, lw=1)
-    ax.set_xlabel("time (s); red: link down, green: link up")
+    ax.set_xlabel("time (s, the fabric's); red: link down, green: link up")
     ax.set_ylabel("all hosts' NICs sending (Mbit/s)")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -185,10 +188,24 @@ def summary_lines(exp, runs: list[dict]) -> list[str]:
                   "|---|---|---|---|---|---|", *balance]
     if runs and runs[0].get("cluster"):
         lines += ["", cluster_line(runs[0]["cluster"]) + " (results.json: each run's `cluster`)."]
+    lines += time_lines(runs)
     if exp.paper:
         lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]
     return lines + _fidelity_lines(runs) + [
         "", "Files: ops.csv, timeline.csv, results.json, busbw.png, throughput.png, queues.png, environment.json."]
+
+
+def time_lines(runs: list[dict]) -> list[str]:
+    """What each run's traffic cost in wall time against the fabric's time it stands for (traffic/timebase.py)."""
+    rows = [r for r in runs if r.get("traffic_s")]
+    if not rows:
+        return []
+    d = sorted({r.get("dilation", 1.0) for r in rows})
+    head = (f"Time dilated {', '.join(f'{x:g}' for x in d)}x: every time here is the fabric's; the emulation ran "
+            "that many times slower." if d != [1.0] else "Time not dilated: the fabric's time is the wall clock's.")
+    cost = "; ".join(f"{r['variant']} #{r['repetition']} {r['traffic_s']['virtual']:.3f} s in "
+                     f"{r['traffic_s']['wall']:.1f} s of wall time" for r in rows)
+    return ["", f"{head} Traffic: {cost}."]
 
 
 def _faithful_cell(rs: list[dict]) -> str:

@@ -114,10 +114,11 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     watch = watch or Watch()
     p = plan(label, exp, base, cluster)
     exit_cleanly_on_signals()
-    rec = RunRecord(label, rep, watch, progress, transport=p.kind, channels=p.channels, scale=p.exp.qos.scale,
-                    scale_auto=p.choice.why() if p.choice else None)
+    rec = RunRecord(label, rep, watch, progress, timebase=p.exp.timebase, transport=p.kind, channels=p.channels,
+                    scale=p.exp.qos.scale, scale_auto=p.choice.why() if p.choice else None)
     e = p.exp
-    with Network(p.topo, routing="controller", mode=e.switch_mode, hashing=e.hashing, qos=e.qos,
+    shaped = e.qos.dilated(e.time.dilation)  # links at rate / (scale x D): the fabric's time runs D times slower
+    with Network(p.topo, routing="controller", mode=e.switch_mode, hashing=e.hashing, qos=shaped,
                  log_dir=None if log_dir is None else str(log_dir), progress=stage, cluster=cluster) as net:
         watch.network_up(net, label)
         if net.cluster is not None:
@@ -142,7 +143,7 @@ def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, obj
         tr.start()
         rp = Replayer(net, tr, channels=p.channels, routing=p.exp.routing, connection_choice=p.exp.connection_choice,
                       nic_port_choice=p.exp.nic_port_choice, step_timeout=p.exp.step_timeout_s,
-                      sport_offset=SPORT_STRIDE * i)
+                      sport_offset=SPORT_STRIDE * i, timebase=p.exp.timebase)
         runners.append((job, tr, rp))
     if crux is not None:
         rank = {n: k for k, n in enumerate(crux["order"])}
@@ -154,10 +155,10 @@ def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, obj
 def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
     """Every job in a thread of its own while the sampler and the failure schedule run; then the record's
     measurements, gathered also when a job raised."""
-    sampler, injector = Sampler(net), Injector(net, p.events)
+    rec.start_clock()  # one clock for the record, the sampler and the failures: they agree on t = 0 and on D
+    sampler, injector = Sampler(net, clock=rec.clock), Injector(net, p.events, clock=rec.clock)
     sampler.start()
     injector.start()
-    rec.start_clock()
     t0_mono = time.monotonic()
     counters0 = net.port_counters()
     try:
@@ -168,6 +169,7 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
             t.join()
     finally:
         d = rec.data
+        d["traffic_s"] = {"virtual": round(rec.clock.now(), 4), "wall": round(rec.clock.wall_now(), 3)}
         d["failures_not_fired"] = injector.stop()
         if d["failures_not_fired"]:
             log.warning("%s rep %d: %d scheduled failure(s) never fired, the traffic ended first at %.2f s "
@@ -228,8 +230,9 @@ def _fidelity(p: Plan, d: dict) -> dict:
     budget = load_budget(hosts=len(p.topo.hosts))
     lossless = None if d["drops"]["unread"] else d["drops"]["lossless"]
     v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,
-                offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale, budget_bps=budget.bps,
-                calibrated=budget.calibrated, sampler_error=d["sampler_error"], ops=d["ops"])
+                offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale / p.exp.time.dilation, budget_bps=budget.bps,
+                calibrated=budget.calibrated, sampler_error=d["sampler_error"], ops=d["ops"],
+                dilation=p.exp.time.dilation)
     v["bytes_ok"] = all(bytes_ok(o) for o in d["ops"])
     return v
 

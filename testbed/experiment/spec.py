@@ -5,6 +5,7 @@
     routing: precise                 # ecmp | precise | precise-host | shortest
     hashing: asic                    # ovs | asic | asic-seeded (how switches hash ECMP)
     qos: {scale: 20000, pfc: {enabled: true}}
+    time: {dilation: 10}             # the emulation runs 10x slower than the fabric (traffic/timebase.py)
     transport: auto                  # auto | tcp | rdma
     channels: 2                      # connections per peer
     connection_choice: channel       # channel | least-outstanding
@@ -51,6 +52,7 @@ from topos.errors import InputError
 from topos.inputs import confined, load_yaml, read_text
 from traffic.collectives import ALGORITHMS
 from traffic.workload import MAX_SWEEP, parse_size
+from traffic.timebase import MAX_DILATION, Timebase
 
 MAX_SPEC_BYTES = 1 << 20
 DAY_S = 86_400.0
@@ -190,6 +192,15 @@ class RandomFailures(_Strict):
     kinds: list[Literal["host-tor", "tor-agg", "agg-core"]] = Field(default_factory=lambda: ["tor-agg"])
 
 
+class TimeSpec(_Strict):
+    """The emulation's clock against the fabric's (traffic/timebase.py)."""
+
+    dilation: float = Field(1.0, ge=1, le=MAX_DILATION,
+                            description="wall seconds per virtual second: links run at rate / (qos.scale x "
+                                        "dilation) and every time written here (compute, failures, timeouts) is "
+                                        "the fabric's; the emulator's own latencies shrink by it")
+
+
 class Experiment(_Strict):
     name: Name
     description: str = Field("", max_length=4000)
@@ -201,6 +212,7 @@ class Experiment(_Strict):
     hashing: HashModel = Field(
         "ovs", description="how switches pick among ECMP next hops (controllers/hashing.py)")
     qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"))
+    time: TimeSpec = Field(default_factory=TimeSpec)
     transport: Literal["auto", "tcp", "rdma"] = "auto"
     channels: int | None = Field(None, ge=1, le=8, description="connections per peer (default: ports per NIC)")
     nic_port_choice: Literal["hash", "round-robin"] = Field(
@@ -263,6 +275,10 @@ class Experiment(_Strict):
             raise InputError("two jobs have the same name", "give each job its own name", field="jobs[].name",
                              value=dup)
         return self
+
+    @property
+    def timebase(self) -> Timebase:
+        return Timebase(self.time.dilation)
 
     @property
     def switch_mode(self) -> str:

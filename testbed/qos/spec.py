@@ -153,6 +153,20 @@ class QosSpec(BaseModel):
                              "scheduling: weighted", field="qos.lossless", value=len(self.lossless))
         return self
 
+    def dilated(self, dilation: float) -> QosSpec:
+        """What the network is shaped with when the emulation runs `dilation` times slower than the fabric
+        (traffic/timebase.py): rates / dilation (scale x dilation), and what is given as a time at those rates
+        (the lossy buffer, a link delay) x dilation, so a buffer holds the same bytes and a delay is the same
+        in the fabric's time. The PFC agent's poll is this machine's own clock and stays as it is."""
+        if dilation == 1:
+            return self
+        if self.scale == "auto":
+            raise ValueError("dilate a numeric scale (resolve 'auto' first)")
+        upd: dict = {"scale": self.scale * dilation, "buffer_ms": self.buffer_ms * dilation}
+        if self.delay_ms:
+            upd["delay_ms"] = self.delay_ms * dilation
+        return self.model_copy(update=upd)
+
     @property
     def lossless_dscp(self) -> int:
         """The default lossless class's DSCP (the first priority): what lossless traffic uses unless told."""

@@ -1,0 +1,94 @@
+"""Time dilation (traffic/timebase.py): what goes in is the fabric's time and becomes wall time, what comes out
+is measured in wall time and becomes the fabric's; the network is shaped D times slower."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from traffic.timebase import MAX_DILATION, Clock, Timebase
+
+
+@given(st.floats(1, MAX_DILATION), st.floats(0, 1e6))
+def test_wall_and_virtual_are_inverse(d, t):
+    tb = Timebase(d)
+    assert tb.virtual(tb.wall(t)) == pytest.approx(t, rel=1e-12, abs=1e-12)
+    assert tb.wall(t) >= t  # the emulation never runs ahead of the fabric
+
+
+@pytest.mark.parametrize("d", [0.5, 0.0, -1.0, MAX_DILATION * 2, float("nan")])
+def test_a_dilation_outside_its_range_is_refused(d):
+    with pytest.raises(ValueError, match="dilation"):
+        Timebase(d)
+
+
+def test_a_clock_counts_the_fabrics_time():
+    c = Clock(Timebase(10), t0=time.time() - 5.0)  # 5 wall seconds ago
+    assert c.wall_now() == pytest.approx(5.0, abs=0.05)
+    assert c.now() == pytest.approx(0.5, abs=0.005)
+    assert c.wall_at(2.0) == pytest.approx(c.t0 + 20.0)
+
+
+def test_the_spec_takes_a_dilation_and_refuses_a_bad_one():
+    from testbed.experiment.spec import from_dict
+    from topos.errors import InputError
+
+    base = {"name": "t", "workload": {"collective": {"op": "allreduce"}}}
+    assert from_dict({**base, "time": {"dilation": 10}}).timebase == Timebase(10)
+    assert from_dict(base).timebase == Timebase(1)
+    for bad in (0.5, "fast", 1e9):
+        with pytest.raises(InputError) as exc:
+            from_dict({**base, "time": {"dilation": bad}})
+        assert exc.value.field == "time.dilation"
+
+
+def test_a_dilated_network_is_shaped_d_times_slower_with_the_same_buffer_bytes():
+    from testbed.qos.spec import QosSpec, port_plan
+
+    spec = QosSpec(scale=20_000, delay_ms=2.0, pfc={"poll_ms": 5})
+    slow = spec.dilated(10)
+    assert (slow.scale, slow.delay_ms, slow.buffer_ms) == (200_000, 20.0, spec.buffer_ms * 10)
+    a, b = port_plan(400, spec), port_plan(400, slow)
+    assert b.rate_bps == pytest.approx(a.rate_bps / 10, rel=1e-6)
+    assert b.buffer_bytes == a.buffer_bytes  # the same bytes; they drain in the same time of the fabric's
+    assert spec.dilated(1) is spec
+    with pytest.raises(ValueError):
+        QosSpec(scale="auto").dilated(10)
+
+
+def test_a_failure_fires_at_its_virtual_time():
+    """A failure at t = 0.2 s of the fabric's time under D = 10 fires 2 s of wall time in, and its record says
+    0.2 s (and 2 s of wall time)."""
+    from testbed.experiment.failures import Event, Injector
+
+    class Links:
+        def __init__(self):
+            self.at = []
+
+        def set_link(self, name, up):
+            self.at.append(time.time())
+
+    net, clock = Links(), Clock(Timebase(10))
+    inj = Injector(net, [Event(0.2, False, ("a",), "down a")], clock=clock)
+    inj.start()
+    deadline = time.monotonic() + 10
+    while not inj.log and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert inj.stop() == []
+    (entry,) = inj.log
+    assert net.at[0] - clock.t0 == pytest.approx(2.0, abs=0.1)
+    assert entry["t"] == pytest.approx(0.2, abs=0.01) and entry["wall_t"] == pytest.approx(2.0, abs=0.1)
+
+
+def test_latency_bound_is_judged_in_wall_time():
+    """A 2 ms op (the fabric's) that took 10 ms: latency-bound at D = 1 (2 ms of wall time is where the emulator's
+    latency dominates); at D = 100 its ideal is 200 ms of wall time, and 5x is the fabric's own doing."""
+    from testbed.experiment.fidelity import verdict
+
+    op = {"label": "ar", "seconds": 0.010, "fraction_of_ideal": 0.2}
+    rows = [{"t": 0.0, "cpu_idle": 0.5, "steal": 0.0}]
+    assert any(r.startswith("latency-bound") for r in verdict(rows, ops=[op])["reasons"])
+    assert verdict(rows, ops=[op], dilation=100)["reasons"] == []
