@@ -51,8 +51,8 @@ from testbed.qos.spec import QosSpec
 from topos.errors import InputError
 from topos.inputs import confined, load_yaml, read_text
 from traffic.collectives import ALGORITHMS
-from traffic.workload import MAX_SWEEP, parse_size
 from traffic.timebase import MAX_DILATION, Timebase
+from traffic.workload import MAX_SWEEP, parse_size
 
 MAX_SPEC_BYTES = 1 << 20
 DAY_S = 86_400.0
