@@ -12,6 +12,7 @@ and writes JSON events, one per line:
                                    "five_tuple": [...]},
                                   {"event": "recv", "id": ..., "bytes": ..., "start": t, "end": t}, ...]}
     {"event": "error", "id": ..., "error": "..."}
+    {"event": "tcp", "counters": {"RetransSegs": n, "TCPTimeouts": n, ...}}   (at quit: this host's TCP)
 
 A sender keeps one connection per (destination, port, source port) and reuses
 it for later flows, as NCCL keeps its connections for the life of a
@@ -246,6 +247,29 @@ def plan(cmd: dict) -> None:
         threading.Thread(target=_run_connection, args=(flows,), daemon=True).start()
 
 
+TCP_COUNTERS = ("RetransSegs", "TCPTimeouts", "TCPSpuriousRTOs", "TCPLossProbes", "TCPFastRetrans")
+
+
+def tcp_counters(snmp: str, netstat: str) -> dict[str, int]:
+    """This network namespace's TCP retransmission counters, from /proc/net/snmp and /proc/net/netstat (pairs of
+    lines: names, then values): what tells a fabric's loss from the transport's own timers going off."""
+    out: dict[str, int] = {}
+    for text in (snmp, netstat):
+        lines = text.splitlines()
+        for names, values in zip(lines[::2], lines[1::2], strict=False):
+            out.update({k: int(v) for k, v in zip(names.split()[1:], values.split()[1:], strict=False)
+                        if k in TCP_COUNTERS})
+    return out
+
+
+def _emit_tcp_counters() -> None:
+    try:
+        with open("/proc/net/snmp") as a, open("/proc/net/netstat") as b:
+            emit({"event": "tcp", "counters": tcp_counters(a.read(), b.read())})
+    except (OSError, ValueError) as exc:
+        emit({"event": "error", "id": None, "error": f"tcp counters: {exc}"})
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m traffic.agent")
     ap.add_argument("--port", type=int, default=9000)
@@ -260,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
             emit({"event": "error", "id": None, "error": f"bad command: {line.strip()[:80]}"})
             continue
         if cmd.get("cmd") == "quit":
+            _emit_tcp_counters()
             break
         if cmd.get("cmd") == "plan":
             plan(cmd)

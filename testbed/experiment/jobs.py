@@ -191,5 +191,5 @@ def resolve_scale(exp: Experiment, base: Path, topo: Topology) -> tuple[Experime
     if exp.qos.scale != "auto":
         return exp, None
     unscaled = exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})})  # who sends when: scale-free
-    choice = choose_scale(offered(jobs(unscaled, base, topo), topo), hosts=len(topo.hosts))
+    choice = choose_scale(offered(jobs(unscaled, base, topo), topo), hosts=len(topo.hosts), dilation=exp.time.dilation)
     return exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": choice.scale})}), choice

@@ -39,6 +39,7 @@ from testbed.system.versions import versions
 from topos.inputs import read_text
 from topos.model import Topology
 from traffic import closed_form
+from traffic.agent import TCP_COUNTERS
 from traffic.iteration import predict
 from traffic.metrics import busbw_factor
 from traffic.replay import Replayer
@@ -121,6 +122,12 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     with Network(p.topo, routing="controller", mode=e.switch_mode, hashing=e.hashing, qos=shaped,
                  log_dir=None if log_dir is None else str(log_dir), progress=stage, cluster=cluster) as net:
         watch.network_up(net, label)
+        if e.time.dilation != 1:
+            kept = net.dilate_tcp_timers(e.time.dilation)
+            rec.data["tcp_timers_not_dilated"] = kept
+            if kept:
+                log.warning("%s: TCP's timeouts not dilated on %d host(s) (kernel without tcp_rto_min_us): "
+                            "they fire %gx early in the fabric's time", label, len(kept), e.time.dilation)
         if net.cluster is not None:
             rec.data["cluster"] = net.cluster.record()
         if stage:
@@ -177,9 +184,12 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
                         rec.label, rec.rep, len(d["failures_not_fired"]), rec.now(),
                         d["failures_not_fired"][0]["planned_t"])
         sampler.stop()
+        by_host: dict[str, dict[str, int]] = {}
         for _job, tr, rp in runners:
             rp.close()
             tr.stop()
+            by_host.update(getattr(tr, "tcp", {}))  # per host namespace, counting since it was made: the last read
+        d["tcp"] = {k: sum(c.get(k, 0) for c in by_host.values()) for k in TCP_COUNTERS} if by_host else None
         d["failures"] = injector.log
         d["controller_events"] = net.controller.get("/events") if net.controller else []
         d["timeline"], d["sampler_error"] = sampler.rows, sampler.error
@@ -232,9 +242,18 @@ def _fidelity(p: Plan, d: dict) -> dict:
     v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,
                 offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale / p.exp.time.dilation, budget_bps=budget.bps,
                 calibrated=budget.calibrated, sampler_error=d["sampler_error"], ops=d["ops"],
-                dilation=p.exp.time.dilation)
+                dilation=p.exp.time.dilation, lost_in_emulator=_lost_in_emulator(d))
     v["bytes_ok"] = all(bytes_ok(o) for o in d["ops"])
     return v
+
+
+def _lost_in_emulator(d: dict) -> int:
+    """TCP segments retransmitted in a run where no shaper dropped anything and no link went down: lost (or
+    reordered) somewhere the fabric being emulated would not lose them."""
+    dropped = d["drops"]["unread"] or any(d["drops"][k] for k in ("high", "lossless", "default"))
+    if not d.get("tcp") or dropped or d["failures"]:
+        return 0
+    return d["tcp"]["RetransSegs"]
 
 
 def _job_record(job: Job, topo: Topology) -> dict:

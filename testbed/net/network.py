@@ -308,6 +308,10 @@ class Network:
     def static_neighbours(self) -> None:
         self.hosts.static_neighbours()
 
+    def dilate_tcp_timers(self, dilation: float) -> list[str]:
+        """The hosts' TCP timeouts stretched with time (testbed/net/hosts.py); the hosts that could not."""
+        return self.hosts.dilate_tcp_timers(dilation)
+
     # -- processes and steering ------------------------------------------------
     def popen(self, host: str, args: list[str], **kw) -> subprocess.Popen:
         """A process inside a host's namespace, owned by this run (killed at teardown if still running)."""

@@ -13,7 +13,10 @@ is used, and the choice says so.
     offered (real)  = per step, min(senders' NIC ports, receivers' NIC ports) x port rate,
                       the busiest step, summed over jobs running side by side
                       (a ring all-reduce: every rank's NIC; an incast: the receiver's)
-    scale           = offered / (budget x SAFETY), rounded up to 1, 2, 2.5 or 5 x 10^k
+    scale           = offered / (budget x SAFETY x D), rounded up to 1, 2, 2.5 or 5 x 10^k
+
+With time dilation D (traffic/timebase.py) links run at rate / (scale x D): the same budget then carries D
+times the bytes, so the bytes scale is D times smaller (ops of more packets, less rounded by the shapers).
 """
 
 from __future__ import annotations
@@ -55,13 +58,16 @@ class ScaleChoice:
     offered_real_bps: float
     budget: Budget
     hosts: int | None = None
+    dilation: float = 1.0
 
     @property
     def offered_emulated_bps(self) -> float:
-        return self.offered_real_bps / self.scale
+        """What the machine forwards: the offered load at rate / (scale x D)."""
+        return self.offered_real_bps / self.scale / self.dilation
 
     def why(self) -> str:
-        return (f"scale auto = 1/{self.scale:,.0f}: {self.offered_real_bps / 1e12:g} Tbit/s offered -> "
+        slow = f" with time dilated {self.dilation:g}x" if self.dilation != 1 else ""
+        return (f"scale auto = 1/{self.scale:,.0f}{slow}: {self.offered_real_bps / 1e12:g} Tbit/s offered -> "
                 f"{self.offered_emulated_bps / 1e6:.0f} Mbit/s emulated, within {SAFETY:.0%} of "
                 f"{self.budget.bps / 1e6:.0f} Mbit/s from {self.budget.source(self.hosts)}")
 
@@ -140,6 +146,8 @@ def nice_ceil(x: float) -> float:
     return float(10 ** (exp + 1))
 
 
-def choose_scale(offered_real_bps: float, budget_bps: float | None = None, hosts: int | None = None) -> ScaleChoice:
+def choose_scale(offered_real_bps: float, budget_bps: float | None = None, hosts: int | None = None,
+                 dilation: float = 1.0) -> ScaleChoice:
     budget = Budget(budget_bps, True, hosts) if budget_bps is not None else load_budget(hosts=hosts)
-    return ScaleChoice(nice_ceil(offered_real_bps / (budget.bps * SAFETY)), offered_real_bps, budget, hosts)
+    return ScaleChoice(nice_ceil(offered_real_bps / (budget.bps * SAFETY * dilation)), offered_real_bps, budget,
+                       hosts, dilation)

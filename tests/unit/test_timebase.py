@@ -84,11 +84,56 @@ def test_a_failure_fires_at_its_virtual_time():
 
 
 def test_latency_bound_is_judged_in_wall_time():
-    """A 2 ms op (the fabric's) that took 10 ms: latency-bound at D = 1 (2 ms of wall time is where the emulator's
-    latency dominates); at D = 100 its ideal is 200 ms of wall time, and 5x is the fabric's own doing."""
+    """A 2 ms op (the fabric's) that took 10 ms: latency-bound at D = 1 (2 ms of wall time, the emulator's
+    latency is 20); at D = 1000 its ideal is 2 s of wall time, and 5x is the fabric's own doing."""
     from testbed.experiment.fidelity import verdict
 
     op = {"label": "ar", "seconds": 0.010, "fraction_of_ideal": 0.2}
     rows = [{"t": 0.0, "cpu_idle": 0.5, "steal": 0.0}]
     assert any(r.startswith("latency-bound") for r in verdict(rows, ops=[op])["reasons"])
-    assert verdict(rows, ops=[op], dilation=100)["reasons"] == []
+    assert verdict(rows, ops=[op], dilation=1000)["reasons"] == []
+
+
+def test_an_op_faster_than_its_links_allow_is_not_faithful():
+    """A 1,342-byte all-reduce at 40 kbit/s went at 760% of its ideal rate (one shaper burst): not a transfer the
+    fabric could make, so not faithful; 104% (timer granularity) is."""
+    from testbed.experiment.fidelity import verdict
+
+    rows = [{"t": 0.0, "cpu_idle": 0.5, "steal": 0.0}]
+    op = {"label": "allreduce/ring", "size": 1342, "seconds": 0.05, "fraction_of_ideal": 7.6}
+    (reason,) = verdict(rows, ops=[op], dilation=100)["reasons"]
+    assert reason.startswith("faster than the fabric allows") and "1,342 bytes" in reason
+    assert verdict(rows, ops=[{**op, "fraction_of_ideal": 1.04}], dilation=100)["reasons"] == []
+
+
+def test_auto_scale_gives_a_dilated_run_d_times_the_bytes():
+    from testbed.qos.scale import choose_scale
+
+    one, ten = choose_scale(6.4e12, budget_bps=128e6), choose_scale(6.4e12, budget_bps=128e6, dilation=10)
+    assert (one.scale, ten.scale) == (50_000, 5_000)
+    assert one.offered_emulated_bps == ten.offered_emulated_bps == 128e6  # the same load on this machine
+    assert "time dilated 10x" in ten.why()
+
+
+def test_retransmissions_nobody_dropped_for_are_the_emulators():
+    """An all-reduce at 36% of its ideal rate under D = 1000: 15 TCP segments retransmitted, no shaper dropped,
+    no link failed. Not faithful; with a drop or a failure in the run the retransmissions are the fabric's."""
+    from testbed.experiment.fidelity import verdict
+    from testbed.experiment.runner import _lost_in_emulator
+
+    d = {"tcp": {"RetransSegs": 15}, "drops": {"high": 0, "lossless": 0, "default": 0, "unread": 0}, "failures": []}
+    assert _lost_in_emulator(d) == 15
+    assert _lost_in_emulator({**d, "drops": {**d["drops"], "default": 3}}) == 0
+    assert _lost_in_emulator({**d, "failures": [{"t": 1.0}]}) == 0 and _lost_in_emulator({**d, "tcp": None}) == 0
+    rows = [{"t": 0.0, "cpu_idle": 0.5, "steal": 0.0}]
+    (reason,) = verdict(rows, lost_in_emulator=15)["reasons"]
+    assert reason.startswith("15 TCP segments retransmitted with no drop in any shaper")
+
+
+def test_tcp_counters_are_read_from_the_namespaces_proc_files():
+    from traffic.agent import tcp_counters
+
+    snmp = ("Ip: Forwarding DefaultTTL\nIp: 1 64\n"
+            "Tcp: RtoAlgorithm ActiveOpens RetransSegs\nTcp: 1 4 17\n")
+    netstat = "TcpExt: SyncookiesSent TCPTimeouts TCPSpuriousRTOs\nTcpExt: 0 3 1\n"
+    assert tcp_counters(snmp, netstat) == {"RetransSegs": 17, "TCPTimeouts": 3, "TCPSpuriousRTOs": 1}

@@ -69,6 +69,7 @@ class TcpTransport:
     def __post_init__(self):
         self._events: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
+        self.tcp: dict[str, dict[str, int]] = {}  # host -> its TCP retransmission counters, read at stop
 
     def start(self) -> None:
         import subprocess
@@ -109,6 +110,8 @@ class TcpTransport:
                     ids.append(e["id"])
             if ids:
                 self._events.put((host, {"event": "progress", "ids": ids}))
+            elif ev.get("event") == "tcp":
+                self.tcp[host] = ev["counters"]
             elif ev.get("event") != "batch":
                 self._events.put((host, ev))
 

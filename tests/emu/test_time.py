@@ -1,0 +1,77 @@
+"""Time dilation on a real network (traffic/timebase.py): the fabric's time in every record, D times the wall
+time, and the small ops the emulator's own latency swamped replayed right."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HPNLAB = str(Path(sys.executable).parent / "hpnlab")
+WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
+
+DILATED = """
+name: dilated
+topology: {name: hpn, params: {hosts_per_segment: 2}}
+routing: precise
+qos: {scale: 20000}
+time: {dilation: 10}
+workload:
+  collective: {op: allreduce, size: 4GB, ranks: rail0, iters: 3}
+failures:
+  - {at: 0.3, link: "tor-p0-s0-r0-a:3-agg-p0-pl0-0:1", action: down}
+"""
+
+
+def test_a_failure_and_the_timeline_are_on_the_fabrics_clock(tmp_path, no_leftovers):
+    """D = 10: the failure planned at 0.3 s fires at 0.3 s of the fabric's time, 3 s of wall time; the timeline,
+    the ops and the traffic's span are all virtual, with the wall time beside where it is recorded."""
+    (tmp_path / "d.yaml").write_text(DILATED)
+    r = subprocess.run([HPNLAB, "run", "d.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = list((tmp_path / "results").iterdir())
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
+    assert run["dilation"] == 10 and run["tcp_timers_not_dilated"] == []  # every host's TCP timeouts x 10
+    assert run["tcp"] is not None and run["tcp"]["TCPTimeouts"] == 0
+    (fired,) = run["failures"]
+    assert fired["t"] == pytest.approx(0.3, abs=0.02) and fired["wall_t"] == pytest.approx(3.0, abs=0.2)
+    span = run["traffic_s"]
+    assert span["wall"] == pytest.approx(10 * span["virtual"], rel=0.01)
+    assert all(row["wall_t"] == pytest.approx(10 * row["t"], abs=0.01) for row in run["timeline"])
+    # the failure sits inside the timeline on the same clock, and the ops' times add up on it
+    assert run["timeline"][0]["t"] < fired["t"] < run["timeline"][-1]["t"]
+    assert sum(o["seconds"] for o in run["ops"]) <= span["virtual"]
+    assert all(0.5 < o["fraction_of_ideal"] <= 1.05 for o in run["ops"]), [o["fraction_of_ideal"] for o in run["ops"]]
+    assert run["fidelity"]["faithful"] and run["fidelity"]["bytes_ok"], run["fidelity"]
+    assert "Time dilated 10x" in (out / "summary.md").read_text()
+
+
+def _micro(dilation: int) -> dict:
+    r = subprocess.run([HPNLAB, "traffic", "run", "--simai", str(WORKLOADS / "simai_microAllReduce.txt"),
+                        "--dilation", str(dilation), "--json"], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def test_small_ops_replay_right_with_time_dilated(no_leftovers):
+    """SimAI's microAllReduce (16 MB and 64 MB all-reduces: sub-millisecond at 200 Gbit/s, 1.1 ms of compute):
+    at D = 1 the emulator's own latency makes it many times its closed form and the verdict says latency-bound;
+    at D = 1000 the small all-reduce runs near its ideal rate and nothing is latency-bound.
+
+    Not asserted yet: the whole iteration within 15% of its closed form. It was (1.11x) in 3 of 8 runs here;
+    in the others the 64 MB all-reduce stalled for ~1 and ~2 s of wall time inside single ring steps (30-70% of
+    ideal) with nothing dropped in the qdiscs: the hosts' TCP timers run on the wall clock, undilated (the next
+    step of issue #27)."""
+    slow = _micro(1)
+    (it,) = slow["iterations"]
+    assert it["seconds"] > 3 * it["predicted_s"], it
+    assert any(r.startswith("latency-bound") for r in slow["fidelity"]["reasons"]), slow["fidelity"]
+    fast = _micro(1000)
+    (it,) = fast["iterations"]
+    first = fast["ops"][0]  # 119x its ideal time at D = 1
+    assert first["fraction_of_ideal"] >= 0.75 and it["bytes_ok"], first
+    assert it["seconds"] < it["predicted_s"] * 3 < slow["iterations"][0]["seconds"], (it, slow["iterations"])
+    assert not any(r.startswith("latency-bound") for r in fast["fidelity"]["reasons"]), fast["fidelity"]
