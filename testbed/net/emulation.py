@@ -111,10 +111,14 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
     except BaseException:
         # Mininet's stop on a half-built network can raise (an AssertionError on a node without its shell):
         # that must not replace the Ctrl-C or error that got us here; the run's record undoes the rest.
+        # A Ctrl-C inside a node's command leaves its shell waiting, and Mininet's stop then asserts on it:
+        # expected after an interrupt, so one line (the traceback at debug), never a traceback to the user.
         try:
             net.stop()
-        except Exception:  # noqa: BLE001
-            log.warning("mininet stop after a failed start failed too", exc_info=True)
+        except Exception as e:  # noqa: BLE001
+            log.warning("mininet's stop of the half-built network stopped early (%s: %s); the run's record "
+                        "removes the rest", type(e).__name__, e)
+            log.debug("mininet stop after a failed start", exc_info=True)
         raise
     return net
 
