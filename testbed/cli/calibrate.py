@@ -12,9 +12,13 @@ from .common import console
 @click.option("--seconds", type=float, default=6.0, show_default=True, help="Traffic per point.")
 @click.option("--hosts", type=int, default=8, show_default=True,
               help="Probe HPN size (8 or a multiple of 8); runs on fabrics of at least this size use its budget.")
-@click.option("--no-save", is_flag=True, help="Measure and print only; keep the cached budget.")
-def calibrate(seconds: float, hosts: int, no_save: bool) -> None:
-    """Sweep the scale on an HPN (all hosts sending on disjoint paths) and cache the faithful budget."""
+@click.option("--no-save", is_flag=True, help="Measure and print only; keep the cached figures.")
+@click.option("--only", type=click.Choice(["budget", "floor"]), default=None,
+              help="Measure one of the two (the other stays as cached): the budget (minutes) or the per-op "
+                   "floor (under a minute at 8 hosts).")
+def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None) -> None:
+    """Sweep the scale on an HPN (all hosts sending on disjoint paths) and cache the faithful budget; time ops
+    of next to no bytes and cache the emulator's own per-op latency (for dilation auto and the verdict)."""
     from testbed.experiment.calibration import calibrate as measure
     from testbed.experiment.calibration import hpn_params
     from testbed.system.capabilities import probe
@@ -29,7 +33,21 @@ def calibrate(seconds: float, hosts: int, no_save: bool) -> None:
                       f"{p['rate_fidelity']:.3f}, {verdict}" + (" (measuring again)" if p.get("retry") else ""),
                       soft_wrap=True)
 
-    result = measure(hosts=hosts, seconds=seconds, progress=show, save=not no_save)
+    result = measure(hosts=hosts, seconds=seconds, progress=show, save=not no_save, budget=only != "floor",
+                     floor=only != "budget")
+    saved = f", cached in {result['cache']}" if result.get("cache") else " (not saved)"
+    if "floor" in result:
+        f = result["floor"]
+        probes = "; ".join(f"{p['op']} ({p['steps']} steps) {p['q_s'] * 1000:.1f} ms (median "
+                           f"{p['median_s'] * 1000:.1f})" for p in f["points"])
+        console.print(f"per-op floor: {f['base_s'] * 1000:.1f} ms + {f['per_step_s'] * 1000:.2f} ms per step, from "
+                      f"ops of next to no bytes ({f['quantile']:.0%} of them under: {probes}){saved}",
+                      soft_wrap=True)
+    if only != "floor":
+        _budget_table(result, hosts, saved)
+
+
+def _budget_table(result: dict, hosts: int, saved: str) -> None:
     t = Table(title=f"calibration — {result['machine']}, HPN of {hosts} hosts")
     for c in ("scale", "offered (Mbit/s)", "rate fidelity", "CPU idle min", "OVS thread max", "faithful"):
         t.add_column(c, justify="right")
@@ -43,5 +61,4 @@ def calibrate(seconds: float, hosts: int, no_save: bool) -> None:
     if result["budget_bps"] is None:
         console.print("[red]no point was faithful: the budget stays the default[/]")
         raise SystemExit(1)
-    console.print(f"budget: {result['budget_bps'] / 1e6:.0f} Mbit/s of emulated traffic"
-                  + (f", cached in {result['cache']}" if result.get("cache") else " (not saved)"))
+    console.print(f"budget: {result['budget_bps'] / 1e6:.0f} Mbit/s of emulated traffic{saved}")

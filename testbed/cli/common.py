@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 from rich.console import Console
 
 from controllers.hashing import MODELS as HASH_MODELS
 from topos import build
 from topos.errors import InputError
+from traffic.timebase import MAX_DILATION
 
 console = Console()
 err_console = Console(stderr=True)
@@ -42,25 +45,31 @@ def topology_from_args(name: str, preset: str | None, params: tuple[str, ...]):
     return build(name, preset=preset, **parse_kv(params))
 
 
-class ScaleType(click.ParamType):
-    """`auto` or a number >= 1 (emulated rate = topology rate / scale)."""
+class AutoOrNumber(click.ParamType):
+    """`auto` or a number from 1 to `upper` (a scale, a time dilation)."""
 
     name = "auto|N"
+
+    def __init__(self, field: str, example: str, upper: float = math.inf):
+        self.field, self.example, self.upper = field, example, upper
 
     def convert(self, value, param, ctx):
         if value == "auto" or isinstance(value, float):
             return value
         try:
-            scale = float(value)
+            x = float(value)
         except ValueError:
-            scale = 0.0
-        if not 1 <= scale < float("inf"):
-            raise InputError("scale must be auto or a number >= 1", "e.g. --scale auto or --scale 20000",
-                             field="scale", value=value)
-        return scale
+            x = 0.0
+        if not 1 <= x <= self.upper or math.isinf(x):
+            most = f" and at most {self.upper:,.0f}" if self.upper < math.inf else ""
+            raise InputError(f"{self.field} must be auto or a number >= 1{most}",
+                             f"e.g. --{self.field} auto or --{self.field} {self.example}", field=self.field,
+                             value=value)
+        return x
 
 
-SCALE = ScaleType()
+SCALE = AutoOrNumber("scale", "20000")
+DILATION = AutoOrNumber("dilation", "100", MAX_DILATION)
 
 
 def hashing_opt(f):

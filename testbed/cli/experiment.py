@@ -20,9 +20,13 @@ def validate(file: str) -> None:
     from testbed.experiment.spec import load
 
     for p in prepare(load(file), Path(file).parent):
-        scale = p.scale.scale if p.scale is not None else p.exp.qos.scale
+        scale = p.auto.scale.scale if p.auto.scale is not None else p.exp.qos.scale
+        dilation = p.auto.time.dilation if p.auto.time is not None else p.exp.time.dilation
         console.print(f"{p.label}: {p.exp.topology.name} ({len(p.topo.hosts)} hosts), routing {p.exp.routing}, "
-                      f"{len(p.items)} op(s) at scale {scale:g}, {len(p.events)} failure event(s)")
+                      f"{len(p.items)} op(s) at scale {scale:g}" + (f", time dilated {dilation:g}x" if dilation != 1
+                                                                      else "") + f", {len(p.events)} failure event(s)")
+        for why in p.auto.lines():
+            console.print(f"  {why}", soft_wrap=True)
     console.print(f"[green]{file}: valid[/]")
 
 

@@ -11,9 +11,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from topos.errors import InputError
-from traffic.timebase import MAX_DILATION
 
-from .common import SCALE, cluster_opt, console, hashing_opt, load_cluster_arg, parse_kv
+from .common import DILATION, SCALE, cluster_opt, console, hashing_opt, load_cluster_arg, parse_kv
 
 STEP_TIMEOUT_S = 300.0  # one command, no failures scheduled: a slow step is waited for, not called halted
 
@@ -50,9 +49,12 @@ def _fmt(bps: float) -> str:
               "unacknowledged bytes.")
 @click.option("--scale", type=SCALE, default="auto", show_default=True,
               help="Emulated rate = real / scale; auto fits the ranks' load into this machine's budget.")
-@click.option("--dilation", type=click.FloatRange(1, MAX_DILATION), default=1.0, show_default=True,
+@click.option("--dilation", type=DILATION, default=1.0, show_default=True,
               help="Time dilation D: the emulation runs D times slower than the fabric (links at real / (scale x "
-              "D)), so its own latencies shrink by D; every time reported is the fabric's.")
+              "D)), so its own latencies shrink by D; every time reported is the fabric's. auto: the least D that "
+              "makes this machine's per-op latency 5% of every op's ideal time, within --max-wall.")
+@click.option("--max-wall", "max_wall", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --dilation auto: the most wall time (s) the traffic may take (default 600).")
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
 @click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")
@@ -61,11 +63,11 @@ def _fmt(bps: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @cluster_opt
 def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spec, iters, routing, hashing, transport,
-                channels, connection_choice, scale, dilation, pfc, workload_file, simai_file, fmt, as_json,
+                channels, connection_choice, scale, dilation, max_wall, pfc, workload_file, simai_file, fmt, as_json,
                 cluster_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.fidelity import line as fidelity_line
-    from testbed.experiment.jobs import jobs, resolve_scale
+    from testbed.experiment.jobs import jobs, resolve_auto
     from testbed.experiment.record import bytes_ok
     from testbed.experiment.runner import run_one
     from testbed.experiment.spec import from_dict
@@ -86,13 +88,15 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
                                                             "params": parse_kv(params)},
                      "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
                      "connection_choice": connection_choice,
-                     "qos": {"scale": scale, "pfc": {"enabled": pfc}}, "time": {"dilation": dilation},
+                     "qos": {"scale": scale, "pfc": {"enabled": pfc}},
+                     "time": {"dilation": dilation, "max_wall_s": max_wall},
                      "workload": workload,
                      "step_timeout_s": STEP_TIMEOUT_S})
     topo = exp.topology.build()
     if "collective" in workload:
         select_ranks(ranks_spec, topo, "ranks")  # the option's own name in the error
-    exp, choice = resolve_scale(exp, base, topo)
+    exp, auto = resolve_auto(exp, base, topo)
+    dilation = exp.time.dilation
     job = jobs(exp, base, topo)[0]
     replayed = [sched for _o, sched in job.items if sched is not None]
     skipped = len(job.items) - len(replayed)
@@ -111,8 +115,8 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
         click.echo(nccl_tests(rec["ops"], scale, f"{title}, {routing} on {topo_name}") if fmt == "nccl"
                    else json.dumps(rec, default=str), nl=fmt == "json")
         raise SystemExit(1 if rec["halted"] else 0)
-    if choice is not None:
-        console.print(choice.why(), soft_wrap=True)
+    for why in auto.lines():
+        console.print(why, soft_wrap=True)
     if rec.get("cluster"):
         from testbed.experiment.results import cluster_line
 

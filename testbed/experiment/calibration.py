@@ -11,6 +11,14 @@ the hosts' ports put on the wire per second (qdisc counters, the median over
 the busy samples) over what those ports are configured for, is at least
 RATE_FIDELITY_MIN. The budget is the offered emulated load (all sending ports
 x their rate) of the heaviest faithful point.
+
+The per-op floor (testbed/qos/scale.py `Floor`, what `dilation: auto` and the
+verdict's latency rule go by) is measured on the same fabric with ops of next
+to no bytes, so that what they take is the emulator's own: FLOOR_OPS sendrecvs
+between two hosts of different segments (one step) and FLOOR_OPS ring
+all-reduces over every host (2(n-1) steps), undilated; of each, the FLOOR_Q
+quantile after the first FLOOR_WARMUP. The two give the time per op and per
+step (a line through both).
 """
 
 from __future__ import annotations
@@ -31,6 +39,13 @@ SCALES = (80_000, 40_000, 30_000, 25_000, 20_000, 15_000, 10_000, 5_000)
 RATE_FIDELITY_MIN = 0.95
 SECONDS = 6.0
 STEAL_RETRIES = 2  # a point spoilt only by steal is measured again before the sweep ends on it
+
+
+FLOOR_OPS = 40
+FLOOR_WARMUP = 5  # the first ops open connections and warm the agents up
+FLOOR_Q = 0.9  # a floor that most ops stay under: the verdict and dilation auto go by it
+FLOOR_SCALE = 1000  # links at 200 Mbit/s: a frame takes microseconds there, so what an op takes is not its bytes
+FLOOR_SIZE = 64 * FLOOR_SCALE  # real bytes: 64 emulated, a few per chunk
 
 
 def host_port_gbps(topo) -> float:
@@ -96,9 +111,54 @@ def scales_for(hosts: int) -> list[float]:
     return [s * hosts // PROBE_HOSTS for s in SCALES]
 
 
+def floor_experiment(hosts: int, op: str) -> dict:
+    """FLOOR_OPS ops of FLOOR_SIZE: a sendrecv across the segments, or a ring all-reduce over every host."""
+    params = hpn_params(hosts)
+    names = [h.name for h in build("hpn", **params).hosts]
+    ranks = [names[0], names[len(names) // 2]] if op == "sendrecv" else names
+    return {"name": f"floor-{op}", "topology": {"name": "hpn", "params": params}, "routing": "precise",
+            "qos": {"scale": FLOOR_SCALE},
+            "workload": {"collective": {"op": op, "size": FLOOR_SIZE, "iters": FLOOR_OPS,
+                                        "ranks": ",".join(f"{h}:0" for h in ranks)}}}
+
+
+def floor_point(hosts: int, op: str) -> dict:
+    """One probe: its steps and what its ops took (wall seconds, undilated), the quantile kept."""
+    rec = run_one(f"floor-{op}", from_dict(floor_experiment(hosts, op)), Path.cwd(), None, 0)
+    if rec["halted"] or len(rec["ops"]) < FLOOR_OPS:
+        raise RuntimeError(f"the per-op floor's {op} probe did not finish: {rec['halted']}")
+    secs = sorted(o["seconds"] for o in rec["ops"][FLOOR_WARMUP:])
+    return {"op": op, "steps": len(rec["ops"][0]["step_seconds"]), "median_s": statistics.median(secs),
+            "q_s": secs[min(len(secs) - 1, int(FLOOR_Q * len(secs)))], "fidelity": rec["fidelity"]["status"]}
+
+
+def measure_floor(hosts: int = PROBE_HOSTS) -> dict:
+    """The emulator's own time per op and per step on a fabric of `hosts` (the line through both probes)."""
+    one, ring = floor_point(hosts, "sendrecv"), floor_point(hosts, "allreduce")
+    per_step = max(0.0, (ring["q_s"] - one["q_s"]) / max(1, ring["steps"] - one["steps"]))
+    base = max(0.0, one["q_s"] - per_step * one["steps"])
+    return {"base_s": round(base, 6), "per_step_s": round(per_step, 6), "quantile": FLOOR_Q, "points": [one, ring]}
+
+
 def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Callable[[dict], None] | None = None,
-              save: bool = True, scales: list[float] | None = None) -> dict:
-    """Measure from light to heavy until a point is not faithful; cache the budget for this machine and size."""
+              save: bool = True, scales: list[float] | None = None, budget: bool = True,
+              floor: bool = True) -> dict:
+    """Measure the budget (`sweep`) and/or the per-op floor (`measure_floor`) and cache them for this machine
+    and size; a measurement not made, or that found nothing faithful, leaves the cached one as it was."""
+    result: dict = {"machine": machine_key(), "hosts": hosts}
+    if budget:
+        result |= sweep(hosts, seconds, progress, scales)
+    if floor:
+        result["floor"] = measure_floor(hosts)
+    keep = {k: v for k, v in result.items() if v is not None}
+    if save and ("budget_bps" in keep or "floor" in keep):
+        result["cache"] = str(save_budget(keep, hosts=hosts))
+    return result
+
+
+def sweep(hosts: int, seconds: float, progress: Callable[[dict], None] | None = None,
+          scales: list[float] | None = None) -> dict:
+    """Measure from light to heavy until a point is not faithful: the budget is the heaviest faithful load."""
     points = []
     for scale in scales or scales_for(hosts):
         for attempt in range(STEAL_RETRIES + 1):
@@ -113,8 +173,4 @@ def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Call
         if not p["faithful"]:
             break
     good = [p for p in points if p["faithful"]]
-    result = {"machine": machine_key(), "hosts": hosts,
-              "budget_bps": max((p["offered_bps"] for p in good), default=None), "points": points}
-    if save and result["budget_bps"] is not None:
-        result["cache"] = str(save_budget(result, hosts=hosts))
-    return result
+    return {"budget_bps": max((p["offered_bps"] for p in good), default=None), "points": points}

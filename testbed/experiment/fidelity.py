@@ -20,10 +20,11 @@ software. A run is marked unfaithful, with the reason, when
   2-core machines its p99 is 1.5-2.5x the configured period in quiet runs too;
 - the lossless class dropped with PFC on (the emulation promised it would not);
 - latency-bound: an op took more than LATENCY_SHARE over its ideal time while the emulator's own per-op
-  latency (agents, coordinator, userspace OVS: LATENCY_FLOOR_S, 10-75 ms measured) is more than LATENCY_SHARE
-  of that ideal time: the slowdown may be the emulator's, not the fabric's (a 16-GPU SimAI file replayed 46x
-  its closed form with the CPU idle). Both are compared in wall time (the ideal x the time dilation D,
-  traffic/timebase.py): dilating time is what makes the floor small against an op;
+  latency (agents, coordinator, userspace OVS: its floor for an op of that many steps, testbed/qos/scale.py,
+  measured by `hpnlab calibrate`) is more than LATENCY_SHARE of that ideal time: the slowdown may be the
+  emulator's, not the fabric's (a 16-GPU SimAI file replayed 46x its closed form with the CPU idle). Both are
+  compared in wall time (the ideal x the time dilation D, traffic/timebase.py): dilating time is what makes
+  the floor small against an op. An op that kept to its ideal time shows the floor did not matter to it;
 - TCP retransmitted with nothing dropped by the shapers and no link failed: the loss was the emulator's
   (measured under time dilation: 5-48 segments in runs at 36-92% of ideal; none at D = 1 in the same runs);
 - faster than the fabric allows: an op above FASTER_MAX of its ideal rate was a few packets the link shapers'
@@ -42,24 +43,25 @@ from __future__ import annotations
 
 import statistics
 
+from testbed.qos.scale import DEFAULT_FLOOR_S, LATENCY_SHARE, Floor
+
 CPU_IDLE_MIN = 0.05
 STEAL_MAX = 0.05
 PFC_SILENT_S = 1.0  # a poll gap over this (or 20 configured periods, the larger) leaves the queues unwatched
-LATENCY_FLOOR_S = 0.02  # the emulator's own per-op latency in wall time (development machine, 20-40 ms at 8 hosts)
-LATENCY_SHARE = 0.05  # the floor may be at most this share of an op's ideal time, or the op must show it did not matter
 FASTER_MAX = 1.05  # an op above this fraction of its ideal rate went faster than the fabric can: not emulated
 
 
 def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = False,
             lossless_drops: int | None = 0, offered_bps: float | None = None, budget_bps: float | None = None,
             calibrated: bool = False, sampler_error: str | None = None, ops: list[dict] = (),
-            dilation: float = 1.0, lost_in_emulator: int = 0) -> dict:
+            dilation: float = 1.0, lost_in_emulator: int = 0, floor: Floor | None = None) -> dict:
     """timeline: the sampler's rows (cpu_idle, steal, ovs_thread per sample); pfc: the agent's report;
     offered_bps: every sending port at its emulated rate; budget_bps: what this machine forwards faithfully;
     sampler_error: why the sampler stopped early, if it did; ops: the run's op records (seconds and
     fraction_of_ideal, in the fabric's time), read for latency-bound ops; dilation: the run's time dilation
     (an op's wall time is that many times its virtual time: the emulator's own latency is wall time);
-    lost_in_emulator: TCP segments the hosts retransmitted in a run where no shaper dropped and no link failed."""
+    lost_in_emulator: TCP segments the hosts retransmitted in a run where no shaper dropped and no link failed;
+    floor: the emulator's per-op latency on this machine (default: the development machine's)."""
     idle = [r["cpu_idle"] for r in timeline]
     steal = [r.get("steal", 0.0) for r in timeline]
     ovs = [r["ovs_thread"] for r in timeline if "ovs_thread" in r]
@@ -86,7 +88,7 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
     if lost_in_emulator:
         reasons.append(f"{lost_in_emulator} TCP segments retransmitted with no drop in any shaper and no link "
                        "failure: packets were lost or reordered inside the emulator, and the ops waited for them")
-    _latency(ops, reasons, dilation)
+    _latency(ops, reasons, dilation, floor or Floor(*DEFAULT_FLOOR_S))
     _too_fast(ops, reasons)
     out["cpu_bound"] = bool(idle) and min(idle) < CPU_IDLE_MIN
     out["status"] = "not faithful" if reasons else "unknown" if unknown else "faithful"
@@ -141,22 +143,23 @@ def _pfc_watched(pfc: dict | None, unknown: list[str]) -> None:
                        f"allowed {silent_ms:,.0f} ms): queues and pauses were not watched then")
 
 
-def _latency(ops: list[dict], reasons: list[str], dilation: float = 1.0) -> None:
+def _latency(ops: list[dict], reasons: list[str], dilation: float, floor: Floor) -> None:
     """Ops slower than their ideal time that are short against the emulator's own latency (in wall time, the
     ideal x the dilation): how much of the slowdown is the emulator's cannot be told apart from the fabric's."""
     slow = []
     for o in ops:
         ideal = o["seconds"] * o["fraction_of_ideal"]  # fraction = busbw / ideal busbw = ideal time / time
-        if 0 < ideal * dilation * LATENCY_SHARE < LATENCY_FLOOR_S and o["seconds"] > (1 + LATENCY_SHARE) * ideal:
-            slow.append((o["seconds"] / ideal, ideal, o))
+        steps = len(o.get("step_seconds") or ())
+        if 0 < ideal * dilation * LATENCY_SHARE < floor.of(steps) and o["seconds"] > (1 + LATENCY_SHARE) * ideal:
+            slow.append((o["seconds"] / ideal, ideal, steps, o))
     if slow:
-        ratio, ideal, o = max(slow, key=lambda s: s[0])
-        need = LATENCY_FLOOR_S / (LATENCY_SHARE * ideal)  # the dilation that makes the floor 5% of this op
+        ratio, ideal, steps, o = max(slow, key=lambda s: s[0])
         reasons.append(f"latency-bound: {len(slow)} of {len(ops)} ops took longer than their ideal time while the "
-                       f"emulator's own per-op latency ({LATENCY_FLOOR_S * 1000:.0f} ms of wall time) is over "
-                       f"{LATENCY_SHARE:.0%} of it, worst {o['label']} {ratio:.{0 if ratio >= 10 else 1}f}x "
-                       f"({o['seconds'] * 1000:.2f} ms against {ideal * 1000:.2f} ms): the emulator, not the fabric, "
-                       f"may be what is measured; dilate time (time.dilation >= {need:,.0f})")
+                       f"emulator's own per-op latency is over {LATENCY_SHARE:.0%} of it, worst {o['label']} "
+                       f"{ratio:.{0 if ratio >= 10 else 1}f}x ({o['seconds'] * 1000:.2f} ms against "
+                       f"{ideal * 1000:.2f} ms; {floor.of(steps) * 1000:.1f} ms of wall time for its {steps} steps, "
+                       f"from {floor.source()}): the emulator, not the fabric, may be what is measured; dilate "
+                       f"time (time.dilation >= {floor.dilation_for(ideal, steps):,.0f}, or auto)")
 
 
 def _too_fast(ops: list[dict], reasons: list[str]) -> None:

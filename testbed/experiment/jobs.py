@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from controllers.placement import place
-from testbed.qos.scale import ScaleChoice, choose_scale, offered_load
+from testbed.qos.scale import DilationChoice, OpTime, ScaleChoice, choose_dilation, choose_scale, offered_load
 from topos.addressing import nic_address
 from topos.errors import InputError
 from topos.model import Topology
@@ -148,7 +148,7 @@ def demand(job: Job, index: int, topo: Topology, scale: float, channels: int = 1
              for k, ((src, dst), n) in enumerate(sorted(pairs.items())) for c in range(channels)]
 
     def alone_s(sched: Schedule) -> float:
-        return max(sched.sent_by(r) * scale * 8 / nic_bps(topo, r, channels) for r in sched.ranks)
+        return ideal_s(sched, topo, channels) * scale
 
     comm = sum(alone_s(sched) for _s, sched in steps if sched is not None)
     alone = predict([replace(s, op=sched) for s, sched in steps], alone_s)
@@ -164,6 +164,24 @@ def nic_bps(topo: Topology, rank: tuple[str, int], channels: int) -> float:
     """What a rank sends at, real bits/s: its NIC's ports in use (one per channel)."""
     ports = [l.rate_gbps for l in topo.links_of(rank[0]) if l.kind == "host-tor" and l.nic == rank[1]]
     return min(ports) * 1e9 * min(channels, len(ports))
+
+
+def ideal_s(sched: Schedule, topo: Topology, channels: int) -> float:
+    """An op alone on the fabric, at its size: the busiest rank's bytes out or in at its NIC's rate."""
+    received: dict = {}
+    for step in sched.steps:
+        for f in step:
+            received[f.dst] = received.get(f.dst, 0) + f.bytes
+    return max(max(sched.sent_by(r), received.get(r, 0)) * 8 / nic_bps(topo, r, channels) for r in sched.ranks)
+
+
+def virtual_s(job: Job, topo: Topology, channels: int) -> float:
+    """A job's ideal time in the fabric: its iterations as traffic/iteration.py predicts them (compute, then
+    each op at its ideal time), or its ops back to back."""
+    if job.iteration:
+        steps = [replace(s, op=sched) for s, sched in job.iteration]
+        return predict(steps, lambda sched: ideal_s(sched, topo, channels)).seconds * job.iterations
+    return sum(ideal_s(sched, topo, channels) for _o, sched in job.items if sched is not None)
 
 
 def offered(job_list: list[Job], topo: Topology) -> float:
@@ -185,11 +203,56 @@ def items(exp: Experiment, base: Path, topo: Topology) -> list[Item]:
     return [it for j in jobs(exp, base, topo) for it in j.items]
 
 
+def _real_jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
+    """The jobs at their real sizes: who sends what when does not depend on the scale."""
+    return jobs(exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})}), base, topo)
+
+
+def resolve_time(exp: Experiment, base: Path, topo: Topology, channels: int) -> tuple[Experiment,
+                                                                                      DilationChoice | None]:
+    """The experiment with a numeric dilation: `auto` becomes the least that makes this machine's per-op floor
+    small against every op it replays, within the wall-time cap (testbed/qos/scale.py)."""
+    if exp.time.dilation != "auto":
+        return exp, None
+    real = _real_jobs(exp, base, topo)
+    ops = [OpTime(f"{o.label or sched.op} of {o.size:,} B", ideal_s(sched, topo, channels), len(sched.steps))
+           for j in real for o, sched in j.items if sched is not None]
+    if not ops:
+        raise InputError("dilation auto weighs the ops that cross the network, and this workload has none",
+                         "give a number, e.g. time: {dilation: 10}", field="time.dilation", value="auto")
+    span = max(virtual_s(j, topo, channels) for j in real)  # the jobs run side by side
+    choice = choose_dilation(ops, span, hosts=len(topo.hosts), max_wall_s=exp.time.max_wall_s)
+    return exp.model_copy(update={"time": exp.time.model_copy(update={"dilation": choice.dilation})}), choice
+
+
+def channels_of(exp: Experiment, topo: Topology) -> int:
+    """Connections per peer: as given, else one per port of a dual-ToR NIC."""
+    return exp.channels or (2 if topo.params.get("dual_tor") else 1)
+
+
+@dataclass(frozen=True)
+class Auto:
+    """What `auto` became, and why (None: the value was given)."""
+
+    scale: ScaleChoice | None = None
+    time: DilationChoice | None = None
+
+    def lines(self) -> list[str]:
+        return [c.why() for c in (self.time, self.scale) if c is not None]
+
+
+def resolve_auto(exp: Experiment, base: Path, topo: Topology) -> tuple[Experiment, Auto]:
+    """The experiment with numbers for `auto`: the dilation first (the scale that fits depends on it)."""
+    exp, dilation = resolve_time(exp, base, topo, channels_of(exp, topo))
+    exp, scale = resolve_scale(exp, base, topo)
+    return exp, Auto(scale, dilation)
+
+
 def resolve_scale(exp: Experiment, base: Path, topo: Topology) -> tuple[Experiment, ScaleChoice | None]:
     """The experiment with a numeric scale: `auto` becomes the scale that fits its workload's offered load
-    (`offered`) into this machine's budget (testbed/qos/scale.py)."""
+    (`offered`) into this machine's budget (testbed/qos/scale.py), at its (numeric) dilation."""
     if exp.qos.scale != "auto":
         return exp, None
-    unscaled = exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})})  # who sends when: scale-free
-    choice = choose_scale(offered(jobs(unscaled, base, topo), topo), hosts=len(topo.hosts), dilation=exp.time.dilation)
+    choice = choose_scale(offered(_real_jobs(exp, base, topo), topo), hosts=len(topo.hosts),
+                          dilation=exp.time.dilation)
     return exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": choice.scale})}), choice

@@ -31,7 +31,7 @@ import yaml
 from controllers.placement import ring_crossings, segments_spanned
 from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
-from testbed.qos.scale import ScaleChoice, load_budget
+from testbed.qos.scale import load_budget, load_floor
 from testbed.qos.shaper import ROOT, leaf_handles
 from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
@@ -47,7 +47,7 @@ from traffic.transports import choose, make
 
 from .failures import Injector, expand
 from .fidelity import verdict
-from .jobs import Job, demand, items, job_gpus, jobs, offered, resolve_scale
+from .jobs import Auto, Job, channels_of, demand, items, job_gpus, jobs, offered, resolve_auto
 from .measure import Sampler, port_delta
 from .record import RunRecord, bytes_ok
 from .results import RESULTS, write_reports
@@ -87,7 +87,7 @@ class Plan:
     label: str
     exp: Experiment
     topo: Topology
-    choice: ScaleChoice | None
+    auto: Auto  # what scale and dilation auto chose
     kind: str
     jobs: list[Job]
     events: list
@@ -97,12 +97,11 @@ class Plan:
 def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = None) -> Plan:
     topo = exp.topology.build()
     check_against(exp, topo)
-    exp, choice = resolve_scale(exp, base, topo)
-    if choice is not None:
-        log.info("%s: %s", label, choice.why())
+    exp, auto = resolve_auto(exp, base, topo)
+    for why in auto.lines():
+        log.info("%s: %s", label, why)
     kind = choose(exp.transport, probe().rxe_in_netns, len(cluster.servers) if cluster else 1)
-    channels = exp.channels or (2 if topo.params.get("dual_tor") else 1)
-    return Plan(label, exp, topo, choice, kind, jobs(exp, base, topo), expand(exp, topo), channels)
+    return Plan(label, exp, topo, auto, kind, jobs(exp, base, topo), expand(exp, topo), channels_of(exp, topo))
 
 
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
@@ -116,7 +115,8 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     p = plan(label, exp, base, cluster)
     exit_cleanly_on_signals()
     rec = RunRecord(label, rep, watch, progress, timebase=p.exp.timebase, transport=p.kind, channels=p.channels,
-                    scale=p.exp.qos.scale, scale_auto=p.choice.why() if p.choice else None)
+                    scale=p.exp.qos.scale, scale_auto=p.auto.scale.why() if p.auto.scale else None,
+                    dilation_auto=p.auto.time.why() if p.auto.time else None)
     e = p.exp
     shaped = e.qos.dilated(e.time.dilation)  # links at rate / (scale x D): the fabric's time runs D times slower
     with Network(p.topo, routing="controller", mode=e.switch_mode, hashing=e.hashing, qos=shaped,
@@ -238,11 +238,13 @@ def _run_training(job: Job, rp: Replayer, rec: RunRecord) -> None:
 def _fidelity(p: Plan, d: dict) -> dict:
     """The verdict on a finished run, with whether every op delivered exactly the bytes its closed form says."""
     budget = load_budget(hosts=len(p.topo.hosts))
+    floor = load_floor(hosts=len(p.topo.hosts))
     lossless = None if d["drops"]["unread"] else d["drops"]["lossless"]
     v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,
                 offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale / p.exp.time.dilation, budget_bps=budget.bps,
                 calibrated=budget.calibrated, sampler_error=d["sampler_error"], ops=d["ops"],
-                dilation=p.exp.time.dilation, lost_in_emulator=_lost_in_emulator(d))
+                dilation=p.exp.time.dilation, lost_in_emulator=_lost_in_emulator(d), floor=floor)
+    v["latency_floor"] = floor.as_dict()
     v["bytes_ok"] = all(bytes_ok(o) for o in d["ops"])
     return v
 
@@ -333,7 +335,7 @@ class Prepared:
     topo: Topology
     items: list
     events: list
-    scale: ScaleChoice | None
+    auto: Auto  # what scale and dilation auto will be
 
 
 def prepare(exp: Experiment, base: Path, reduced: bool = False) -> list[Prepared]:
@@ -344,8 +346,8 @@ def prepare(exp: Experiment, base: Path, reduced: bool = False) -> list[Prepared
         v = quick(v) if reduced else v
         topo = v.topology.build()
         check_against(v, topo)
-        scaled, choice = resolve_scale(v, base, topo)
-        out.append(Prepared(label, v, topo, items(scaled, base, topo), expand(v, topo), choice))
+        scaled, auto = resolve_auto(v, base, topo)
+        out.append(Prepared(label, v, topo, items(scaled, base, topo), expand(v, topo), auto))
     return out
 
 

@@ -195,10 +195,25 @@ class RandomFailures(_Strict):
 class TimeSpec(_Strict):
     """The emulation's clock against the fabric's (traffic/timebase.py)."""
 
-    dilation: float = Field(1.0, ge=1, le=MAX_DILATION,
-                            description="wall seconds per virtual second: links run at rate / (qos.scale x "
-                                        "dilation) and every time written here (compute, failures, timeouts) is "
-                                        "the fabric's; the emulator's own latencies shrink by it")
+    dilation: float | Literal["auto"] = Field(
+        1.0, description="wall seconds per virtual second: links run at rate / (qos.scale x dilation) and every "
+                         "time written here (compute, failures, timeouts) is the fabric's; the emulator's own "
+                         "latencies shrink by it. auto: the least that makes this machine's per-op latency 5% of "
+                         "every op's ideal time, within max_wall_s (testbed/qos/scale.py)")
+    max_wall_s: float | None = Field(None, gt=0, le=7 * 86_400,
+                                     description="with dilation auto: the most wall time the traffic may take "
+                                                 "(default 600 s); ops the cap leaves latency-bound are named")
+
+    @model_validator(mode="after")
+    def _check(self) -> TimeSpec:
+        if self.dilation != "auto" and not 1 <= self.dilation <= MAX_DILATION:
+            raise InputError(f"dilation must be 1 to {MAX_DILATION:,.0f} (or auto)",
+                             "e.g. time: {dilation: 100}, or time: {dilation: auto}", field="time.dilation",
+                             value=self.dilation)
+        if self.max_wall_s is not None and self.dilation != "auto":
+            raise InputError("max_wall_s caps what dilation auto chooses", "set time.dilation: auto, or leave "
+                             "max_wall_s out", field="time.max_wall_s", value=self.max_wall_s)
+        return self
 
 
 class Experiment(_Strict):
@@ -278,6 +293,8 @@ class Experiment(_Strict):
 
     @property
     def timebase(self) -> Timebase:
+        if self.time.dilation == "auto":
+            raise ValueError("resolve dilation auto first (testbed.experiment.jobs.resolve_time)")
         return Timebase(self.time.dilation)
 
     @property

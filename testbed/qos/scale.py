@@ -17,6 +17,14 @@ is used, and the choice says so.
 
 With time dilation D (traffic/timebase.py) links run at rate / (scale x D): the same budget then carries D
 times the bytes, so the bytes scale is D times smaller (ops of more packets, less rounded by the shapers).
+
+`dilation: auto` chooses D from the emulator's own per-op latency (its floor, `Floor`: what an op of no
+bytes takes through agents, coordinator and userspace OVS, in wall time; `hpnlab calibrate` measures it on
+this machine, per fabric size) against each op's ideal time in the fabric:
+
+    D needed for an op = floor(op's steps) / (LATENCY_SHARE x op's ideal time)
+    D               = the largest over the ops, rounded up to 1, 2, 2.5 or 5 x 10^k,
+                      lowered to what fits the wall-time cap (the fabric's time x D <= max wall)
 """
 
 from __future__ import annotations
@@ -29,10 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from topos.model import Topology
+from traffic.timebase import MAX_DILATION
 
 DEFAULT_BUDGET_BPS = 128e6  # the lower of two calibrations of the development machine (128, 160 Mbit/s)
 SAFETY = 1.0  # the calibration probe already runs agents, the controller and PFC polling, as runs do
 NICE = (1, 2, 2.5, 5)
+FINE = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8)  # dilations: each step costs wall time, so finer steps
 CACHE = Path(os.environ.get("HPNLAB_CACHE", "/var/cache/hpnlab")) / "calibration.json"
 
 
@@ -45,11 +55,15 @@ class Budget:
     def source(self, hosts: int | None = None) -> str:
         if not self.calibrated:
             return "the default budget (not calibrated here: run 'hpnlab calibrate')"
-        text = f"this machine's calibration on {self.at_hosts} hosts"
-        if hosts is not None and self.at_hosts is not None and hosts > self.at_hosts:
-            # Costs grow with the fabric (ports polled, agents), not only with the load.
-            text += f" (this fabric has {hosts}: 'hpnlab calibrate --hosts {hosts}' measures its own)"
-        return text
+        return _measured_on(self.at_hosts, hosts)
+
+
+def _measured_on(at_hosts: int | None, hosts: int | None) -> str:
+    text = f"this machine's calibration on {at_hosts} hosts"
+    if hosts is not None and at_hosts is not None and hosts > at_hosts:
+        # Costs grow with the fabric (ports polled, agents), not only with the load.
+        text += f" (this fabric has {hosts}: 'hpnlab calibrate --hosts {hosts}' measures its own)"
+    return text
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,95 @@ def machine_key() -> str:
 
 PROBE_HOSTS = 8  # the default calibration's fabric (and that of entries saved before sizes were recorded)
 
+# The emulator's own wall time for an op of nothing on the development machine, 8 hosts (hpnlab calibrate
+# measures this machine's): handing the op out and hearing it is done, and each dependent step after that.
+DEFAULT_FLOOR_S = (0.010, 0.001)  # (base, per step): see Floor
+LATENCY_SHARE = 0.05  # the floor may be at most this share of an op's ideal time
+DEFAULT_MAX_WALL_S = 600.0  # what dilation auto may make a run's traffic take, unless told otherwise
+
+
+@dataclass(frozen=True)
+class Floor:
+    """What an op of no bytes takes in wall time: `base_s` (the op handed to the ranks, its end heard) plus
+    `per_step_s` for each step that waits for the one before (an agent's turn, a hop through userspace OVS)."""
+
+    base_s: float
+    per_step_s: float
+    calibrated: bool = False
+    at_hosts: int | None = None
+
+    def of(self, steps: int) -> float:
+        return self.base_s + self.per_step_s * max(1, steps)
+
+    def dilation_for(self, ideal_s: float, steps: int) -> float:
+        """The dilation that makes this floor LATENCY_SHARE of an op whose ideal time in the fabric is ideal_s."""
+        return self.of(steps) / (LATENCY_SHARE * ideal_s) if ideal_s > 0 else math.inf
+
+    def source(self, hosts: int | None = None) -> str:
+        if not self.calibrated:
+            return "the default floor (not calibrated here: run 'hpnlab calibrate')"
+        return _measured_on(self.at_hosts, hosts)
+
+    def as_dict(self) -> dict:
+        return {"base_s": self.base_s, "per_step_s": self.per_step_s, "calibrated": self.calibrated,
+                "at_hosts": self.at_hosts}
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """An op as dilation auto weighs it: its ideal time alone in the fabric (real rates) and its steps."""
+
+    label: str
+    ideal_s: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class DilationChoice:
+    dilation: float
+    needed: float  # what makes every op's floor at most LATENCY_SHARE of it (may be over the cap)
+    virtual_s: float  # the traffic's ideal time in the fabric (compute included), every iteration
+    floor: Floor
+    worst: OpTime  # the op that needs the most
+    bound: int  # ops that stay latency-bound at this dilation
+    ops: int
+    max_wall_s: float
+    hosts: int | None = None
+
+    @property
+    def wall_s(self) -> float:
+        """The wall time the traffic will take at the least (its ideal time, dilated)."""
+        return self.virtual_s * self.dilation
+
+    def why(self) -> str:
+        w = self.worst
+        head = (f"dilation auto = {self.dilation:,.4g}: the smallest op ({w.label}, {w.steps} steps, ideal "
+                f"{w.ideal_s * 1e6:,.1f} us) needs {min(self.needed, MAX_DILATION):,.0f}x for the emulator's "
+                f"{self.floor.of(w.steps) * 1000:.1f} ms per op to be {LATENCY_SHARE:.0%} of it (floor from "
+                f"{self.floor.source(self.hosts)})")
+        cost = f"; {self.virtual_s:.3g} s of the fabric's time will take {self.wall_s:,.0f} s or more of wall time"
+        if not self.bound:
+            return head + cost
+        return (head + cost + f"; capped at {self.max_wall_s:,.0f} s of wall time (or at the largest dilation, "
+                f"{MAX_DILATION:,.0f}): {self.bound} of {self.ops} ops stay latency-bound and the verdict will "
+                "say so")
+
+
+def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = None, hosts: int | None = None,
+                    max_wall_s: float | None = None) -> DilationChoice:
+    """The least dilation that makes the floor small against every op, within the wall-time cap."""
+    floor = floor or load_floor(hosts=hosts)
+    cap = DEFAULT_MAX_WALL_S if max_wall_s is None else max_wall_s
+    weighed = [(floor.dilation_for(o.ideal_s, o.steps), o) for o in ops if o.ideal_s > 0]
+    if not weighed:
+        raise ValueError("no op with bytes to weigh: dilation auto has nothing to go by")
+    needed, worst = max(weighed, key=lambda x: x[0])
+    d = min(nice_ceil(needed, FINE), MAX_DILATION)
+    if virtual_s * d > cap:
+        d = max(1.0, nice_floor(cap / virtual_s, FINE))
+    bound = sum(1 for need, _o in weighed if need > d)
+    return DilationChoice(d, max(1.0, needed), virtual_s, floor, worst, bound, len(weighed), cap, hosts)
+
 
 def _read(path: Path) -> dict:
     try:
@@ -104,22 +207,50 @@ def calibrations(path: Path | None = None) -> dict[int, float]:
             and str(hosts).isdigit()}
 
 
+def floors(path: Path | None = None) -> dict[int, tuple[float, float]]:
+    """{probe hosts: (base, per step) seconds} of the per-op floors measured on this machine."""
+    out = {}
+    for hosts, result in _by_hosts(_read(path or CACHE)).items():
+        f = result.get("floor") if isinstance(result, dict) else None
+        if str(hosts).isdigit() and isinstance(f, dict) and all(
+                isinstance(f.get(k), (int, float)) and f[k] >= 0 for k in ("base_s", "per_step_s")):
+            out[int(hosts)] = (float(f["base_s"]), float(f["per_step_s"]))
+    return out
+
+
+def _probe_for(known: dict, hosts: int | None) -> int:
+    """The calibration a fabric of `hosts` uses: the largest probe not bigger than it (else the smallest: a
+    bigger fabric's figures are the conservative ones)."""
+    fits = [h for h in known if hosts is None or h <= hosts]
+    return max(fits) if fits else min(known)
+
+
 def load_budget(path: Path | None = None, hosts: int | None = None) -> Budget:
-    """This machine's budget for a fabric of `hosts`: the calibration on the largest probe not bigger than
-    it (else the smallest: a bigger fabric's budget is the conservative one), or the default."""
+    """This machine's budget for a fabric of `hosts` (`_probe_for`), or the default."""
     known = calibrations(path)
     if not known:
         return Budget(DEFAULT_BUDGET_BPS, False)
-    fits = [h for h in known if hosts is None or h <= hosts]
-    at = max(fits) if fits else min(known)
+    at = _probe_for(known, hosts)
     return Budget(known[at], True, at)
 
 
+def load_floor(path: Path | None = None, hosts: int | None = None) -> Floor:
+    """This machine's per-op floor for a fabric of `hosts` (`_probe_for`), or the default."""
+    known = floors(path)
+    if not known:
+        return Floor(*DEFAULT_FLOOR_S)
+    at = _probe_for(known, hosts)
+    return Floor(*known[at], calibrated=True, at_hosts=at)
+
+
 def save_budget(result: dict, path: Path | None = None, hosts: int = PROBE_HOSTS) -> Path:
+    """Keep a calibration of a fabric of `hosts`: its budget (`budget_bps`, `points`) and/or its per-op floor
+    (`floor`); what `result` does not measure stays as it was."""
     path = path or CACHE
     data = _read(path)
     by_hosts = _by_hosts(data)  # the other sizes' records stay whole
-    by_hosts[str(hosts)] = result
+    old = by_hosts.get(str(hosts))
+    by_hosts[str(hosts)] = {**(old if isinstance(old, dict) else {}), **result}
     data[machine_key()] = {"by_hosts": by_hosts}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -134,13 +265,22 @@ def offered_load(topo: Topology, ranks: list[tuple[str, int]] | None = None) -> 
     return sum(l.rate_gbps * 1e9 for h, n in nics for l in topo.links_of(h) if l.kind == "host-tor" and l.nic == n)
 
 
-def nice_ceil(x: float) -> float:
-    """The smallest 1, 2, 2.5 or 5 x 10^k that is >= x (scales people can read and compare)."""
+def nice_floor(x: float, steps: tuple = NICE) -> float:
+    """The largest of steps x 10^k that is <= x (at least 1)."""
+    if x <= 1:
+        return 1.0
+    exp = math.floor(math.log10(x))
+    return float(max(m * 10 ** exp for m in steps if m * 10 ** exp <= x * (1 + 1e-12)))
+
+
+def nice_ceil(x: float, steps: tuple = NICE) -> float:
+    """The smallest of steps x 10^k that is >= x (by default 1, 2, 2.5 or 5 x 10^k: scales people can read and
+    compare)."""
     if x <= 1:
         return 1.0
     exp = math.floor(math.log10(x))
     for k in (exp, exp + 1):
-        for m in NICE:
+        for m in steps:
             if m * 10 ** k >= x * (1 - 1e-12):
                 return float(m * 10 ** k)
     return float(10 ** (exp + 1))

@@ -70,7 +70,7 @@ def test_pauses_cross_between_two_servers_agents_and_nothing_is_lost(no_leftover
         reports = {s: a.report() for s, a in agents.items()}
     report = merge_reports(reports)
     drops = sum(q[0].drops for q in lossless.values() if q)
-    period = report["poll_period_ms"]
+    period = report["poll_period_ms"], report["poll_ms"], report["realtime"]  # gap, poll itself, SCHED_FIFO
     between = report["between_servers"]
     print(f"drops {drops}; between servers: {between}; pauses by tier {report['pauses_by_tier']}")
     sent = sum(s["sent"] for s in r["senders"])

@@ -76,8 +76,9 @@ def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers):
     sent = sum(s["sent"] for s in r["senders"])
     assert sent >= 4 * 0.9 * PPS * 3  # the senders kept (close to) their pace
     drops = sum(q[0].drops for q in lossless.values() if q)
-    period = report["poll_period_ms"]
+    period = report["poll_period_ms"], report["poll_ms"], report["realtime"]  # gap, poll itself, SCHED_FIFO
     assert drops == 0, period  # the claim, whatever the agent's timing: a late agent is the testbed's defect
+    assert report["realtime"] and report["poll_ms"]["max"] is not None  # the agent ran SCHED_FIFO, polls timed
     assert sum(s["received"] for s in streams.values()) == sent  # every packet sent arrived
     assert all(s["lost"] == 0 for s in streams.values())
     tiers = report["pauses_by_tier"]
@@ -111,7 +112,7 @@ def test_each_lossless_priority_pauses_alone(no_leftovers):
             counters.append({int(k): v for k, v in net.pfc.report()["by_priority"].items()})
         drops = {p: sum(q[0].drops for q in net.qos.stats(lossless_leaf(p)).values() if q) for p in dscp}
         report = net.stop_qos()
-    period = report["poll_period_ms"]
+    period = report["poll_period_ms"], report["poll_ms"], report["realtime"]  # gap, poll itself, SCHED_FIFO
     assert drops == {3: 0, 4: 0}, period
     for r in results:
         sent = sum(s["sent"] for s in r["senders"])

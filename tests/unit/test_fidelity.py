@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from testbed.experiment.fidelity import line, verdict
+from testbed.qos.scale import Floor
 
 QUIET = [{"cpu_idle": 0.4, "steal": 0.01, "ovs_thread": 0.5}, {"cpu_idle": 0.3, "steal": 0.02, "ovs_thread": 0.6}]
 PFC_OK = {"poll_period_ms": {"configured": 5.0, "median": 5.0, "p99": 11.0, "max": 19.0}, "polls": 900,
@@ -69,18 +70,28 @@ def test_missing_measurements_are_unknown_never_faithful():
 
 
 def test_small_ops_far_from_their_ideal_time_are_latency_bound():
-    def op(seconds, ideal):
-        return {"label": "allreduce/ring", "seconds": seconds, "fraction_of_ideal": ideal / seconds}
+    def op(seconds, ideal, steps=14):
+        return {"label": "allreduce/ring", "seconds": seconds, "fraction_of_ideal": ideal / seconds,
+                "step_seconds": [seconds / steps] * steps}
 
+    floor = Floor(0.010, 0.001)  # 24 ms for an 8-rank ring's 14 steps, 11 ms for one step
     # the 16-GPU SimAI file: an op of 9.2 ms ideal that took 0.42 s, with the CPU idle; one that took 10 ms is
-    # flagged too: 20 ms of the emulator's latency could be in it or not
-    v = verdict(QUIET, ops=[op(0.42, 0.0092), op(0.010, 0.0092)])
+    # flagged too: 24 ms of the emulator's latency could be in it or not
+    v = verdict(QUIET, ops=[op(0.42, 0.0092), op(0.010, 0.0092)], floor=floor)
     assert v["status"] == "not faithful" and v["reasons"] == [
-        "latency-bound: 2 of 2 ops took longer than their ideal time while the emulator's own per-op latency "
-        "(20 ms of wall time) is over 5% of it, worst allreduce/ring 46x (420.00 ms against 9.20 ms): the emulator, "
-        "not the fabric, may be what is measured; dilate time (time.dilation >= 43)"]
+        "latency-bound: 2 of 2 ops took longer than their ideal time while the emulator's own per-op latency is "
+        "over 5% of it, worst allreduce/ring 46x (420.00 ms against 9.20 ms; 24.0 ms of wall time for its 14 "
+        "steps, from the default floor (not calibrated here: run 'hpnlab calibrate')): the emulator, not the "
+        "fabric, may be what is measured; dilate time (time.dilation >= 52, or auto)"]
     # a big op slowed by contention is the fabric's doing; a short op that met its ideal time shows the floor
-    # did not matter; the same 9.2 ms op is 0.46 s of wall time at D = 50, where 20 ms is under 5%
-    assert verdict(QUIET, ops=[op(4.0, 0.5), op(0.0105, 0.0100)])["faithful"]
-    assert verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=50)["faithful"]
-    assert not verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=20)["faithful"]
+    # did not matter; the same 9.2 ms op is 0.55 s of wall time at D = 60, where 24 ms is under 5%
+    assert verdict(QUIET, ops=[op(4.0, 0.5), op(0.0105, 0.0100)], floor=floor)["faithful"]
+    assert verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=60, floor=floor)["faithful"]
+    assert not verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=50, floor=floor)["faithful"]
+    # the floor grows with the steps an op waits through: at D = 30 one step's 11 ms is under 5% of the op
+    # (13.8 ms of wall time), a ring's 24 ms is not
+    assert verdict(QUIET, ops=[op(0.0120, 0.0092, steps=1)], dilation=30, floor=floor)["faithful"]
+    assert not verdict(QUIET, ops=[op(0.0120, 0.0092, steps=14)], dilation=30, floor=floor)["faithful"]
+    # a calibrated floor says where it came from
+    cal = verdict(QUIET, ops=[op(0.42, 0.0092)], floor=Floor(0.010, 0.001, True, 8))
+    assert "from this machine's calibration on 8 hosts" in cal["reasons"][0]

@@ -138,7 +138,7 @@ def test_calibration_measures_again_a_point_spoilt_only_by_steal(monkeypatch, tm
         return answers[scale].pop(0)
 
     monkeypatch.setattr(cal, "measure_point", measure)
-    r = cal.calibrate(hosts=8, scales=[10, 5], save=False)
+    r = cal.calibrate(hosts=8, scales=[10, 5], save=False, floor=False)
     assert calls == [10, 10, 5] and r["budget_bps"] == 1e9 / 10
 
 

@@ -1,0 +1,91 @@
+"""dilation auto: the per-op floor, the dilation it asks for, the wall-time cap, and what is cached."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed.experiment.jobs import resolve_auto
+from testbed.experiment.spec import from_dict
+from testbed.qos import scale as sc
+from testbed.qos.scale import Floor, OpTime, choose_dilation
+from topos import build
+from topos.errors import InputError
+from traffic.timebase import MAX_DILATION
+
+FLOOR = Floor(0.010, 0.001)  # 11 ms for one step, 24 ms for an 8-rank ring's 14
+
+
+@pytest.mark.parametrize("x,up,down", [(0.5, 1, 1), (1.1, 1.2, 1), (52.2, 60, 50), (857, 1000, 800),
+                                       (3000, 3000, 3000), (99_999, 100_000, 80_000)])
+def test_dilations_are_rounded_to_readable_values_with_fine_steps(x, up, down):
+    assert sc.nice_ceil(x, sc.FINE) == up and sc.nice_floor(x, sc.FINE) == down
+
+
+def test_the_smallest_op_sets_the_dilation_and_the_choice_says_why():
+    ops = [OpTime("allreduce of 2 GB", 0.5, 14), OpTime("allreduce of 16 MB", 0.0092, 14)]
+    c = choose_dilation(ops, virtual_s=1.0, floor=FLOOR)
+    # 24 ms / (5% of 9.2 ms) = 52.2: rounded up to 60; 1 s of the fabric then takes 60 s
+    assert (c.dilation, round(c.needed, 1), c.worst.label, c.bound, c.wall_s) == (60, 52.2, "allreduce of 16 MB",
+                                                                                  0, 60)
+    assert c.why().startswith("dilation auto = 60: the smallest op (allreduce of 16 MB, 14 steps, ideal 9,200.0 us) "
+                              "needs 52x for the emulator's 24.0 ms per op to be 5% of it")
+    assert "1 s of the fabric's time will take 60 s or more of wall time" in c.why()
+    # a one-step op of the same ideal time waits for the floor once: 11 ms, 24x, rounded up to 25
+    assert choose_dilation([OpTime("sendrecv", 0.0092, 1)], 1.0, FLOOR).dilation == 25
+
+
+def test_a_wall_time_cap_lowers_the_dilation_and_says_which_ops_stay_latency_bound():
+    ops = [OpTime("big", 0.5, 14), OpTime("small", 0.0092, 14), OpTime("small", 0.0092, 14)]
+    c = choose_dilation(ops, virtual_s=1.0, floor=FLOOR, max_wall_s=30)
+    assert (c.dilation, c.bound, c.ops) == (30, 2, 3)
+    assert "capped at 30 s of wall time" in c.why() and "2 of 3 ops stay latency-bound" in c.why()
+    # the default cap is 10 minutes; an op no dilation can help is held at the largest one
+    tiny = choose_dilation([OpTime("tiny", 1e-9, 1)], virtual_s=1e-9, floor=FLOOR)
+    assert tiny.dilation == MAX_DILATION and tiny.bound == 1
+    long = choose_dilation([OpTime("small", 0.0092, 14)], virtual_s=100.0, floor=FLOOR)
+    assert long.dilation == 6 and long.wall_s <= sc.DEFAULT_MAX_WALL_S and long.bound == 1
+    with pytest.raises(ValueError, match="nothing to go by"):
+        choose_dilation([OpTime("empty", 0.0, 1)], 0.0, FLOOR)
+
+
+def test_the_floor_is_cached_beside_the_budget_and_each_keeps_the_other(tmp_path):
+    path = tmp_path / "calibration.json"
+    assert sc.load_floor(path) == Floor(*sc.DEFAULT_FLOOR_S) and "not calibrated" in sc.load_floor(path).source()
+    sc.save_budget({"budget_bps": 1.6e8, "points": []}, path, hosts=8)
+    sc.save_budget({"floor": {"base_s": 0.02, "per_step_s": 0.002}}, path, hosts=8)  # calibrate --only floor
+    assert sc.load_budget(path).bps == 1.6e8 and sc.load_floor(path) == Floor(0.02, 0.002, True, 8)
+    sc.save_budget({"budget_bps": 1.8e8, "points": []}, path, hosts=8)  # calibrate --only budget
+    assert sc.load_floor(path, hosts=64) == Floor(0.02, 0.002, True, 8) and sc.load_budget(path).bps == 1.8e8
+    assert "calibrate --hosts 64" in sc.load_floor(path, hosts=64).source(64)
+    data = json.loads(path.read_text())
+    data[sc.machine_key()]["by_hosts"]["8"]["floor"] = {"base_s": -1, "per_step_s": "x"}  # edited by hand
+    path.write_text(json.dumps(data))
+    assert not sc.load_floor(path).calibrated
+
+
+def test_resolve_chooses_the_dilation_then_the_scale_that_fits_at_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")
+    monkeypatch.setattr(sc, "DEFAULT_FLOOR_S", (FLOOR.base_s, FLOOR.per_step_s))
+    exp = from_dict({"name": "x", "qos": {"scale": "auto"}, "time": {"dilation": "auto"},
+                     "workload": {"collective": {"op": "allreduce", "size": "16MB", "ranks": "rail0", "iters": 3}}})
+    resolved, auto = resolve_auto(exp, tmp_path, build("hpn"))
+    # 8 ranks on both ports of NIC 0 (400 Gbit/s): 2 x 7/8 x 16 MB in 0.56 ms; 24 ms / (5% of it) = 857 -> 1000
+    assert auto.time.worst.ideal_s == pytest.approx(1.75 * 16e6 * 8 / 400e9)
+    assert resolved.time.dilation == auto.time.dilation == 1000
+    assert auto.time.virtual_s == pytest.approx(3 * 0.00056) and auto.time.wall_s == pytest.approx(1.68)
+    # the same load in 1/1000 of the wall time's rate: 3.2 Tbit/s over 128 Mbit/s x 1000 = 25
+    assert resolved.qos.scale == auto.scale.scale == 25
+    assert len(auto.lines()) == 2 and auto.lines()[0].startswith("dilation auto = 1,000")
+
+
+def test_time_is_checked_with_the_field_and_the_fix():
+    base = {"name": "x", "workload": {"collective": {"op": "allreduce", "size": "16MB"}}}
+    with pytest.raises(InputError, match="time.dilation"):
+        from_dict({**base, "time": {"dilation": 0.5}})
+    with pytest.raises(InputError, match="time.max_wall_s"):
+        from_dict({**base, "time": {"dilation": 10, "max_wall_s": 60}})
+    with pytest.raises(Exception, match="dilation"):
+        from_dict({**base, "time": {"dilation": "fast"}})
+    assert from_dict({**base, "time": {"dilation": "auto", "max_wall_s": 60}}).time.max_wall_s == 60
