@@ -247,7 +247,10 @@ def plan(cmd: dict) -> None:
         threading.Thread(target=_run_connection, args=(flows,), daemon=True).start()
 
 
-TCP_COUNTERS = ("RetransSegs", "TCPTimeouts", "TCPSpuriousRTOs", "TCPLossProbes", "TCPFastRetrans")
+# retransmissions and why (timeouts, probes, fast retransmits), what showed them spurious or reordered
+# (DSACKs, reordering seen), and what the receiver itself threw away (out-of-order queue, receive queue)
+TCP_COUNTERS = ("RetransSegs", "TCPTimeouts", "TCPSpuriousRTOs", "TCPLossProbes", "TCPFastRetrans", "TCPDSACKRecv",
+                "TCPSACKReorder", "TCPTSReorder", "TCPOFODrop", "TCPRcvQDrop", "PruneCalled")
 
 
 def tcp_counters(snmp: str, netstat: str) -> dict[str, int]:

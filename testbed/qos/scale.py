@@ -95,7 +95,7 @@ PROBE_HOSTS = 8  # the default calibration's fabric (and that of entries saved b
 
 # The emulator's own wall time for an op of nothing on the development machine, 8 hosts (hpnlab calibrate
 # measures this machine's): handing the op out and hearing it is done, and each dependent step after that.
-DEFAULT_FLOOR_S = (0.010, 0.001)  # (base, per step): see Floor
+DEFAULT_FLOOR_S = (0.005, 0.003)  # (base, per step): see Floor; 8 hosts here: 3-7 ms + 2.6-3.2 ms
 LATENCY_SHARE = 0.05  # the floor may be at most this share of an op's ideal time
 DEFAULT_MAX_WALL_S = 600.0  # what dilation auto may make a run's traffic take, unless told otherwise
 

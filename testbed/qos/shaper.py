@@ -60,6 +60,20 @@ def lossless_leaf(priority: int) -> int:
     return lossless_minor(priority) << 16
 
 
+def pure_ack_keys() -> list[list[str]]:
+    """u32 keys of TCP segments without payload (IP total length = 20 + the TCP header's length), one filter
+    per TCP header length: pure ACKs, with or without timestamps and SACK blocks. Small data segments stay
+    in their class: "under 128 bytes" took a chunk's short tail into the high class, ahead of the data
+    queued before it, and at D = 1,000 the receivers saw the reordering as loss (RACK): 12-29 spurious fast
+    retransmits in 2 of 6 runs, each undone by a DSACK, none with the exact match."""
+    # one contiguous mask per key: pyroute2 aligns each key on its mask's first byte and mangles a split mask
+    return [["0x05000000/0x0f000000+0",  # an IP header of 20 bytes
+             f"0x{20 + 4 * doff:08x}/0x0000ffff+0",  # the total length: the headers and nothing else
+             "0x00060000/0x00ff0000+8",  # protocol TCP
+             f"0x{doff << 28:08x}/0xf0000000+32"]  # TCP data offset (header length / 4)
+            for doff in range(5, 16)]
+
+
 class Shaper:
     """The qdiscs of a list of egress ports (see qos.ports.egress_ports): put on, read, paused, removed."""
 
@@ -147,8 +161,7 @@ class Shaper:
                    (classes[self.spec.lossless[0].name], ["0x00110000/0x00ff0000+8",  # protocol UDP
                                                           f"0x{self.spec.roce_udp_port:08x}/0x0000ffff+20"])]
         if self.spec.ack_priority:
-            # IP total length < 128 (the top 9 bits of the 16-bit length are 0) and protocol TCP
-            filters.insert(0, (HIGH_MINOR, ["0x00000000/0x0000ff80+0", "0x00060000/0x00ff0000+8"]))
+            filters[:0] = [(HIGH_MINOR, keys) for keys in pure_ack_keys()]
         for prio, (minor, keys) in enumerate(filters):
             ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=prio + 1, protocol=ETH_P_IP, target=ROOT | minor,
                    keys=keys)

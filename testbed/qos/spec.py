@@ -121,7 +121,7 @@ class QosSpec(BaseModel):
                     "class of lossless traffic and takes RoCEv2 (UDP 4791)")
     high_dscp: int = Field(48, ge=0, le=63)
     roce_udp_port: int = Field(4791, ge=1, le=65535)
-    ack_priority: bool = Field(True, description="TCP segments under 128 bytes (pure ACKs) ride the high class")
+    ack_priority: bool = Field(True, description="TCP pure ACKs (segments without payload) ride the high class")
     delay_ms: float | None = Field(None, gt=0, le=10_000, description="needs netem")
     loss_pct: float | None = Field(None, gt=0, le=100, description="needs netem")
     pfc: PfcSpec = Field(default_factory=PfcSpec)

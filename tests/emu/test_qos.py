@@ -8,8 +8,9 @@ from testbed.experiment.measure import iperf, receiver_bottleneck, shaped_rate
 from testbed.net.naming import root_intfs
 from testbed.net.network import Network
 from testbed.qos.shaper import lossless_leaf
-from testbed.qos.spec import QosSpec
+from testbed.qos.spec import HIGH_MINOR, QosSpec
 from topos import build
+from topos.addressing import nic_address
 
 TC_H_ROOT = 0xFFFFFFFF
 DSCP26 = 26 << 2
@@ -237,3 +238,28 @@ def test_threads_entering_host_namespaces_do_not_mix_them_up(no_leftovers):
         for t in threads:
             t.join()
         assert errors == []
+
+
+def test_pure_acks_ride_the_high_class_and_small_data_segments_stay_in_theirs(no_leftovers):
+    """16-byte writes without Nagle from h0 to h4 in the lossless class: every data segment, however small, stays
+    in its class (in the high one a chunk's short tail overtook the data queued before it, and TCP took the
+    reordering for loss: spurious fast retransmits under time dilation), while h4's pure ACKs ride the high
+    class."""
+    high, lossless = HIGH_MINOR << 16, lossless_leaf(3)
+    with Network(build("hpn"), qos=QosSpec()) as net:
+        before = {h: net.qos.stats(h) for h in (high, lossless)}
+        server = net.popen("h4", ["iperf3", "-s", "-1", "-p", "5301"])
+        time.sleep(0.5)
+        client = net.popen("h0", ["iperf3", "-c", nic_address(net.topo.nodes["h4"], 0).ip, "-p", "5301", "-t", "2",
+                                  "-l", "16", "-N", "-b", "200k", "-S", str(DSCP26)])
+        assert client.wait(timeout=30) == 0 and server.wait(timeout=10) == 0
+        after = {h: net.qos.stats(h) for h in (high, lossless)}
+        ports = {h: [p.key for p in net.qos.ports.values() if p.is_host and p.node == h] for h in ("h0", "h4")}
+
+    def packets(handle: int, host: str) -> int:
+        return sum(after[handle][k][0].packets - before[handle][k][0].packets for k in ports[host])
+
+    data = packets(lossless, "h0")
+    assert data >= 1000, data  # 200 kbit/s of 16-byte writes for 2 s: ~3,000 segments
+    assert packets(high, "h0") <= 30, (packets(high, "h0"), data)  # handshakes, closes, the control connection's ACKs
+    assert packets(high, "h4") >= data / 4, (packets(high, "h4"), data)  # the ACKs, delayed or not
