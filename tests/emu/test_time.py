@@ -49,9 +49,9 @@ def test_a_failure_and_the_timeline_are_on_the_fabrics_clock(tmp_path, no_leftov
     assert "Time dilated 10x" in (out / "summary.md").read_text()
 
 
-def _micro(dilation: int) -> dict:
+def _micro(dilation: str) -> dict:
     r = subprocess.run([HPNLAB, "traffic", "run", "--simai", str(WORKLOADS / "simai_microAllReduce.txt"),
-                        "--dilation", str(dilation), "--json"], capture_output=True, text=True, timeout=900)
+                        "--dilation", dilation, "--json"], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
 
@@ -59,19 +59,16 @@ def _micro(dilation: int) -> dict:
 def test_small_ops_replay_right_with_time_dilated(no_leftovers):
     """SimAI's microAllReduce (16 MB and 64 MB all-reduces: sub-millisecond at 200 Gbit/s, 1.1 ms of compute):
     at D = 1 the emulator's own latency makes it many times its closed form and the verdict says latency-bound;
-    at D = 1000 the small all-reduce runs near its ideal rate and nothing is latency-bound.
-
-    Not asserted yet: the whole iteration within 15% of its closed form. It was (1.11x) in 3 of 8 runs here;
-    in the others the 64 MB all-reduce stalled for ~1 and ~2 s of wall time inside single ring steps (30-70% of
-    ideal) with nothing dropped in the qdiscs: the hosts' TCP timers run on the wall clock, undilated (the next
-    step of issue #27)."""
-    slow = _micro(1)
+    with dilation auto (1,000 here: the 16 MB all-reduce's 0.5 ms against the 23 ms floor of its 6 steps) the
+    iteration is within 20% of its closed form (1.14-1.17x in 6 of 6 runs here), faithful, and no segment was
+    retransmitted (before pure ACKs were matched exactly, 2 runs in 6 had 12-29 spurious ones)."""
+    slow = _micro("1")
     (it,) = slow["iterations"]
     assert it["seconds"] > 3 * it["predicted_s"], it
     assert any(r.startswith("latency-bound") for r in slow["fidelity"]["reasons"]), slow["fidelity"]
-    fast = _micro(1000)
+    fast = _micro("auto")
     (it,) = fast["iterations"]
-    first = fast["ops"][0]  # 119x its ideal time at D = 1
-    assert first["fraction_of_ideal"] >= 0.75 and it["bytes_ok"], first
-    assert it["seconds"] < it["predicted_s"] * 3 < slow["iterations"][0]["seconds"], (it, slow["iterations"])
-    assert not any(r.startswith("latency-bound") for r in fast["fidelity"]["reasons"]), fast["fidelity"]
+    assert fast["dilation"] >= 100 and it["bytes_ok"], (fast["dilation"], it)
+    assert it["seconds"] <= 1.2 * it["predicted_s"], (it, [o["fraction_of_ideal"] for o in fast["ops"]])
+    assert fast["tcp"]["RetransSegs"] == 0 and fast["drops"]["switch"] == 0, (fast["tcp"], fast["drops"])
+    assert fast["fidelity"]["faithful"], fast["fidelity"]
