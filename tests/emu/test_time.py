@@ -4,6 +4,7 @@ time, and the small ops the emulator's own latency swamped replayed right."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,20 @@ def test_small_ops_replay_right_with_time_dilated(no_leftovers):
     assert it["seconds"] <= 1.2 * it["predicted_s"], (it, [o["fraction_of_ideal"] for o in fast["ops"]])
     assert fast["tcp"]["RetransSegs"] == 0 and fast["drops"]["switch"] == 0, (fast["tcp"], fast["drops"])
     assert fast["fidelity"]["faithful"], fast["fidelity"]
+
+
+def test_calibrate_measures_the_emulators_own_time_per_op_and_per_step(tmp_path, no_leftovers):
+    """`hpnlab calibrate --only floor`: a one-step probe and an 8-rank ring (14 steps) of next to no bytes; the
+    floor is the line through them, cached beside (not instead of) a budget."""
+    env = {**os.environ, "HPNLAB_CACHE": str(tmp_path)}
+    r = subprocess.run([HPNLAB, "calibrate", "--only", "floor"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "per-op floor:" in r.stdout, r.stderr[-2000:]
+    (entry,) = json.loads((tmp_path / "calibration.json").read_text()).values()
+    saved = entry["by_hosts"]["8"]
+    floor = saved["floor"]
+    one, ring = floor["points"]
+    assert (one["op"], one["steps"], ring["op"], ring["steps"]) == ("sendrecv", 1, "allreduce", 14)
+    assert 0 < one["q_s"] < ring["q_s"] < 1.0, floor  # a ring's 14 dependent steps take longer than one
+    assert floor["per_step_s"] == pytest.approx((ring["q_s"] - one["q_s"]) / 13, abs=1e-5) and floor["base_s"] >= 0
+    assert "budget_bps" not in saved  # only the floor was measured

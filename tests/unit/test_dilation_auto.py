@@ -89,3 +89,18 @@ def test_time_is_checked_with_the_field_and_the_fix():
     with pytest.raises(Exception, match="dilation"):
         from_dict({**base, "time": {"dilation": "fast"}})
     assert from_dict({**base, "time": {"dilation": "auto", "max_wall_s": 60}}).time.max_wall_s == 60
+
+
+def test_the_floor_is_the_line_through_a_one_step_and_a_ring_probe(monkeypatch):
+    from testbed.experiment import calibration as cal
+
+    probes = {"sendrecv": {"op": "sendrecv", "steps": 1, "q_s": 0.006},
+              "allreduce": {"op": "allreduce", "steps": 14, "q_s": 0.045}}
+    monkeypatch.setattr(cal, "floor_point", lambda hosts, op: probes[op])
+    f = cal.measure_floor(8)
+    assert (f["base_s"], f["per_step_s"]) == (0.003, 0.003)  # 6 ms = 3 + 3 x 1; 45 ms = 3 + 3 x 14
+    probes["sendrecv"]["q_s"] = 0.001  # a lucky one-step probe: the base is not made negative
+    assert cal.measure_floor(8)["base_s"] == 0.0
+    exp = cal.floor_experiment(8, "sendrecv")
+    assert exp["workload"]["collective"]["ranks"] == "h0:0,h4:0"  # across the segments
+    assert cal.floor_experiment(16, "allreduce")["workload"]["collective"]["ranks"].count(":0") == 16
