@@ -157,7 +157,7 @@ class DilationChoice:
         w = self.worst
         head = (f"dilation auto = {self.dilation:,.4g}: the smallest op ({w.label}, {w.steps} steps, ideal "
                 f"{w.ideal_s * 1e6:,.1f} us) needs {min(self.needed, MAX_DILATION):,.0f}x for the emulator's "
-                f"{self.floor.of(w.steps) * 1000:.1f} ms per op to be {LATENCY_SHARE:.0%} of it (floor from "
+                f"{self.floor.of(w.steps) * 1000:.1f} ms per op to be {LATENCY_SHARE:.0%} of it (from "
                 f"{self.floor.source(self.hosts)})")
         cost = f"; {self.virtual_s:.3g} s of the fabric's time will take {self.wall_s:,.0f} s or more of wall time"
         if not self.bound:
