@@ -23,7 +23,7 @@ bytes takes through agents, coordinator and userspace OVS, in wall time; `hpnlab
 this machine, per fabric size) against each op's ideal time in the fabric:
 
     D needed for an op = floor(op's steps) / (LATENCY_SHARE x op's ideal time)
-    D               = the largest over the ops, rounded up to 1, 2, 2.5 or 5 x 10^k,
+    D               = the largest over the ops, rounded up to 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 x 10^k,
                       lowered to what fits the wall-time cap (the fabric's time x D <= max wall)
 """
 
