@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import statistics
 
-from testbed.qos.scale import DEFAULT_FLOOR_S, LATENCY_SHARE, Floor
+from testbed.qos.scale import DEFAULT_FLOOR_S, FINE, LATENCY_SHARE, Floor, nice_ceil
 
 CPU_IDLE_MIN = 0.05
 STEAL_MAX = 0.05
@@ -159,7 +159,7 @@ def _latency(ops: list[dict], reasons: list[str], dilation: float, floor: Floor)
                        f"{ratio:.{0 if ratio >= 10 else 1}f}x ({o['seconds'] * 1000:.2f} ms against "
                        f"{ideal * 1000:.2f} ms; {floor.of(steps) * 1000:.1f} ms of wall time for its {steps} steps, "
                        f"from {floor.source()}): the emulator, not the fabric, may be what is measured; dilate "
-                       f"time (time.dilation >= {floor.dilation_for(ideal, steps):,.0f}, or auto)")
+                       f"time (time.dilation >= {nice_ceil(floor.dilation_for(ideal, steps), FINE):,g}, or auto)")
 
 
 def _too_fast(ops: list[dict], reasons: list[str]) -> None:
