@@ -31,6 +31,7 @@ import yaml
 from controllers.placement import ring_crossings, segments_spanned
 from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
+from testbed.qos.pfc import in_fabric_time
 from testbed.qos.scale import load_budget, load_floor
 from testbed.qos.shaper import ROOT, leaf_handles
 from testbed.system.capabilities import probe
@@ -198,7 +199,7 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
         d["timeline"], d["sampler_error"] = sampler.rows, sampler.error
         d.update(_queue_records(net, counters0))
         rec.watch.network_down(net)
-        d["pfc"] = net.stop_qos(since=t0_mono)
+        d["pfc"] = in_fabric_time(net.stop_qos(since=t0_mono), rec.clock.timebase)
 
 
 def _run_job(job: Job, rp: Replayer, rec: RunRecord) -> None:

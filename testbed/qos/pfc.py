@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from traffic.timebase import Timebase
+
 from .netlink import QdiscDumper, dumper_in
 from .ports import Port
 from .shaper import Shaper, lossless_leaf
@@ -400,6 +402,25 @@ def spread(ordered: list[float], scale: float = 1.0) -> dict[str, float | None]:
 def _most(values: list[float | None]) -> float | None:
     """The largest figure of any agent; None if any agent has none (it never polled: nothing to judge by)."""
     return None if any(v is None for v in values) else max(values)
+
+
+def in_fabric_time(report: dict, timebase: Timebase) -> dict:
+    """The report with the fabric's times under time dilation (traffic/timebase.py): pause durations and the
+    samples' times virtual (the wall's / D); the poll figures stay wall time, the emulator's own, which is what
+    the verdict judges them as."""
+    if report is None or timebase.dilation == 1:
+        return report
+
+    def paused(d: dict) -> dict:
+        return {k: round(timebase.virtual(v), 6) if k == "paused_s" else v for k, v in d.items()}
+
+    return {**report,
+            "clock": {"dilation": timebase.dilation, "virtual": ["paused_s", "samples.t"],
+                      "wall": ["poll_period_ms", "poll_ms", "last_poll_age_ms"]},
+            "by_priority": {p: paused(d) for p, d in report["by_priority"].items()},
+            "pauses_by_tier": {t: paused(d) for t, d in report["pauses_by_tier"].items()},
+            "ports": {k: paused(d) for k, d in report["ports"].items()},
+            "samples": [{**x, "t": round(timebase.virtual(x["t"]), 6)} for x in report["samples"]]}
 
 
 def merge_reports(reports: dict[str, dict]) -> dict:

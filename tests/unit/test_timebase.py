@@ -137,3 +137,20 @@ def test_tcp_counters_are_read_from_the_namespaces_proc_files():
             "Tcp: RtoAlgorithm ActiveOpens RetransSegs\nTcp: 1 4 17\n")
     netstat = "TcpExt: SyncookiesSent TCPTimeouts TCPSpuriousRTOs\nTcpExt: 0 3 1\n"
     assert tcp_counters(snmp, netstat) == {"RetransSegs": 17, "TCPTimeouts": 3, "TCPSpuriousRTOs": 1}
+
+
+def test_pfc_pause_times_are_the_fabrics_and_its_poll_figures_the_emulators():
+    from testbed.qos.pfc import in_fabric_time
+
+    wall = {"by_priority": {"3": {"pause_events": 4, "paused_s": 2.0, "drops": 0}},
+            "pauses_by_tier": {"tor": {"pause_events": 4, "paused_s": 2.0, "ports_paused": 1}},
+            "ports": {"tor-a:1/p3": {"pause_events": 4, "paused_s": 2.0}},
+            "samples": [{"t": 0.0, "backlog": {}, "paused": []}, {"t": 1.5, "backlog": {}, "paused": ["x"]}],
+            "poll_period_ms": {"configured": 5.0, "median": 5.1, "p99": 9.0, "max": 12.0}, "last_poll_age_ms": 3.0}
+    assert in_fabric_time(wall, Timebase(1.0)) is wall
+    v = in_fabric_time(wall, Timebase(100.0))
+    assert v["by_priority"]["3"]["paused_s"] == v["pauses_by_tier"]["tor"]["paused_s"] == 0.02
+    assert v["ports"]["tor-a:1/p3"] == {"pause_events": 4, "paused_s": 0.02}
+    assert [x["t"] for x in v["samples"]] == [0.0, 0.015] and v["samples"][1]["paused"] == ["x"]
+    assert v["poll_period_ms"] == wall["poll_period_ms"] and v["clock"]["dilation"] == 100.0
+    assert wall["ports"]["tor-a:1/p3"]["paused_s"] == 2.0  # the agent's own report is left as it was
