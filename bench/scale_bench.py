@@ -1,12 +1,15 @@
 """Scale benchmark: HPN at 8 to 128 hosts, hpnlab beside Mininet's own API with TCLink on the same graph.
 
     sudo .venv/bin/python -m bench.scale_bench [--hosts 8 16 32 64 128] [--out results/bench/scale.json]
+        [--dilation 1 8] [--allreduce-only]
 
 Per size: start (built, routed, shaped) and teardown time, all-pairs ping time
 and loss, memory per host (MemAvailable before and after start), a ring
 all-reduce on rail 0 at scale auto (busbw as a fraction of ideal, exact bytes,
 fidelity verdict), and the peer baseline: the same hosts, switches and links
-at the same rates started and stopped with Mininet's API and TCLink.
+at the same rates started and stopped with Mininet's API and TCLink. With
+`--dilation D ...`, the all-reduce again at that scale with time dilated D: the
+same bytes at 1/D of the per-port wall-clock load, timed in the fabric's time.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from pathlib import Path
 
 from testbed.experiment.calibration import hpn_params
+from testbed.experiment.fidelity import line as fidelity_line
 from testbed.experiment.runner import run_one
 from testbed.experiment.spec import from_dict
 from testbed.net.network import Network
@@ -85,13 +89,18 @@ def mininet_lifecycle(hosts: int) -> dict:
     return {"up_s": round(up, 2), "down_s": round(time.monotonic() - t1, 2)}
 
 
-def allreduce(hosts: int, iters: int) -> dict:
+def allreduce(hosts: int, iters: int, dilation: float = 1.0, scale: float | str = "auto") -> dict:
+    """The ring all-reduce through the runner. With time dilated D, a fixed scale puts 1/D of the per-port
+    wall-clock load on the machine (scale auto would fill the budget again with D times the bytes)."""
     exp = from_dict({"name": f"scale-{hosts}", "topology": {"name": "hpn", "params": hpn_params(hosts)},
-                     "routing": "precise", "qos": {"scale": "auto"}, "step_timeout_s": 300,
+                     "routing": "precise", "qos": {"scale": scale}, "time": {"dilation": dilation},
+                     "step_timeout_s": 300,
                      "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0",
                                                  "iters": iters}}})
+    t0 = time.monotonic()
     rec = run_one(f"{hosts}", exp, Path.cwd(), None, 0)
-    return {"scale": rec["scale"], "scale_auto": rec["scale_auto"],
+    return {"scale": rec["scale"], "scale_auto": rec["scale_auto"], "dilation": rec["dilation"],
+            "traffic_s": rec["traffic_s"], "run_wall_s": round(time.monotonic() - t0, 1),
             "fraction_of_ideal": [round(o["fraction_of_ideal"], 4) for o in rec["ops"]],
             "bytes_ok": rec["fidelity"]["bytes_ok"], "faithful": rec["fidelity"]["faithful"],
             "fidelity": rec["fidelity"], "halted": rec["halted"]}
@@ -103,22 +112,31 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--no-mininet", action="store_true", help="Skip the Mininet + TCLink baseline.")
     ap.add_argument("--out", default="results/bench/scale.json")
+    ap.add_argument("--dilation", type=float, nargs="+", default=[1.0],
+                    help="Also run the all-reduce with time dilated by each D at the scale D = 1 chose (1/D of "
+                         "the per-port wall-clock load).")
+    ap.add_argument("--allreduce-only", action="store_true", help="Skip the start/stop and pingall figures.")
     a = ap.parse_args()
     exit_cleanly_on_signals()  # SIGTERM unwinds through each network's stop(), as Ctrl-C does
     rows = []
     for n in a.hosts:
-        row = {"hosts": n, "hpnlab": hpnlab_lifecycle(n)}
-        if not a.no_mininet:
+        row = {"hosts": n} if a.allreduce_only else {"hosts": n, "hpnlab": hpnlab_lifecycle(n)}
+        if not (a.no_mininet or a.allreduce_only):
             row["mininet_tclink"] = mininet_lifecycle(n)
         row["allreduce"] = allreduce(n, a.iters)
+        row["dilated"] = [allreduce(n, a.iters, d, row["allreduce"]["scale"]) for d in a.dilation if d != 1]
         rows.append(row)
-        h, ar = row["hpnlab"], row["allreduce"]
-        mn = row.get("mininet_tclink", {})
-        print(f"{n:4} hosts {h['switches']:3} sw {h['links']:4} links | up {h['up_s']:6.1f} s down {h['down_s']:5.1f} s"
-              f" | Mininet+TCLink up {mn.get('up_s', '-')} down {mn.get('down_s', '-')} | pingall "
-              f"{h['ping_received']}/{h['ping_sent']} in {h['pingall_s']} s | {h['mem_per_host_mb']} MB/host | "
-              f"all-reduce 1/{ar['scale']:,.0f}: {ar['fraction_of_ideal']} bytes ok {ar['bytes_ok']} "
-              f"faithful {ar['faithful']}", flush=True)
+        if "hpnlab" in row:
+            h, mn = row["hpnlab"], row.get("mininet_tclink", {})
+            print(f"{n:4} hosts {h['switches']:3} sw {h['links']:4} links | up {h['up_s']:6.1f} s down "
+                  f"{h['down_s']:5.1f} s | Mininet+TCLink up {mn.get('up_s', '-')} down {mn.get('down_s', '-')} | "
+                  f"pingall {h['ping_received']}/{h['ping_sent']} in {h['pingall_s']} s | {h['mem_per_host_mb']} "
+                  "MB/host", flush=True)
+        for ar in [row["allreduce"], *row["dilated"]]:
+            span = ar["traffic_s"]
+            print(f"{n:4} hosts all-reduce 1/{ar['scale']:,.0f}, D = {ar['dilation']:g}: {ar['fraction_of_ideal']} "
+                  f"of ideal, bytes ok {ar['bytes_ok']}, {span['virtual']:.2f} s virtual in {span['wall']:.1f} s "
+                  f"wall, {fidelity_line(ar['fidelity'])}", flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1))
 
