@@ -100,7 +100,8 @@ def allreduce(hosts: int, iters: int, dilation: float = 1.0, scale: float | str 
     t0 = time.monotonic()
     rec = run_one(f"{hosts}", exp, Path.cwd(), None, 0)
     return {"scale": rec["scale"], "scale_auto": rec["scale_auto"], "dilation": rec["dilation"],
-            "traffic_s": rec["traffic_s"], "run_wall_s": round(time.monotonic() - t0, 1),
+            "traffic_s": rec["traffic_s"], "run_wall_s": round(time.monotonic() - t0, 1), "tcp": rec["tcp"],
+            "drops": rec["drops"],
             "fraction_of_ideal": [round(o["fraction_of_ideal"], 4) for o in rec["ops"]],
             "bytes_ok": rec["fidelity"]["bytes_ok"], "faithful": rec["fidelity"]["faithful"],
             "fidelity": rec["fidelity"], "halted": rec["halted"]}

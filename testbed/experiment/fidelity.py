@@ -25,8 +25,8 @@ software. A run is marked unfaithful, with the reason, when
   emulator's, not the fabric's (a 16-GPU SimAI file replayed 46x its closed form with the CPU idle). Both are
   compared in wall time (the ideal x the time dilation D, traffic/timebase.py): dilating time is what makes
   the floor small against an op. An op that kept to its ideal time shows the floor did not matter to it;
-- TCP retransmitted with nothing dropped by the shapers and no link failed: the loss was the emulator's
-  (measured under time dilation: 5-48 segments in runs at 36-92% of ideal; none at D = 1 in the same runs);
+- TCP lost or reordered segments with nothing dropped by the shapers and no link failed: retransmissions no
+  DSACK showed spurious, and the reorderings TCP saw, were the emulator's (runner._lost_in_emulator);
 - faster than the fabric allows: an op above FASTER_MAX of its ideal rate was a few packets the link shapers'
   burst let through at once (small ops at a large scale, as a large D makes them), not an emulated transfer.
 
@@ -86,8 +86,8 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
         elif lossless_drops:
             reasons.append(f"{lossless_drops} drops in the lossless class with PFC on")
     if lost_in_emulator:
-        reasons.append(f"{lost_in_emulator} TCP segments retransmitted with no drop in any shaper and no link "
-                       "failure: packets were lost or reordered inside the emulator, and the ops waited for them")
+        reasons.append(f"{lost_in_emulator} TCP segments lost or reordered with no drop in any shaper and no "
+                       "link failure: inside the emulator, and the ops waited for them")
     _latency(ops, reasons, dilation, floor or Floor(*DEFAULT_FLOOR_S))
     _too_fast(ops, reasons)
     out["cpu_bound"] = bool(idle) and min(idle) < CPU_IDLE_MIN

@@ -254,12 +254,17 @@ def _fidelity(p: Plan, d: dict) -> dict:
 
 
 def _lost_in_emulator(d: dict) -> int:
-    """TCP segments retransmitted in a run where no shaper dropped anything and no link went down: lost (or
-    reordered) somewhere the fabric being emulated would not lose them."""
+    """In a run where no shaper dropped anything and no link went down: TCP segments retransmitted that no
+    DSACK showed were spurious (lost somewhere the fabric being emulated would not lose them), and the
+    reorderings TCP saw (the emulator's: in 2 of 6 dilated runs small data segments overtook queued ones and
+    were taken for loss). A retransmission the receiver answered with a DSACK was not needed and cost no wait:
+    at 64 hosts and D = 8, 190 tail-loss probes fired at the end of paused bursts, every one DSACKed."""
     dropped = d["drops"]["unread"] or any(d["drops"][k] for k in ("high", "lossless", "default"))
     if not d.get("tcp") or dropped or d["failures"]:
         return 0
-    return d["tcp"]["RetransSegs"]
+    tcp = d["tcp"]
+    unexplained = max(0, tcp["RetransSegs"] - tcp.get("TCPDSACKRecv", 0))
+    return unexplained + tcp.get("TCPSACKReorder", 0) + tcp.get("TCPTSReorder", 0)
 
 
 def _job_record(job: Job, topo: Topology) -> dict:
