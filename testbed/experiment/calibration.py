@@ -150,7 +150,9 @@ def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Call
         result |= sweep(hosts, seconds, progress, scales)
     if floor:
         result["floor"] = measure_floor(hosts)
-    keep = {k: v for k, v in result.items() if v is not None}
+    # a sweep that found nothing faithful keeps the cached budget and the points it was measured with
+    keep = {k: v for k, v in result.items() if result.get("budget_bps") is not None or k not in ("budget_bps",
+                                                                                                "points")}
     if save and ("budget_bps" in keep or "floor" in keep):
         result["cache"] = str(save_budget(keep, hosts=hosts))
     return result

@@ -60,7 +60,7 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
     sampler_error: why the sampler stopped early, if it did; ops: the run's op records (seconds and
     fraction_of_ideal, in the fabric's time), read for latency-bound ops; dilation: the run's time dilation
     (an op's wall time is that many times its virtual time: the emulator's own latency is wall time);
-    lost_in_emulator: TCP segments the hosts retransmitted in a run where no shaper dropped and no link failed;
+    lost_in_emulator: TCP segments lost or reordered inside the emulator (runner._lost_in_emulator);
     floor: the emulator's per-op latency on this machine (default: the development machine's)."""
     idle = [r["cpu_idle"] for r in timeline]
     steal = [r.get("steal", 0.0) for r in timeline]

@@ -208,13 +208,13 @@ def _real_jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
     return jobs(exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})}), base, topo)
 
 
-def resolve_time(exp: Experiment, base: Path, topo: Topology, channels: int) -> tuple[Experiment,
-                                                                                      DilationChoice | None]:
+def resolve_time(exp: Experiment, real: list[Job], topo: Topology, channels: int) -> tuple[Experiment,
+                                                                                           DilationChoice | None]:
     """The experiment with a numeric dilation: `auto` becomes the least that makes this machine's per-op floor
-    small against every op it replays, within the wall-time cap (testbed/qos/scale.py)."""
+    small against every op of its jobs at real size (`real`) it replays, within the wall-time cap
+    (testbed/qos/scale.py)."""
     if exp.time.dilation != "auto":
         return exp, None
-    real = _real_jobs(exp, base, topo)
     ops = [OpTime(f"{o.label or sched.op} of {o.size:,} B", ideal_s(sched, topo, channels), len(sched.steps))
            for j in real for o, sched in j.items if sched is not None]
     if not ops:
@@ -242,17 +242,23 @@ class Auto:
 
 
 def resolve_auto(exp: Experiment, base: Path, topo: Topology) -> tuple[Experiment, Auto]:
-    """The experiment with numbers for `auto`: the dilation first (the scale that fits depends on it)."""
-    exp, dilation = resolve_time(exp, base, topo, channels_of(exp, topo))
-    exp, scale = resolve_scale(exp, base, topo)
+    """The experiment with numbers for `auto`: the dilation first (the scale that fits depends on it), both
+    from the jobs at real size, read and scheduled once."""
+    if exp.time.dilation != "auto" and exp.qos.scale != "auto":
+        return exp, Auto()
+    real = _real_jobs(exp, base, topo)
+    exp, dilation = resolve_time(exp, real, topo, channels_of(exp, topo))
+    exp, scale = resolve_scale(exp, base, topo, real)
     return exp, Auto(scale, dilation)
 
 
-def resolve_scale(exp: Experiment, base: Path, topo: Topology) -> tuple[Experiment, ScaleChoice | None]:
+def resolve_scale(exp: Experiment, base: Path, topo: Topology,
+                  real: list[Job] | None = None) -> tuple[Experiment, ScaleChoice | None]:
     """The experiment with a numeric scale: `auto` becomes the scale that fits its workload's offered load
-    (`offered`) into this machine's budget (testbed/qos/scale.py), at its (numeric) dilation."""
+    (`offered`) into this machine's budget (testbed/qos/scale.py), at its (numeric) dilation. `real`: its
+    jobs at real size, if already made."""
     if exp.qos.scale != "auto":
         return exp, None
-    choice = choose_scale(offered(_real_jobs(exp, base, topo), topo), hosts=len(topo.hosts),
+    choice = choose_scale(offered(real or _real_jobs(exp, base, topo), topo), hosts=len(topo.hosts),
                           dilation=exp.time.dilation)
     return exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": choice.scale})}), choice

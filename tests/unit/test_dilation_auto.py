@@ -104,3 +104,17 @@ def test_the_floor_is_the_line_through_a_one_step_and_a_ring_probe(monkeypatch):
     exp = cal.floor_experiment(8, "sendrecv")
     assert exp["workload"]["collective"]["ranks"] == "h0:0,h4:0"  # across the segments
     assert cal.floor_experiment(16, "allreduce")["workload"]["collective"]["ranks"].count(":0") == 16
+
+
+def test_a_sweep_that_found_nothing_keeps_the_cached_budget_and_its_points(monkeypatch, tmp_path):
+    from testbed.experiment import calibration as cal
+
+    monkeypatch.setattr(sc, "CACHE", tmp_path / "calibration.json")
+    sc.save_budget({"budget_bps": 1.6e8, "points": [{"scale": 20_000}]}, hosts=8)
+    monkeypatch.setattr(cal, "sweep", lambda *a: {"budget_bps": None, "points": [{"scale": 80_000}]})
+    monkeypatch.setattr(cal, "measure_floor", lambda hosts: {"base_s": 0.004, "per_step_s": 0.003})
+    r = cal.calibrate(hosts=8)
+    assert r["budget_bps"] is None and r["points"] == [{"scale": 80_000}]  # what was measured is shown
+    saved = json.loads(sc.CACHE.read_text())[sc.machine_key()]["by_hosts"]["8"]
+    assert saved["budget_bps"] == 1.6e8 and saved["points"] == [{"scale": 20_000}]
+    assert sc.load_floor(hosts=8) == Floor(0.004, 0.003, True, 8)
