@@ -22,13 +22,13 @@ from pathlib import Path
 
 import yaml
 
+from bench.readme import replace_block
 from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.results import cluster_summary
 from testbed.net.balance import cross_segment_bytes, describe, links_used, nic_balance, ratio_text
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "experiments" / "README.md"
-START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def _runs(data: dict, variant: str) -> list[dict]:
@@ -195,8 +195,7 @@ def main() -> None:
     block = tables(outdirs, files, a.quick)
     print(block)
     if not a.quick and not a.only:  # smoke or partial runs print, never replace the committed tables
-        text = README.read_text()
-        README.write_text(text[:text.index(START)] + f"{START}\n{block}\n{END}" + text[text.index(END) + len(END):])
+        replace_block(README, "experiments", block)
 
 
 if __name__ == "__main__":

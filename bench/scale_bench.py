@@ -1,7 +1,7 @@
 """Scale benchmark: HPN at 8 to 128 hosts, hpnlab beside Mininet's own API with TCLink on the same graph.
 
     sudo .venv/bin/python -m bench.scale_bench [--hosts 8 16 32 64 128] [--out results/bench/scale.json]
-        [--dilation 1 8] [--allreduce-only]
+        [--dilation 1 8] [--allreduce-only] [--from results/bench/scale.json]
 
 Per size: start (built, routed, shaped) and teardown time, all-pairs ping time
 and loss, memory per host (MemAvailable before and after start), a ring
@@ -10,6 +10,8 @@ fidelity verdict), and the peer baseline: the same hosts, switches and links
 at the same rates started and stopped with Mininet's API and TCLink. With
 `--dilation D ...`, the all-reduce again at that scale with time dilated D: the
 same bytes at 1/D of the per-port wall-clock load, timed in the fabric's time.
+A run over the default sizes writes README's scale table (between its markers); `--from FILE` writes it
+from a saved run without running anything.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import json
 import time
 from pathlib import Path
 
+from bench.readme import ROOT, replace_block, table
 from testbed.experiment.calibration import hpn_params
 from testbed.experiment.fidelity import line as fidelity_line
+from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.runner import run_one
 from testbed.experiment.spec import from_dict
 from testbed.net.network import Network
@@ -107,9 +111,49 @@ def allreduce(hosts: int, iters: int, dilation: float = 1.0, scale: float | str 
             "fidelity": rec["fidelity"], "halted": rec["halted"]}
 
 
+DEFAULT_HOSTS = [8, 16, 32, 64, 128]
+
+
+def _verdict(fidelity: dict) -> str:
+    said = status(fidelity)
+    if said == "faithful":
+        return "faithful" + (f" (CPU idle >= {fidelity['cpu_idle_min']:.0%})" if fidelity["cpu_idle_min"] is not None
+                             else "")
+    return f"{'NOT faithful' if said != 'unknown' else 'unknown'}: " + "; ".join(reasons(fidelity))[:160]
+
+
+def _allreduce_cells(ar: dict) -> list[str]:
+    span = ar["traffic_s"]
+    return [f"1/{ar['scale']:,.0f}, D = {ar['dilation']:g}",
+            ", ".join(f"{f:.1%}" for f in ar["fraction_of_ideal"]) + ("" if ar["bytes_ok"] else " (bytes NOT exact)"),
+            f"{span['virtual']:.2f} s in {span['wall']:.1f} s", _verdict(ar["fidelity"])]
+
+
+def _beside(ours: float, theirs: float) -> str:
+    return f"{ours:.1f} / {theirs:.1f} s ({ours / theirs:.2f}x)" if theirs else f"{ours:.1f} s"
+
+
+def scale_table(rows: list[dict]) -> str:
+    """README's table: start, stop, pingall and memory per size, then its all-reduce(s), one line per D."""
+    out = []
+    for row in rows:
+        h, mn = row.get("hpnlab"), row.get("mininet_tclink") or {}
+        if h:
+            life = [f"{row['hosts']} / {h['switches']} / {h['links']}", _beside(h["up_s"], mn.get("up_s", 0)),
+                    _beside(h["down_s"], mn.get("down_s", 0)),
+                    f"{h['ping_received']:,}/{h['ping_sent']:,} in {h['pingall_s']} s", f"{h['mem_per_host_mb']} MB"]
+        else:
+            life = [str(row["hosts"]), "-", "-", "-", "-"]
+        for i, ar in enumerate([row["allreduce"], *row.get("dilated", [])]):
+            out.append((life if i == 0 else [f"{row['hosts']}, same", "", "", "", ""]) + _allreduce_cells(ar))
+    return table(["hosts / switches / links", "up: hpnlab / Mininet+TCLink", "teardown: hpnlab / Mininet",
+                  "pingall (all NIC pairs)", "memory per host", "all-reduce: scale, dilation",
+                  "busbw of ideal (2 iterations)", "virtual in wall", "verdict"], out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--hosts", type=int, nargs="+", default=[8, 16, 32, 64, 128])
+    ap.add_argument("--hosts", type=int, nargs="+", default=DEFAULT_HOSTS)
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--no-mininet", action="store_true", help="Skip the Mininet + TCLink baseline.")
     ap.add_argument("--out", default="results/bench/scale.json")
@@ -117,7 +161,11 @@ def main() -> None:
                     help="Also run the all-reduce with time dilated by each D at the scale D = 1 chose (1/D of "
                          "the per-port wall-clock load).")
     ap.add_argument("--allreduce-only", action="store_true", help="Skip the start/stop and pingall figures.")
+    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
     a = ap.parse_args()
+    if a.saved:
+        replace_block(ROOT / "README.md", "scale", scale_table(json.loads(a.saved.read_text())["rows"]))
+        return
     exit_cleanly_on_signals()  # SIGTERM unwinds through each network's stop(), as Ctrl-C does
     rows = []
     for n in a.hosts:
@@ -140,6 +188,9 @@ def main() -> None:
                   f"wall, {fidelity_line(ar['fidelity'])}", flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1))
+    print(scale_table(rows))
+    if a.hosts == DEFAULT_HOSTS and not a.allreduce_only:  # a partial run prints, never replaces the table
+        replace_block(ROOT / "README.md", "scale", scale_table(rows))
 
 
 if __name__ == "__main__":

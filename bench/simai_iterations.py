@@ -1,13 +1,16 @@
 """Every SimAI file the importer takes, replayed with its compute alone on the default HPN, against the closed form.
 
     sudo .venv/bin/python -m bench.simai_iterations [--rows N] [--files A.txt B.txt] [--out FILE]
+        [--dilation auto|D] [--max-wall S]
 
-Each file runs as a one-job experiment through the runner (routing precise, scale auto, one iteration after a
-warm-up iteration) and prints the measured iteration time, the prediction (compute in SimAI's order plus each
-network op at the fabric's ideal rate, traffic/iteration.py) and their ratio, with the number of network ops
-and the mean time an op spends beyond its closed form (the per-op cost of coordinating a replay). `--rows N`
-keeps the first N layer rows of each file (the GPT-13B and DeepSeek files have thousands of ops).
+Each file runs as a one-job experiment through the runner (routing precise, scale auto, time dilation auto
+unless given, one iteration after a warm-up iteration) and prints the measured iteration time, the
+prediction (compute in SimAI's order plus each network op at the fabric's ideal rate, traffic/iteration.py)
+and their ratio, with the number of network ops and the mean time an op spends beyond its closed form (the
+emulator's own cost per op). `--rows N` keeps the first N layer rows of each file (the GPT-13B and DeepSeek
+files have thousands of ops).
 Files without compute (GPT-7B) are listed as such: their iteration is communication only.
+A run of every file in full writes README's SimAI table (between its markers).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from bench.readme import replace_block, table
+from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.runner import run
 from testbed.experiment.spec import from_dict
 from traffic.workload import load_simai
@@ -34,14 +39,15 @@ def first_rows(src: Path, dst: Path, rows: int | None) -> None:
     dst.write_text("\n".join([lines[0], str(len(body)), *body]) + "\n")
 
 
-def measure(path: Path, rows: int | None) -> dict:
+def measure(path: Path, rows: int | None, dilation: float | str = "auto", max_wall: float | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / path.name
         first_rows(path, copy, rows)
         w = load_simai(copy)
         if w.compute_s == 0:
             return {"file": path.name, "compute_s": 0.0, "note": "no compute in the file"}
-        exp = from_dict({"name": "simai-bench", "routing": "precise",
+        time_spec = {"dilation": dilation, **({"max_wall_s": max_wall} if max_wall else {})}
+        exp = from_dict({"name": "simai-bench", "routing": "precise", "time": time_spec,
                          "workload": {"simai": copy.name, "iterations": 2}})
         out = run(exp, base=Path(tmp), results=Path(tmp) / "results")
         rec = json.loads((out / "results.json").read_text())["runs"][0]
@@ -58,7 +64,25 @@ def measure(path: Path, rows: int | None) -> dict:
             "mean_op_beyond_ideal_ms": round(1000 * statistics.mean(o["seconds"] - i for o, i in zip(ops, ideal,
                                                                                                     strict=True)), 1)
             if ops else None,
-            "bytes_ok": last["bytes_ok"], "faithful": rec["fidelity"]["faithful"]}
+            "bytes_ok": last["bytes_ok"], "dilation": rec["dilation"], "traffic_s": rec["traffic_s"], "tcp": rec["tcp"],
+            "verdict": status(rec["fidelity"]), "reasons": reasons(rec["fidelity"]),
+            "faithful": rec["fidelity"]["faithful"]}
+
+
+def simai_table(rows: list[dict]) -> str:
+    """README's table: per file its iteration measured against the closed form, with the dilation and the wall
+    time the two iterations (warm-up and measured) took."""
+    out = []
+    for r in rows:
+        if "seconds" not in r:
+            out.append([r["file"], "-", "none", "-", "-", "-", "-", "-", r.get("note", "")])
+            continue
+        said = r["verdict"] + (": " + "; ".join(r["reasons"])[:140] if r["reasons"] else "")
+        out.append([r["file"] + (f" (first {r['rows']} rows)" if r["rows"] else ""), f"{r['network_ops']:,}",
+                    f"{r['compute_s']:.3g} s", f"{r['dilation']:g}", f"{r['seconds']:.4g} s",
+                    f"{r['predicted_s']:.4g} s", f"{r['ratio']:.2f}", f"{r['traffic_s']['wall']:.0f} s", said])
+    return table(["file", "network ops", "compute", "dilation", "measured", "predicted", "ratio",
+                  "wall (2 iterations)", "verdict"], out)
 
 
 def main() -> None:
@@ -66,15 +90,25 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=None, help="first N layer rows of each file")
     ap.add_argument("--files", nargs="*", default=None, help="file names (default: every SimAI file here)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "simai_iterations.json")
+    ap.add_argument("--dilation", default="auto", help="time dilation D, or auto (default)")
+    ap.add_argument("--max-wall", type=float, default=None, help="cap on the wall time auto may choose for")
+    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
     a = ap.parse_args()
+    if a.saved:
+        replace_block(ROOT / "README.md", "simai", simai_table(json.loads(a.saved.read_text())))
+        return
+    dilation = a.dilation if a.dilation == "auto" else float(a.dilation)
     files = [f for f in FILES if a.files is None or f.name in a.files]
     rows = []
     for f in files:
-        r = measure(f, a.rows)
+        r = measure(f, a.rows, dilation, a.max_wall)
         rows.append(r)
-        print(json.dumps(r))
+        print(json.dumps(r), flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(rows, indent=1))
+    print(simai_table(rows))
+    if a.files is None:  # every file: the table in README (a partial run prints only)
+        replace_block(ROOT / "README.md", "simai", simai_table(rows))
 
 
 if __name__ == "__main__":

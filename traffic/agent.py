@@ -5,6 +5,11 @@
 Reads JSON commands, one per line:
     {"cmd": "plan", "flows": [{"id": ..., "dst": ..., "port": ..., "bytes": ..., "sport": ..., "tos": ...,
                                "after": ["1.0.3.0.0", ...]}, ...]}
+    {"cmd": "program", "programs": [{"rank": "h0:0", "tail": s,
+                                     "stages": [{"op": k, "compute": s, "overlap": b, "flows": [...],
+                                                 "expect": [id, ...]}, ...]}, ...]}
+    {"cmd": "go", "at": t}
+    {"cmd": "skip", "skipped": s}     (the run's clock now runs s wall seconds ahead of the machine's)
     {"cmd": "quit"}
 and writes JSON events, one per line:
     {"event": "ready", "port": 9000}
@@ -12,6 +17,9 @@ and writes JSON events, one per line:
                                    "five_tuple": [...]},
                                   {"event": "recv", "id": ..., "bytes": ..., "start": t, "end": t}, ...]}
     {"event": "error", "id": ..., "error": "..."}
+    {"event": "loaded", "ranks": n}                                    (a `program` read)
+    {"event": "program", "rank": "h0:0", "released": {k: t}, "end": t}  (a rank's iteration done)
+    {"event": "computing", "rank": "h0:0", "until": t}   (computing, nothing of its own in flight)
     {"event": "tcp", "counters": {"RetransSegs": n, "TCPTimeouts": n, ...}}   (at quit: this host's TCP)
 
 A sender keeps one connection per (destination, port, source port) and reuses
@@ -25,13 +33,21 @@ has them all.
 A `plan` is this rank's whole part of a collective (traffic/plan.py): its
 flows run per lane (a thread each, so lanes run concurrently), in the given
 order, each as soon as every flow in its `after` list has been received here,
-with no word from the coordinator in between (no barrier per step). A flow
-with `compute_until` (wall time) waits until then too: the rank's compute
-before the op, as a timed wait. A lane is
+with no word from the coordinator in between (no barrier per step). A lane is
 one connection (`sport`), or, when a flow lists `sports` (several connections
 to the same peer) and its `lane`, the flow goes on whichever of those
 connections has the fewest bytes outstanding (sent or queued, not yet
 acknowledged) when it is ready: HPN's connection choice at the host.
+
+A `program` is a rank's whole training iteration (traffic/program.py): per op it takes part in, the compute
+before it (wall seconds), its flows and the ids it receives. From `go`'s time on, a thread per rank computes
+(a timed wait), releases the op's flows as a plan, and starts its next op once its own part of this one is done
+(its flows acknowledged, its receipts arrived), as NCCL's stream does: no word from the coordinator between
+ops. It reports when it released each op and when it ended.
+
+Every time here is the run's clock (`_now`): the machine's plus what the run skipped (traffic/skip.py). A rank
+that starts a compute wait with nothing of its own in flight says until when; if every rank does, the run
+jumps its clock (`skip`) and the waits end that much sooner.
 """
 
 from __future__ import annotations
@@ -49,8 +65,33 @@ HEADER = struct.Struct("!16sQ")  # flow id, bytes
 CHUNK = 256 * 1024
 _PAYLOAD = memoryview(bytes(CHUNK))
 _out_lock = threading.Lock()
-_arrived: set[str] = set()  # flow ids received here: what planned flows wait for
-_arrived_cv = threading.Condition()
+_arrived: dict[str, float] = {}  # flow id -> when its last byte was received here: what planned flows wait for
+_acked: dict[str, float] = {}  # flow id sent from here -> when its receiver acknowledged it
+_failed: set[str] = set()  # flow ids sent from here that failed: a program waiting on one ends
+_arrived_cv = threading.Condition()  # guards the three above
+_loaded: list[dict] = []  # programs read, waiting for `go`
+_skipped = 0.0  # wall seconds the run's clock is ahead of the machine's (traffic/skip.py)
+_clock_cv = threading.Condition()  # a skip wakes the compute waits
+REPORT_COMPUTE_S = 0.002  # a compute wait shorter than this is not worth a `computing` report
+
+
+def _now() -> float:
+    """The run's clock (epoch seconds): the machine's plus what was skipped."""
+    return time.time() + _skipped
+
+
+def _sleep_until(t: float) -> None:
+    """Until the run's clock reaches t; a skip brings it sooner."""
+    with _clock_cv:
+        while (left := t - _now()) > 0:
+            _clock_cv.wait(left)
+
+
+def _skip(total: float) -> None:
+    global _skipped
+    with _clock_cv:
+        _skipped = total
+        _clock_cv.notify_all()
 
 
 _batch: list[dict] = []
@@ -114,6 +155,9 @@ def serve(port: int, tos: int = 0) -> None:
 def _receive(conn: socket.socket) -> None:
     fid = "?"
     buf = bytearray(CHUNK)
+    # The one-byte acknowledgement goes out at once: under Nagle it waited for the sender's delayed ACK of the
+    # one before (40 ms), and a rank's next op waits for it (measured: 38-45 ms of wall time per op)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         with conn:
             while True:
@@ -123,18 +167,18 @@ def _receive(conn: socket.socket) -> None:
                     return  # the sender closed between flows
                 raw_id, total = HEADER.unpack(head)
                 fid = raw_id.rstrip(b"\0").decode()
-                start = time.time()
+                start = _now()
                 got = 0
                 while got < total:
                     n = conn.recv_into(buf, min(CHUNK, total - got))
                     if not n:
                         raise ConnectionError(f"peer closed after {got} of {total} bytes")
                     got += n
-                end = time.time()
+                end = _now()
                 conn.sendall(b"\1")  # the sender's completion is the receiver's, not its own send buffer's
                 report({"event": "recv", "id": fid, "bytes": got, "start": start, "end": end})
                 with _arrived_cv:
-                    _arrived.add(fid)
+                    _arrived[fid] = end
                     _arrived_cv.notify_all()
     except OSError as exc:
         emit({"event": "error", "id": fid, "error": f"receive: {exc}"})
@@ -163,11 +207,15 @@ class _Connection:
                 except OSError as exc:
                     broken = exc
             if broken is not None:
-                emit({"event": "error", "id": fid, "error": f"send: {broken}"})
+                _send_failed(fid, f"send: {broken}")
                 continue
             with _conns_lock:
                 self.outstanding -= total
-            report({"event": "sent", "id": fid, "bytes": total, "start": start, "end": time.time(),
+            end = _now()
+            with _arrived_cv:
+                _acked[fid] = end
+                _arrived_cv.notify_all()
+            report({"event": "sent", "id": fid, "bytes": total, "start": start, "end": end,
                     "new_connection": new, "five_tuple": five})
 
 
@@ -206,7 +254,7 @@ def _least_outstanding(cmd: dict) -> tuple[_Connection, bool]:
 def _send(cmd: dict) -> None:
     fid = cmd["id"]
     try:
-        start = time.time()
+        start = _now()
         if cmd.get("sports"):
             c, new = _least_outstanding(cmd)
         else:
@@ -223,18 +271,22 @@ def _send(cmd: dict) -> None:
                 left -= c.sock.send(_PAYLOAD[: min(CHUNK, left)])
             c.acks.put((fid, total, start, new, ["tcp", local[0], local[1], cmd["dst"], int(cmd["port"])]))
     except OSError as exc:
-        emit({"event": "error", "id": fid, "error": f"send: {exc}"})
+        _send_failed(fid, f"send: {exc}")
+
+
+def _send_failed(fid: str, error: str) -> None:
+    with _arrived_cv:
+        _failed.add(fid)
+        _arrived_cv.notify_all()
+    emit({"event": "error", "id": fid, "error": error})
 
 
 def _run_connection(flows: list[dict]) -> None:
-    """One connection's planned flows, in order, each once what it depends on has arrived here (and, for a
-    rank's first flows of an op, once its compute is done: a timed wait, the GPU being busy)."""
+    """One connection's planned flows, in order, each once what it depends on has arrived here."""
     for cmd in flows:
         after = cmd.get("after") or ()
         with _arrived_cv:
-            _arrived_cv.wait_for(lambda after=after: _arrived.issuperset(after))
-        if cmd.get("compute_until"):
-            time.sleep(max(0.0, float(cmd["compute_until"]) - time.time()))
+            _arrived_cv.wait_for(lambda after=after: all(a in _arrived for a in after))
         _send(cmd)
 
 
@@ -245,6 +297,74 @@ def plan(cmd: dict) -> None:
         queues.setdefault((f["dst"], int(f["port"]), lane, int(f.get("tos") or 0)), []).append(f)
     for flows in queues.values():
         threading.Thread(target=_run_connection, args=(flows,), daemon=True).start()
+
+
+class _Failed(Exception):
+    pass
+
+
+def _own_part_done(stage: dict, released: float) -> float:
+    """Wait until this rank's part of an op is done: its flows acknowledged, its receipts arrived; when that
+    was (the last of those times, not this thread's wake-up; not before the rank released the op). Each
+    wake-up looks at the lists from their end (the last pieces arrive last), so an op of n pieces costs O(n)
+    checks, not one scan per arrival."""
+    sends, expects = [f["id"] for f in stage["flows"]], list(stage["expect"])
+    mine = set(sends)
+    last = [released]
+
+    def done() -> bool:
+        if _failed and not _failed.isdisjoint(mine):
+            return True
+        for left, times in ((sends, _acked), (expects, _arrived)):
+            while left and left[-1] in times:
+                last[0] = max(last[0], times[left.pop()])
+        return not sends and not expects
+
+    with _arrived_cv:
+        _arrived_cv.wait_for(done)
+        if _failed and not _failed.isdisjoint(mine):
+            raise _Failed(f"op {stage['op']}: a flow failed")
+    return last[0]
+
+
+def _run_program(prog: dict, t0: float) -> None:
+    """One rank's iteration from wall time t0 (traffic/program.py has the rules)."""
+    gpu = net = t0
+    released: dict[int, float] = {}
+    pending = None  # an overlapping op still running
+    try:
+        for st in prog["stages"]:
+            gpu += float(st["compute"])
+            if pending is not None:  # one stream: an op starts after the one before it
+                net, pending = _own_part_done(pending, released[pending["op"]]), None
+            _compute_until(prog["rank"], max(gpu, net))
+            released[st["op"]] = _now()
+            plan({"flows": st["flows"]})
+            if st["overlap"]:
+                pending = st
+            else:
+                gpu = net = _own_part_done(st, released[st["op"]])
+        if pending is not None:
+            net = _own_part_done(pending, released[pending["op"]])
+        gpu += float(prog["tail"])
+        _compute_until(prog["rank"], gpu)  # trailing compute: nothing to send
+        emit({"event": "program", "rank": prog["rank"], "released": released, "end": max(gpu, net)})
+    except _Failed as exc:
+        emit({"event": "program", "rank": prog["rank"], "error": str(exc)})
+
+
+def _compute_until(rank: str, t: float) -> None:
+    """The rank computes until t with nothing of its own in flight: said (compute skipping), then waited."""
+    if t - _now() > REPORT_COMPUTE_S:
+        emit({"event": "computing", "rank": rank, "until": t})
+    _sleep_until(t)
+
+
+def go(at: float) -> None:
+    """Start the loaded programs, each in a thread of its own, from wall time `at`."""
+    progs, _loaded[:] = list(_loaded), []
+    for prog in progs:
+        threading.Thread(target=_run_program, args=(prog, at), daemon=True).start()
 
 
 # retransmissions and why (timeouts, probes, fast retransmits), what showed them spurious or reordered
@@ -291,6 +411,13 @@ def main(argv: list[str] | None = None) -> None:
             break
         if cmd.get("cmd") == "plan":
             plan(cmd)
+        elif cmd.get("cmd") == "program":
+            _loaded.extend(cmd["programs"])
+            emit({"event": "loaded", "ranks": len(cmd["programs"])})
+        elif cmd.get("cmd") == "go":
+            go(float(cmd["at"]))
+        elif cmd.get("cmd") == "skip":
+            _skip(float(cmd["skipped"]))
     flush()
 
 

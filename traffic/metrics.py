@@ -63,6 +63,7 @@ class IterationResult(IterationTime):
 
     ops: list[OpResult]  # in step order
     issued_s: list[float] = field(default_factory=list)  # when each op was handed to the ranks (its compute done)
+    started_at: float | None = None  # epoch wall time the iteration started (after its ranks were handed it)
 
     @property
     def bytes_ok(self) -> bool:

@@ -25,7 +25,9 @@ and op, as NCCL does. Where a connection goes depends on `routing`:
 
 from __future__ import annotations
 
+import gc
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from topos.addressing import PINNED_SPORTS, nic_address
@@ -33,8 +35,12 @@ from topos.addressing import PINNED_SPORTS, nic_address
 from .collectives import Schedule
 from .metrics import IterationResult, OpResult
 from .plan import pieces, split, step_seconds
-from .timebase import Timebase
+from .program import op_spans, rank_programs
+from .skip import Skipper
+from .timebase import Clock, Timebase
 from .transports.tcp import FlowRecord, TcpTransport
+
+GO_LEAD_S = 0.05  # wall seconds between `go` and the iteration's start: every agent has read it by then
 
 
 @dataclass
@@ -49,6 +55,8 @@ class Replayer:
     nic_port_choice: str = "hash"  # hash | round-robin (ecmp and shortest only, see above)
     step_timeout: float = 300.0  # virtual seconds, as every time given to it and every time it reports
     timebase: Timebase = field(default_factory=Timebase)  # the run's time dilation (traffic/timebase.py)
+    clock: Clock | None = None  # the run's clock (its epoch runs ahead of the machine's by what was skipped)
+    skipper: Skipper | None = None  # compute skipping (traffic/skip.py), for transports that run programs
 
     sport_offset: int = 0  # jobs side by side take disjoint source ports
     pipeline: int = 1  # chunks per channel and step, when the transport runs plans
@@ -61,6 +69,16 @@ class Replayer:
         self.candidates = 0  # precise-host: paths searched so far (HPN Table 1)
         self._load: dict | None = None  # precise-host: flows per directed link, of the connections placed so far
         self._pinned: dict[int, int] = {}  # round-robin: source ports taken per pinned range
+        self.clock = self.clock or Clock(self.timebase)
+        self._joined: set[str] = set()  # ranks this replayer put under the skipper
+        if self.skipper is not None:
+            self.use_skipper(self.skipper)
+
+    def use_skipper(self, skipper: Skipper) -> None:
+        """Compute skipping: this replayer's ranks report their computes to `skipper` and hear its jumps."""
+        self.skipper = skipper
+        skipper.listen(self.transport.skip)
+        self.transport.on_computing, self.transport.on_finished = skipper.computing, skipper.finished
 
     def _connections(self, schedule: Schedule) -> None:
         """Give every new (src, dst, channel) of the schedule a source port; declare and pin them if precise."""
@@ -108,6 +126,12 @@ class Replayer:
             self._sports[key] = sport
             self.placed[key] = path
 
+    def leave(self) -> None:
+        """This replayer's job is done: its ranks no longer hold the run's clock (traffic/skip.py)."""
+        if self.skipper is not None and self._joined:
+            self.skipper.leave(self._joined)
+            self._joined = set()
+
     def close(self) -> None:
         """Unpin and withdraw what this replayer declared."""
         if self._declared:
@@ -139,13 +163,12 @@ class Replayer:
         return self.finish(self.start(schedule))
 
     def start(self, schedule: Schedule, compute_s: float = 0.0) -> dict:
-        """Hand an op to the ranks, each to begin after `compute_s` (wall seconds) of compute; `finish` waits for
-        it. With a planned transport several ops may be in flight (communication overlapping compute); a stepwise
-        one (rdma) computes here and runs the op before returning."""
+        """Hand an op to the ranks; `finish` waits for it. A stepwise transport (rdma) first waits `compute_s`
+        (wall seconds) of compute here, then runs the op before returning."""
         self._connections(schedule)
         self._op = getattr(self, "_op", 0) + 1
         if hasattr(self.transport, "submit"):
-            return self._start_planned(schedule, compute_s)
+            return self._start_planned(schedule)
         time.sleep(compute_s)
         return {"result": self._run_stepwise(schedule)}
 
@@ -157,37 +180,96 @@ class Replayer:
         in the ranks before its communication; a blocking step's communication ends before the next step's
         compute starts, an overlapping one runs on under the compute that follows, and the iteration ends
         when every op is done. A job's ops go over the network one at a time, in order (one communicator,
-        as NCCL's stream and SimAI's model have it; traffic/iteration.py predicts the same)."""
+        as NCCL's stream and SimAI's model have it; traffic/iteration.py predicts the same). With a
+        transport that runs programs (tcp) the agents chain the ops themselves (traffic/program.py);
+        otherwise this process does, op by op."""
+        if hasattr(self.transport, "load"):
+            return self._run_chained(steps)
+        return self._run_coordinated(steps)
+
+    def _run_chained(self, steps: list[tuple]) -> IterationResult:
+        """Every rank's whole iteration handed out at once; this process only collects the times."""
+        tb = self.timebase
+        scheds = {k: sched for k, (_step, sched) in enumerate(steps) if sched is not None}
+        pieces_of = {}
+        for k, sched in scheds.items():
+            self._connections(sched)
+            self._op = getattr(self, "_op", 0) + 1
+            pieces_of[k] = pieces(sched, self.channels, str(self._op), self.pipeline)
+        progs = rank_programs([(tb.wall(step.compute_s), step.overlap, pieces_of.get(k))
+                               for k, (step, _sched) in enumerate(steps)])
+        if self.skipper is not None:
+            keys = {self.transport.rank_key(f"{r[0]}:{r[1]}") for r in progs}
+            self.skipper.join(keys)
+            self._joined |= keys
+        self.transport.load([{"host": r[0], "rank": f"{r[0]}:{r[1]}", "tail": prog.tail_s,
+                              "stages": [{"op": st.op, "compute": st.compute_s, "overlap": st.overlap,
+                                          "flows": self._flows(st.sends), "expect": st.expects}
+                                         for st in prog.stages]} for r, prog in progs.items()],
+                            timeout=30 + len(steps) / 100)
+        t0 = self.clock.epoch() + GO_LEAD_S  # every agent reads `go` before its time comes
+        ids = [p.id for ps in pieces_of.values() for p in ps]
+        with _no_full_collections():
+            self.transport.go(t0)
+            recs = {r.id: r for r in self.transport.wait(ids, tb.wall(self.step_timeout))}
+            errors = [r for r in recs.values() if r.error]
+            if errors:
+                raise RuntimeError(f"{len(errors)} flow(s) failed, e.g. {errors[0].error}")
+            done = self.transport.wait_programs([f"{r[0]}:{r[1]}" for r in progs], tb.wall(self.step_timeout))
+        self.records += list(recs.values())
+        return self._chained_result(steps, scheds, pieces_of, recs, done, t0)
+
+    def _chained_result(self, steps: list[tuple], scheds: dict, pieces_of: dict, recs: dict, done: dict,
+                        t0: float) -> IterationResult:
+        """The iteration's figures from the ranks' reports: an op from its first release to its last arrival,
+        the iteration from `go` to its last rank's end."""
+        tb = self.timebase
+        released = {rank: {int(k): t for k, t in ev["released"].items()} for rank, ev in done.items()}
+        spans = op_spans(released, {i: r.recv["end"] for i, r in recs.items()}, pieces_of)
+        ops = []
+        for k, sched in scheds.items():
+            ps = pieces_of[k]
+            steps_s = step_seconds(ps, {p.id: recs[p.id].sent["start"] for p in ps},
+                                   {p.id: recs[p.id].recv["end"] for p in ps})
+            ops.append(self._result(sched, spans[k][1] - spans[k][0], steps_s,
+                                    sum(recs[p.id].recv["bytes"] for p in ps)))
+        compute = sum(s.compute_s for s, _ in steps)
+        end = max([ev["end"] for ev in done.values()] + [t0 + tb.wall(compute)])
+        return IterationResult(tb.virtual(end - t0), compute, ops, [tb.virtual(spans[k][0] - t0) for k in scheds],
+                               started_at=t0)
+
+    def _flows(self, ps: list) -> list[dict]:
+        """Pieces as the transport's flows: addresses, the source port of their connection, dependencies."""
+        topo = self.net.topo
+        flows = [{"id": p.id, "src": p.src[0], "dst_ip": nic_address(topo.nodes[p.dst[0]], p.dst[1]).ip,
+                  "bytes": p.bytes, "sport": self._sports[p.src, p.dst, p.channel], "after": p.after} for p in ps]
+        if self.connection_choice == "least-outstanding":
+            for f, p in zip(flows, ps, strict=True):
+                f.update(sports=[self._sports[p.src, p.dst, c] for c in range(self.channels)], lane=p.channel)
+        return flows
+
+    def _run_coordinated(self, steps: list[tuple]) -> IterationResult:
+        """The iteration op by op from this process (stepwise transports: each op runs before `start`
+        returns)."""
         tb = self.timebase  # the steps' compute is the fabric's time; the waits below are wall time
         t0 = time.time()
         ops: list[OpResult] = []  # in step order
-        pending = None  # an overlapping op still running
         issued = []
         gpu = net = t0  # when the ranks' compute so far ends, and when the network is done with the ops so far
-
-        def done(h: dict) -> float:  # the op's result kept; when its last byte arrived (not its late report)
-            ops.append(self.finish(h))
-            return h["t_op"] + tb.wall(ops[-1].seconds) if "t_op" in h else time.time()
-
         for step, sched in steps:
             gpu += tb.wall(step.compute_s)
             if sched is None:  # compute only, or communication inside the hosts (NVLink)
                 continue
-            if pending is not None:  # one communicator: an op starts after the one before it (NCCL's stream)
-                net = done(pending)
-                pending = None
             at = max(gpu, net)
             issued.append(at - t0)
-            h = self.start(sched, max(0.0, at - time.time()))
-            if step.overlap:
-                pending = h
-            else:
-                net = gpu = done(h)
-        if pending is not None:
-            net = done(pending)
+            ops.append(self.finish(self.start(sched, max(0.0, at - time.time()))))
+            net = time.time()
+            if not step.overlap:
+                gpu = net
         time.sleep(max(0.0, gpu - time.time()))  # trailing compute: the ranks are busy, nothing to send
         compute = sum(s.compute_s for s, _ in steps)
-        return IterationResult(tb.virtual(max(gpu, net) - t0), compute, ops, [tb.virtual(t) for t in issued])
+        return IterationResult(tb.virtual(max(gpu, net) - t0), compute, ops, [tb.virtual(t) for t in issued],
+                               started_at=t0)
 
     def _result(self, schedule: Schedule, seconds: float, step_times: list[float], delivered: int) -> OpResult:
         """The op's figures in the fabric's time, from the wall times measured."""
@@ -196,18 +278,10 @@ class Replayer:
                         self.ideal_busbw(schedule), [tb.virtual(t) for t in step_times], delivered,
                         schedule.total_bytes, groups=schedule.groups)
 
-    def _start_planned(self, schedule: Schedule, compute_s: float) -> dict:
-        topo = self.net.topo
+    def _start_planned(self, schedule: Schedule) -> dict:
         ps = pieces(schedule, self.channels, str(self._op), self.pipeline)
-        flows = [{"id": p.id, "src": p.src[0], "dst_ip": nic_address(topo.nodes[p.dst[0]], p.dst[1]).ip,
-                  "bytes": p.bytes, "sport": self._sports[p.src, p.dst, p.channel], "after": p.after} for p in ps]
-        if self.connection_choice == "least-outstanding":
-            for f, p in zip(flows, ps, strict=True):
-                f.update(sports=[self._sports[p.src, p.dst, c] for c in range(self.channels)], lane=p.channel)
-        t_op = time.time() + compute_s  # the agents stamp their flows with the same clock
-        if compute_s > 0:
-            for f in flows:
-                f["compute_until"] = t_op
+        flows = self._flows(ps)
+        t_op = self.clock.epoch()  # the agents stamp their flows with the same clock
         self.transport.submit(flows)
         return {"schedule": schedule, "ps": ps, "ids": [f["id"] for f in flows], "t_op": t_op}
 
@@ -246,6 +320,24 @@ class Replayer:
             delivered += sum(r.recv["bytes"] for r in recs)
             self.records += recs
         return self._result(schedule, time.monotonic() - t_op, step_times, delivered)
+
+
+@contextmanager
+def _no_full_collections():
+    """No cyclic garbage collection while an iteration's traffic runs, and what exists by then (its flow
+    records) out of later collections' way: a full collection over a large iteration's records (870,000 flows
+    of the GPT-13B file, 1 s each) holds the interpreter lock, and the PFC agent and the sampler are threads
+    of this process (measured: the PFC agent silent for 2,021 ms in that iteration). Records are kept, and
+    what is freed is freed by reference counting."""
+    gc.freeze()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+        gc.freeze()
 
 
 def concurrent(schedules: list[Schedule]) -> Schedule:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from topos.errors import InputError
 from topos.model import Topology
-from traffic.timebase import Clock
+from traffic.timebase import Clock, stamp
 
 from .spec import MAX_EVENTS, Experiment
 
@@ -88,9 +88,9 @@ class Injector:
 
     def _run(self) -> None:
         for ev in self.events:
-            if self._stop.wait(max(0.0, self.clock.wall_at(ev.t) - time.time())):
+            if self.clock.sleep_until(self.clock.wall_at(ev.t), self._stop):
                 return
-            entry = {"t": round(self.clock.now(), 4), "wall_t": round(self.clock.wall_now(), 4), "planned_t": ev.t,
+            entry = {"t": stamp(self.clock.now()), "wall_t": round(self.clock.wall_now(), 4), "planned_t": ev.t,
                      "up": ev.up, "links": list(ev.links), "cause": ev.cause, "time": time.time()}
             try:
                 for link in ev.links:
@@ -99,6 +99,12 @@ class Injector:
                 entry["error"] = f"{type(exc).__name__}: {exc}"
                 log.warning("failure %r at %.2f s did not complete: %s", ev.cause, ev.t, entry["error"])
             self.log.append(entry)
+
+    def next_epoch(self) -> float | None:
+        """When (the emulation's epoch time) the next event fires, if one is left: compute skipping stops
+        short of it."""
+        left = self.events[len(self.log):]
+        return self.clock.wall_at(left[0].t) if left else None
 
     def stop(self) -> list[dict]:
         """Stops firing; returns the planned events that never fired (the traffic ended first)."""

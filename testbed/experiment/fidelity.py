@@ -24,7 +24,11 @@ software. A run is marked unfaithful, with the reason, when
   measured by `hpnlab calibrate`) is more than LATENCY_SHARE of that ideal time: the slowdown may be the
   emulator's, not the fabric's (a 16-GPU SimAI file replayed 46x its closed form with the CPU idle). Both are
   compared in wall time (the ideal x the time dilation D, traffic/timebase.py): dilating time is what makes
-  the floor small against an op. An op that kept to its ideal time shows the floor did not matter to it;
+  the floor small against an op. An op that kept to its ideal time shows the floor did not matter to it.
+  A training job's figure is its iteration, so its ops are weighed together: latency-bound when its
+  iterations took more than LATENCY_SHARE over their ideal time while the floors of all their ops add up to
+  more than LATENCY_SHARE of it. Its ops too short to time alone (a 4-byte all-reduce: no dilation makes a
+  millisecond floor 5% of nanoseconds) are counted (`ops_too_short`): their own busbw is not the fabric's;
 - TCP lost or reordered segments with nothing dropped by the shapers and no link failed: retransmissions no
   DSACK showed spurious, and the reorderings TCP saw, were the emulator's (runner._lost_in_emulator);
 - faster than the fabric allows: an op above FASTER_MAX of its ideal rate was a few packets the link shapers'
@@ -54,14 +58,16 @@ FASTER_MAX = 1.05  # an op above this fraction of its ideal rate went faster tha
 def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = False,
             lossless_drops: int | None = 0, offered_bps: float | None = None, budget_bps: float | None = None,
             calibrated: bool = False, sampler_error: str | None = None, ops: list[dict] = (),
-            dilation: float = 1.0, lost_in_emulator: int = 0, floor: Floor | None = None) -> dict:
+            dilation: float = 1.0, lost_in_emulator: int = 0, floor: Floor | None = None,
+            iterations: list[dict] = ()) -> dict:
     """timeline: the sampler's rows (cpu_idle, steal, ovs_thread per sample); pfc: the agent's report;
     offered_bps: every sending port at its emulated rate; budget_bps: what this machine forwards faithfully;
     sampler_error: why the sampler stopped early, if it did; ops: the run's op records (seconds and
     fraction_of_ideal, in the fabric's time), read for latency-bound ops; dilation: the run's time dilation
     (an op's wall time is that many times its virtual time: the emulator's own latency is wall time);
     lost_in_emulator: TCP segments lost or reordered inside the emulator (runner._lost_in_emulator);
-    floor: the emulator's per-op latency on this machine (default: the development machine's)."""
+    floor: the emulator's per-op latency on this machine (default: the development machine's); iterations:
+    the training iterations' records (seconds and predicted_s per job), which its jobs' ops are weighed by."""
     idle = [r["cpu_idle"] for r in timeline]
     steal = [r.get("steal", 0.0) for r in timeline]
     ovs = [r["ovs_thread"] for r in timeline if "ovs_thread" in r]
@@ -88,7 +94,7 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
     if lost_in_emulator:
         reasons.append(f"{lost_in_emulator} TCP segments lost or reordered with no drop in any shaper and no "
                        "link failure: inside the emulator, and the ops waited for them")
-    _latency(ops, reasons, dilation, floor or Floor(*DEFAULT_FLOOR_S))
+    out["ops_too_short"] = _latency(ops, iterations, reasons, dilation, floor or Floor(*DEFAULT_FLOOR_S))
     _too_fast(ops, reasons)
     out["cpu_bound"] = bool(idle) and min(idle) < CPU_IDLE_MIN
     out["status"] = "not faithful" if reasons else "unknown" if unknown else "faithful"
@@ -143,15 +149,34 @@ def _pfc_watched(pfc: dict | None, unknown: list[str]) -> None:
                        f"allowed {silent_ms:,.0f} ms): queues and pauses were not watched then")
 
 
-def _latency(ops: list[dict], reasons: list[str], dilation: float, floor: Floor) -> None:
+def _latency(ops: list[dict], iterations: list[dict], reasons: list[str], dilation: float, floor: Floor) -> int:
+    """Latency-bound ops of back-to-back jobs, and training jobs' iterations; how many ops of the training jobs
+    are too short to time alone."""
+    trained = {it["job"] for it in iterations}
+    _ops_latency([o for o in ops if o.get("job") not in trained], reasons, dilation, floor)
+    return sum(_iteration_latency(job, [o for o in ops if o.get("job") == job],
+                                  [it for it in iterations if it["job"] == job], reasons, dilation, floor)
+               for job in sorted(trained))
+
+
+def _steps(o: dict) -> int:
+    return len(o.get("step_seconds") or ())
+
+
+def _short(o: dict, dilation: float, floor: Floor) -> bool:
+    """The op's ideal time (in wall time) is short against the emulator's floor for it."""
+    ideal = o["seconds"] * o["fraction_of_ideal"]  # fraction = busbw / ideal busbw = ideal time / time
+    return ideal * dilation * LATENCY_SHARE < floor.of(_steps(o))
+
+
+def _ops_latency(ops: list[dict], reasons: list[str], dilation: float, floor: Floor) -> None:
     """Ops slower than their ideal time that are short against the emulator's own latency (in wall time, the
     ideal x the dilation): how much of the slowdown is the emulator's cannot be told apart from the fabric's."""
     slow = []
     for o in ops:
-        ideal = o["seconds"] * o["fraction_of_ideal"]  # fraction = busbw / ideal busbw = ideal time / time
-        steps = len(o.get("step_seconds") or ())
-        if 0 < ideal * dilation * LATENCY_SHARE < floor.of(steps) and o["seconds"] > (1 + LATENCY_SHARE) * ideal:
-            slow.append((o["seconds"] / ideal, ideal, steps, o))
+        ideal = o["seconds"] * o["fraction_of_ideal"]
+        if ideal > 0 and _short(o, dilation, floor) and o["seconds"] > (1 + LATENCY_SHARE) * ideal:
+            slow.append((o["seconds"] / ideal, ideal, _steps(o), o))
     if slow:
         ratio, ideal, steps, o = max(slow, key=lambda s: s[0])
         reasons.append(f"latency-bound: {len(slow)} of {len(ops)} ops took longer than their ideal time while the "
@@ -160,6 +185,20 @@ def _latency(ops: list[dict], reasons: list[str], dilation: float, floor: Floor)
                        f"{ideal * 1000:.2f} ms; {floor.of(steps) * 1000:.1f} ms of wall time for its {steps} steps, "
                        f"from {floor.source()}): the emulator, not the fabric, may be what is measured; dilate "
                        f"time (time.dilation >= {nice_ceil(floor.dilation_for(ideal, steps), FINE):,g}, or auto)")
+
+
+def _iteration_latency(job: str, ops: list[dict], its: list[dict], reasons: list[str], dilation: float,
+                       floor: Floor) -> int:
+    """A training job: its iterations against their ideal time, and its ops' floors added up (wall time)."""
+    ideal, took = sum(it["predicted_s"] for it in its), sum(it["seconds"] for it in its)
+    emulator = sum(floor.of(_steps(o)) for o in ops)
+    if ideal > 0 and emulator > LATENCY_SHARE * ideal * dilation and took > (1 + LATENCY_SHARE) * ideal:
+        reasons.append(f"latency-bound: job {job}'s iterations took {took / ideal:.2f}x their ideal time while the "
+                       f"emulator's own latency over their {len(ops)} ops ({emulator:,.2f} s of wall time, from "
+                       f"{floor.source()}) is {emulator / (ideal * dilation):.0%} of it (over {LATENCY_SHARE:.0%}):"
+                       f" the emulator, not the fabric, may be what is measured; dilate time (time.dilation >= "
+                       f"{nice_ceil(emulator / (LATENCY_SHARE * ideal), FINE):,g}, or auto)")
+    return sum(1 for o in ops if _short(o, dilation, floor))
 
 
 def _too_fast(ops: list[dict], reasons: list[str]) -> None:
@@ -191,6 +230,8 @@ def line(v: dict) -> str:
             figures.append(f"steal {v['steal_mean']:.0%}")
         if v["pfc_poll_p99_ms"] is not None:
             figures.append(f"PFC poll p99 {v['pfc_poll_p99_ms']:g} ms")
+        if v.get("ops_too_short"):
+            figures.append(f"{v['ops_too_short']:,} ops too short to time alone, weighed by their iterations")
         return f"fidelity: faithful ({', '.join(figures)})"
     if said == "unknown":
         return "fidelity: unknown: " + "; ".join(v["unknown"])

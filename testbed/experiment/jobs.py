@@ -10,7 +10,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from controllers.placement import place
-from testbed.qos.scale import DilationChoice, OpTime, ScaleChoice, choose_dilation, choose_scale, offered_load
+from testbed.qos.scale import (
+    FRAME_BITS,
+    DilationChoice,
+    IterationLoad,
+    OpTime,
+    ScaleChoice,
+    choose_dilation,
+    choose_scale,
+    offered_load,
+)
 from topos.addressing import nic_address
 from topos.errors import InputError
 from topos.model import Topology
@@ -175,12 +184,17 @@ def ideal_s(sched: Schedule, topo: Topology, channels: int) -> float:
     return max(max(sched.sent_by(r), received.get(r, 0)) * 8 / nic_bps(topo, r, channels) for r in sched.ranks)
 
 
+def ideal_iteration_s(job: Job, topo: Topology, channels: int) -> float:
+    """One training iteration's ideal time, as traffic/iteration.py predicts it (compute, then each op at its
+    ideal time)."""
+    steps = [replace(s, op=sched) for s, sched in job.iteration]
+    return predict(steps, lambda sched: ideal_s(sched, topo, channels)).seconds
+
+
 def virtual_s(job: Job, topo: Topology, channels: int) -> float:
-    """A job's ideal time in the fabric: its iterations as traffic/iteration.py predicts them (compute, then
-    each op at its ideal time), or its ops back to back."""
+    """A job's ideal time in the fabric: its iterations, or its ops back to back."""
     if job.iteration:
-        steps = [replace(s, op=sched) for s, sched in job.iteration]
-        return predict(steps, lambda sched: ideal_s(sched, topo, channels)).seconds * job.iterations
+        return ideal_iteration_s(job, topo, channels) * job.iterations
     return sum(ideal_s(sched, topo, channels) for _o, sched in job.items if sched is not None)
 
 
@@ -215,14 +229,45 @@ def resolve_time(exp: Experiment, real: list[Job], topo: Topology, channels: int
     (testbed/qos/scale.py)."""
     if exp.time.dilation != "auto":
         return exp, None
-    ops = [OpTime(f"{o.label or sched.op} of {o.size:,} B", ideal_s(sched, topo, channels), len(sched.steps))
-           for j in real for o, sched in j.items if sched is not None]
-    if not ops:
+
+    def op_times(items) -> list[OpTime]:
+        return [OpTime(f"{o.label or sched.op} of {o.size:,} B", ideal_s(sched, topo, channels), len(sched.steps))
+                for o, sched in items if sched is not None]
+
+    # a back-to-back job's every op is a figure of its own; a training job's figure is its iteration
+    ops = [t for j in real if not j.iteration for t in op_times(j.items)]
+    iterations = [IterationLoad(f"job '{j.name}'", ideal_iteration_s(j, topo, channels),
+                                tuple(op_times((s.op, sched) for s, sched in j.iteration)))
+                  for j in real if j.iteration]
+    if not ops and not any(it.ops for it in iterations):
         raise InputError("dilation auto weighs the ops that cross the network, and this workload has none",
                          "give a number, e.g. time: {dilation: 10}", field="time.dilation", value="auto")
     span = max(virtual_s(j, topo, channels) for j in real)  # the jobs run side by side
-    choice = choose_dilation(ops, span, hosts=len(topo.hosts), max_wall_s=exp.time.max_wall_s)
+    busy = None
+    if exp.time.skip_compute and all(j.iteration for j in real):  # only ops in flight cost wall time
+        busy = min(span, sum(t.ideal_s for it in iterations for t in it.ops) * max(j.iterations for j in real))
+    choice = choose_dilation(ops, span, hosts=len(topo.hosts), max_wall_s=exp.time.max_wall_s,
+                             iterations=[it for it in iterations if it.ops], busy_s=busy,
+                             frame_s=_frame_s(exp, real, topo))
     return exp.model_copy(update={"time": exp.time.model_copy(update={"dilation": choice.dilation})}), choice
+
+
+def host_port_bps(topo: Topology) -> float:
+    """The slowest host port's real rate."""
+    return min(l.rate_gbps for l in topo.links if l.kind == "host-tor") * 1e9
+
+
+def _frame_s(exp: Experiment, real: list[Job], topo: Topology):
+    """The wall time a full frame adds per step at dilation D (testbed/qos/scale.py: Floor): the host ports'
+    rate divided by the scale, which auto makes follow D, and by D."""
+    rate, hops, load = host_port_bps(topo), topo.host_hops(), offered(real, topo)
+
+    def at(d: float) -> float:
+        scale = exp.qos.scale if exp.qos.scale != "auto" else choose_scale(load, hosts=len(topo.hosts),
+                                                                           dilation=d).scale
+        return hops * FRAME_BITS * scale * d / rate
+
+    return at
 
 
 def channels_of(exp: Experiment, topo: Topology) -> int:

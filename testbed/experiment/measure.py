@@ -20,7 +20,7 @@ from pathlib import Path
 from testbed.net.network import Network
 from testbed.qos.shaper import ROOT
 from topos.addressing import nic_address
-from traffic.timebase import Clock
+from traffic.timebase import Clock, stamp
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ class Sampler:
                 shares[server] = (round((idle - idle0) / span, 4), round((steal - steal0) / span, 4))
         busiest = max((ovs[k] - ovs0.get(k, ovs[k]) for k in ovs), default=0) / CLK_TCK / (t - t_prev)
         wall_t = t - self.clock.t0
-        row = {"t": round(self.clock.timebase.virtual(wall_t), 4), "wall_t": round(wall_t, 3),
+        row = {"t": stamp(self.clock.at(t + self.clock.skipped)), "wall_t": round(wall_t, 3),
                "cpu_idle": min(i for i, _ in shares.values()), "steal": max(s for _, s in shares.values()),
                "ovs_thread": round(busiest, 4), "host_tx_bps": round(bits / (t - t_prev))}
         if self.others:

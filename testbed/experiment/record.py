@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from traffic.timebase import Clock, Timebase
+from traffic.timebase import Clock, Timebase, stamp
 
 from .watch import Watch
 
@@ -21,7 +21,7 @@ def op_record(job: str, label: str, start: float, r, closed_form: int | None = N
     """An op's row in results.json and ops.csv (r: a traffic.metrics.OpResult; closed_form: the bytes its
     collective puts on the wire by definition, traffic/closed_form.py)."""
     return {"job": job, "label": label, "op": r.op, "algorithm": r.algorithm, "ranks": r.ranks, "size": r.size,
-            "start": round(start, 4), "seconds": round(r.seconds, 4), "algbw_bps": r.algbw_bps,
+            "start": stamp(start), "seconds": stamp(r.seconds), "algbw_bps": r.algbw_bps,
             "busbw_bps": r.busbw_bps, "ideal_busbw_bps": r.ideal_busbw_bps, "fraction_of_ideal": r.fraction_of_ideal,
             "bytes_delivered": r.bytes_delivered, "bytes_expected": r.bytes_expected,
             "bytes_closed_form": closed_form, "step_seconds": r.step_seconds}

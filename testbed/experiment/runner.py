@@ -44,11 +44,13 @@ from traffic.agent import TCP_COUNTERS
 from traffic.iteration import predict
 from traffic.metrics import busbw_factor
 from traffic.replay import Replayer
+from traffic.skip import Skipper
+from traffic.timebase import stamp
 from traffic.transports import choose, make
 
 from .failures import Injector, expand
 from .fidelity import verdict
-from .jobs import Auto, Job, channels_of, demand, items, job_gpus, jobs, offered, resolve_auto
+from .jobs import Auto, Job, channels_of, demand, host_port_bps, items, job_gpus, jobs, offered, resolve_auto
 from .measure import Sampler, port_delta
 from .record import RunRecord, bytes_ok
 from .results import RESULTS, write_reports
@@ -168,6 +170,7 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
     measurements, gathered also when a job raised."""
     rec.start_clock()  # one clock for the record, the sampler and the failures: they agree on t = 0 and on D
     sampler, injector = Sampler(net, clock=rec.clock), Injector(net, p.events, clock=rec.clock)
+    skipper = _skipper(p, runners, rec, injector)
     sampler.start()
     injector.start()
     t0_mono = time.monotonic()
@@ -180,7 +183,11 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
             t.join()
     finally:
         d = rec.data
-        d["traffic_s"] = {"virtual": round(rec.clock.now(), 4), "wall": round(rec.clock.wall_now(), 3)}
+        if skipper is not None:
+            skipper.stop()
+        d["traffic_s"] = {"virtual": stamp(rec.clock.now()), "wall": round(rec.clock.wall_now(), 3),
+                          "skipped": stamp(rec.clock.timebase.virtual(rec.clock.skipped)),
+                          "jumps": skipper.jumps if skipper is not None else 0}
         d["failures_not_fired"] = injector.stop()
         if d["failures_not_fired"]:
             log.warning("%s rep %d: %d scheduled failure(s) never fired, the traffic ended first at %.2f s "
@@ -202,10 +209,26 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
         d["pfc"] = in_fabric_time(net.stop_qos(since=t0_mono), rec.clock.timebase)
 
 
+def _skipper(p: Plan, runners: list, rec: RunRecord, injector: Injector) -> Skipper | None:
+    """Compute skipping (traffic/skip.py) when asked for and every job is a training job whose agents run
+    programs: a job of back-to-back ops never computes, and would only ever hold the clock."""
+    if not p.exp.time.skip_compute or not all(job.iteration and hasattr(tr, "load") for job, tr, _rp in runners):
+        return None
+    skipper = Skipper(rec.clock, limit=injector.next_epoch)
+    for _job, _tr, rp in runners:
+        rp.clock = rec.clock
+        rp.use_skipper(skipper)
+    skipper.start()
+    return skipper
+
+
 def _run_job(job: Job, rp: Replayer, rec: RunRecord) -> None:
     """A job's ops back to back, or its training iterations; a step that never ends halts it."""
     if job.iteration:
-        return _run_training(job, rp, rec)
+        try:
+            return _run_training(job, rp, rec)
+        finally:
+            rp.leave()  # its ranks no longer hold the clock of the jobs still running
     for o, sched in job.items:
         if sched is None or rec.halted:
             continue
@@ -224,30 +247,32 @@ def _run_training(job: Job, rp: Replayer, rec: RunRecord) -> None:
     for k in range(job.iterations):
         if rec.halted:
             return
-        start = rec.now()
         try:
             it = rp.run_iteration(job.iteration)
         except (TimeoutError, RuntimeError) as exc:
             return rec.halt(job.name, f"iteration {k}", exc)
+        start = rec.clock.at(it.started_at)
         rec.iteration({
-            "job": job.name, "iteration": k, "start": round(start, 4), "seconds": round(it.seconds, 4),
-            "compute_s": round(it.compute_s, 6), "exposed_comm_s": round(it.exposed_comm_s, 4),
-            "gpu_utilization": round(it.gpu_utilization, 4), "predicted_s": round(predicted.seconds, 4),
+            "job": job.name, "iteration": k, "start": stamp(start), "seconds": stamp(it.seconds),
+            "compute_s": stamp(it.compute_s), "exposed_comm_s": stamp(it.exposed_comm_s),
+            "gpu_utilization": round(it.gpu_utilization, 4), "predicted_s": stamp(predicted.seconds),
             "predicted_gpu_utilization": round(predicted.gpu_utilization, 4), "bytes_ok": it.bytes_ok})
         scheds = [sched for _s, sched in job.iteration if sched is not None]  # it.ops are in step order
-        for r, sched in zip(it.ops, scheds, strict=True):
-            rec.op(job.name, f"{r.op}/{r.algorithm}", start, r, closed_form.of(sched))
+        for r, sched, at in zip(it.ops, scheds, it.issued_s, strict=True):  # each op from when it was issued
+            rec.op(job.name, f"{r.op}/{r.algorithm}", start + at, r, closed_form.of(sched))
 
 
 def _fidelity(p: Plan, d: dict) -> dict:
     """The verdict on a finished run, with whether every op delivered exactly the bytes its closed form says."""
     budget = load_budget(hosts=len(p.topo.hosts))
-    floor = load_floor(hosts=len(p.topo.hosts))
+    floor = load_floor(hosts=len(p.topo.hosts)).with_frames(
+        p.topo.host_hops(), host_port_bps(p.topo) / p.exp.qos.scale / p.exp.time.dilation)
     lossless = None if d["drops"]["unread"] else d["drops"]["lossless"]
     v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,
                 offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale / p.exp.time.dilation, budget_bps=budget.bps,
                 calibrated=budget.calibrated, sampler_error=d["sampler_error"], ops=d["ops"],
-                dilation=p.exp.time.dilation, lost_in_emulator=_lost_in_emulator(d), floor=floor)
+                dilation=p.exp.time.dilation, lost_in_emulator=_lost_in_emulator(d), floor=floor,
+                iterations=d["iterations"])
     v["latency_floor"] = floor.as_dict()
     v["bytes_ok"] = all(bytes_ok(o) for o in d["ops"])
     return v

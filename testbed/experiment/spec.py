@@ -203,6 +203,9 @@ class TimeSpec(_Strict):
     max_wall_s: float | None = Field(None, gt=0, le=7 * 86_400,
                                      description="with dilation auto: the most wall time the traffic may take "
                                                  "(default 600 s); ops the cap leaves latency-bound are named")
+    skip_compute: bool = Field(True, description="jump the clock over stretches where every rank of every training "
+                                                 "job computes and nothing is in flight, instead of sleeping "
+                                                 "through them (traffic/skip.py); virtual times stay exact")
 
     @model_validator(mode="after")
     def _check(self) -> TimeSpec:

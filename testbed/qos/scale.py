@@ -33,7 +33,8 @@ import json
 import math
 import os
 import platform
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from topos.model import Topology
@@ -97,34 +98,50 @@ PROBE_HOSTS = 8  # the default calibration's fabric (and that of entries saved b
 # measures this machine's): handing the op out and hearing it is done, and each dependent step after that.
 DEFAULT_FLOOR_S = (0.005, 0.003)  # (base, per step): see Floor; 8 hosts here: 3-7 ms + 2.6-3.2 ms
 LATENCY_SHARE = 0.05  # the floor may be at most this share of an op's ideal time
-DEFAULT_MAX_WALL_S = 600.0  # what dilation auto may make a run's traffic take, unless told otherwise
+FRAME_BITS = 1514 * 8  # a full Ethernet frame: what each store-and-forward hop holds before sending on
+DEFAULT_MAX_WALL_S = 600.0
+LADDER_TRIES = 40  # dilation auto's search up the ladder (it converges in 1-3 when the scale follows D)
+FINE_STEP_UP = 1.01  # what dilation auto may make a run's traffic take, unless told otherwise
 
 
 @dataclass(frozen=True)
 class Floor:
     """What an op of no bytes takes in wall time: `base_s` (the op handed to the ranks, its end heard) plus
-    `per_step_s` for each step that waits for the one before (an agent's turn, a hop through userspace OVS)."""
+    `per_step_s` for each step that waits for the one before (an agent's turn, a hop through userspace OVS).
+
+    `frame_s`: what a step's last frame adds on its way, in wall time: each shaped hop stores it whole before
+    sending it on, at the emulated rate (a frame is not scaled down with the bytes: at 1/200 of the bytes
+    and time dilated 300x, one 1,514-byte frame across 4 hops of a 400 Gbit/s fabric took 24 us of the
+    fabric's time per step, 200 times a real hop's; a ring step of 84 us then ran 25% over its ideal)."""
 
     base_s: float
     per_step_s: float
     calibrated: bool = False
     at_hosts: int | None = None
+    frame_s: float = 0.0
 
     def of(self, steps: int) -> float:
-        return self.base_s + self.per_step_s * max(1, steps)
+        return self.base_s + (self.per_step_s + self.frame_s) * max(1, steps)
+
+    def with_frames(self, hops: int, wall_bps: float) -> Floor:
+        """This floor for a run whose paths have `hops` shaped hops at `wall_bps` (the emulated rate)."""
+        return replace(self, frame_s=hops * FRAME_BITS / wall_bps)
 
     def dilation_for(self, ideal_s: float, steps: int) -> float:
         """The dilation that makes this floor LATENCY_SHARE of an op whose ideal time in the fabric is ideal_s."""
         return self.of(steps) / (LATENCY_SHARE * ideal_s) if ideal_s > 0 else math.inf
 
     def source(self, hosts: int | None = None) -> str:
-        if not self.calibrated:
-            return "the default floor (not calibrated here: run 'hpnlab calibrate')"
-        return _measured_on(self.at_hosts, hosts)
+        said = ("the default floor (not calibrated here: run 'hpnlab calibrate')" if not self.calibrated
+                else _measured_on(self.at_hosts, hosts))
+        if self.frame_s:
+            said += f", plus {self.frame_s * 1000:.1f} ms per step for a full frame across the path at the emulated " \
+                    "rate"
+        return said
 
     def as_dict(self) -> dict:
         return {"base_s": self.base_s, "per_step_s": self.per_step_s, "calibrated": self.calibrated,
-                "at_hosts": self.at_hosts}
+                "at_hosts": self.at_hosts, "frame_s": self.frame_s}
 
 
 @dataclass(frozen=True)
@@ -135,6 +152,36 @@ class OpTime:
     ideal_s: float
     steps: int
 
+    def need(self, floor: Floor) -> float:
+        return floor.dilation_for(self.ideal_s, self.steps)
+
+    def describe(self, floor: Floor) -> str:
+        return (f"the smallest op ({self.label}, {self.steps} steps, ideal {self.ideal_s * 1e6:,.1f} us) needs "
+                f"{{need}}x for the emulator's {floor.of(self.steps) * 1000:.1f} ms per op to be "
+                f"{LATENCY_SHARE:.0%} of it")
+
+
+@dataclass(frozen=True)
+class IterationLoad:
+    """A training job's iteration as dilation auto weighs it: its figure is the iteration, so its ops' floors
+    are added up against the iteration's ideal time (an op of 4 bytes cannot be timed alone at any dilation;
+    what it adds to the iteration can be kept small)."""
+
+    label: str
+    ideal_s: float  # one iteration, compute included
+    ops: tuple[OpTime, ...]
+
+    def floors_s(self, floor: Floor) -> float:
+        return sum(floor.of(o.steps) for o in self.ops)
+
+    def need(self, floor: Floor) -> float:
+        return self.floors_s(floor) / (LATENCY_SHARE * self.ideal_s) if self.ideal_s > 0 else math.inf
+
+    def describe(self, floor: Floor) -> str:
+        return (f"{self.label}: an iteration (ideal {self.ideal_s:.4g} s, {len(self.ops):,} network ops whose floors "
+                f"add up to {self.floors_s(floor):,.2f} s of wall time) needs {{need}}x for them to be "
+                f"{LATENCY_SHARE:.0%} of it")
+
 
 @dataclass(frozen=True)
 class DilationChoice:
@@ -142,45 +189,63 @@ class DilationChoice:
     needed: float  # what makes every op's floor at most LATENCY_SHARE of it (may be over the cap)
     virtual_s: float  # the traffic's ideal time in the fabric (compute included), every iteration
     floor: Floor
-    worst: OpTime  # the op that needs the most
-    bound: int  # ops that stay latency-bound at this dilation
-    ops: int
+    worst: OpTime | IterationLoad  # what needs the most
+    bound: int  # ops and iterations that stay latency-bound at this dilation
+    ops: int  # ops and iterations weighed
     max_wall_s: float
     hosts: int | None = None
+    busy_s: float | None = None  # the part of virtual_s that costs wall time (compute skipping), if less
 
     @property
     def wall_s(self) -> float:
-        """The wall time the traffic will take at the least (its ideal time, dilated)."""
-        return self.virtual_s * self.dilation
+        """The wall time the traffic will take at the least (its ideal time that is not skipped, dilated)."""
+        return (self.virtual_s if self.busy_s is None else self.busy_s) * self.dilation
 
     def why(self) -> str:
-        w = self.worst
-        head = (f"dilation auto = {self.dilation:,.4g}: the smallest op ({w.label}, {w.steps} steps, ideal "
-                f"{w.ideal_s * 1e6:,.1f} us) needs {min(self.needed, MAX_DILATION):,.0f}x for the emulator's "
-                f"{self.floor.of(w.steps) * 1000:.1f} ms per op to be {LATENCY_SHARE:.0%} of it (from "
-                f"{self.floor.source(self.hosts)})")
-        cost = f"; {self.virtual_s:.3g} s of the fabric's time will take {self.wall_s:,.0f} s or more of wall time"
+        head = (f"dilation auto = {self.dilation:,.4g}: "
+                + self.worst.describe(self.floor).format(need=f"{min(self.needed, MAX_DILATION):,.0f}")
+                + f" (from {self.floor.source(self.hosts)})")
+        skipped = "" if self.busy_s is None else f" (compute skipped: {self.busy_s:.3g} s of it with ops in flight)"
+        cost = (f"; {self.virtual_s:.3g} s of the fabric's time{skipped} will take {self.wall_s:,.0f} s or more of "
+                "wall time")
         if not self.bound:
             return head + cost
         return (head + cost + f"; capped at {self.max_wall_s:,.0f} s of wall time (or at the largest dilation, "
-                f"{MAX_DILATION:,.0f}): {self.bound} of {self.ops} ops stay latency-bound and the verdict will "
-                "say so")
+                f"{MAX_DILATION:,.0f}): {self.bound} of {self.ops} ops or iterations stay latency-bound and the "
+                "verdict will say so")
 
 
 def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = None, hosts: int | None = None,
-                    max_wall_s: float | None = None) -> DilationChoice:
-    """The least dilation that makes the floor small against every op, within the wall-time cap."""
+                    max_wall_s: float | None = None, iterations: list[IterationLoad] = (),
+                    busy_s: float | None = None, frame_s: Callable[[float], float] | None = None) -> DilationChoice:
+    """The least dilation that makes the floor small against every op and every iteration's ops together,
+    within the wall-time cap (on `busy_s` when compute is skipped, else on `virtual_s`). `frame_s(D)`: the wall
+    time a full frame adds per step at dilation D (its bytes scale may follow D), part of the floor."""
     floor = floor or load_floor(hosts=hosts)
     cap = DEFAULT_MAX_WALL_S if max_wall_s is None else max_wall_s
-    weighed = [(floor.dilation_for(o.ideal_s, o.steps), o) for o in ops if o.ideal_s > 0]
-    if not weighed:
-        raise ValueError("no op with bytes to weigh: dilation auto has nothing to go by")
+
+    def weighed_at(d: float) -> tuple[Floor, list]:
+        f = floor if frame_s is None else replace(floor, frame_s=frame_s(d))
+        return f, [(o.need(f), o) for o in ops if o.ideal_s > 0] + [(it.need(f), it) for it in iterations]
+
+    d = 1.0
+    for _ in range(LADDER_TRIES):  # the least D on the ladder that its own floor asks for (frames may grow with D)
+        f, weighed = weighed_at(d)
+        if not weighed:
+            raise ValueError("no op with bytes to weigh: dilation auto has nothing to go by")
+        needed = max(w[0] for w in weighed)
+        if needed <= d or d >= MAX_DILATION:
+            break
+        d = min(nice_ceil(max(needed, d * FINE_STEP_UP), FINE), MAX_DILATION)
+    else:
+        d = MAX_DILATION
+    costly = virtual_s if busy_s is None else busy_s
+    if costly * d > cap:
+        d = max(1.0, nice_floor(cap / costly, FINE))
+    f, weighed = weighed_at(d)
     needed, worst = max(weighed, key=lambda x: x[0])
-    d = min(nice_ceil(needed, FINE), MAX_DILATION)
-    if virtual_s * d > cap:
-        d = max(1.0, nice_floor(cap / virtual_s, FINE))
     bound = sum(1 for need, _o in weighed if need > d)
-    return DilationChoice(d, max(1.0, needed), virtual_s, floor, worst, bound, len(weighed), cap, hosts)
+    return DilationChoice(d, max(1.0, needed), virtual_s, f, worst, bound, len(weighed), cap, hosts, busy_s)
 
 
 def _read(path: Path) -> dict:

@@ -40,7 +40,7 @@ def test_a_wall_time_cap_lowers_the_dilation_and_says_which_ops_stay_latency_bou
     ops = [OpTime("big", 0.5, 14), OpTime("small", 0.0092, 14), OpTime("small", 0.0092, 14)]
     c = choose_dilation(ops, virtual_s=1.0, floor=FLOOR, max_wall_s=30)
     assert (c.dilation, c.bound, c.ops) == (30, 2, 3)
-    assert "capped at 30 s of wall time" in c.why() and "2 of 3 ops stay latency-bound" in c.why()
+    assert "capped at 30 s of wall time" in c.why() and "2 of 3 ops or iterations stay latency-bound" in c.why()
     # the default cap is 10 minutes; an op no dilation can help is held at the largest one
     tiny = choose_dilation([OpTime("tiny", 1e-9, 1)], virtual_s=1e-9, floor=FLOOR)
     assert tiny.dilation == MAX_DILATION and tiny.bound == 1
@@ -71,13 +71,18 @@ def test_resolve_chooses_the_dilation_then_the_scale_that_fits_at_it(tmp_path, m
     exp = from_dict({"name": "x", "qos": {"scale": "auto"}, "time": {"dilation": "auto"},
                      "workload": {"collective": {"op": "allreduce", "size": "16MB", "ranks": "rail0", "iters": 3}}})
     resolved, auto = resolve_auto(exp, tmp_path, build("hpn"))
-    # 8 ranks on both ports of NIC 0 (400 Gbit/s): 2 x 7/8 x 16 MB in 0.56 ms; 24 ms / (5% of it) = 857 -> 1000
+    # 8 ranks on both ports of NIC 0 (2 x 200 Gbit/s): 2 x 7/8 x 16 MB in 0.56 ms. Its floor at D = 6,000, where
+    # the scale is 5 (3.2 Tbit/s over 128 Mbit/s x 6,000, on the coarse ladder): 10 ms + 14 steps x (1 ms + a
+    # 1,514-byte frame across 4 hops at 200 Gbit/s / 30,000 = 7.27 ms) = 126 ms, 4,490x 5% of 0.56 ms -> 6,000.
+    # (Without the frames 24 ms would ask for 857x -> 1,000, where the scale is 25 and a frame's 4 hops add
+    # 6 ms to each of the 14 steps: a floor of 108 ms, not 24.)
     assert auto.time.worst.ideal_s == pytest.approx(1.75 * 16e6 * 8 / 400e9)
-    assert resolved.time.dilation == auto.time.dilation == 1000
-    assert auto.time.virtual_s == pytest.approx(3 * 0.00056) and auto.time.wall_s == pytest.approx(1.68)
-    # the same load in 1/1000 of the wall time's rate: 3.2 Tbit/s over 128 Mbit/s x 1000 = 25
-    assert resolved.qos.scale == auto.scale.scale == 25
-    assert len(auto.lines()) == 2 and auto.lines()[0].startswith("dilation auto = 1,000")
+    assert resolved.time.dilation == auto.time.dilation == 6000
+    assert auto.time.needed == pytest.approx((0.010 + 14 * (0.001 + 4 * 1514 * 8 * 30_000 / 200e9)) / (0.05 * 0.00056))
+    assert auto.time.virtual_s == pytest.approx(3 * 0.00056) and auto.time.wall_s == pytest.approx(3 * 0.00056 * 6000)
+    assert resolved.qos.scale == auto.scale.scale == 5
+    assert len(auto.lines()) == 2 and auto.lines()[0].startswith("dilation auto = 6,000")
+    assert "plus 7.3 ms per step for a full frame" in auto.lines()[0]
 
 
 def test_time_is_checked_with_the_field_and_the_fix():

@@ -69,6 +69,13 @@ class TcpTransport:
     def __post_init__(self):
         self._events: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._control = threading.Condition(self._lock)  # programs loaded and ended (chained iterations)
+        self._loaded: dict[str, int] = {}  # host -> ranks whose program it has read
+        self.programs: dict[str, dict] = {}  # rank -> its `program` event (released, end), once it ended
+        self._running: list[str] = []  # hosts with programs loaded
+        self.on_computing: Callable[[str, float], None] | None = None  # a rank computes until (traffic/skip.py)
+        self.on_finished: Callable[[str], None] | None = None  # a rank's iteration is over (traffic/skip.py)
         self.tcp: dict[str, dict[str, int]] = {}  # host -> its TCP retransmission counters, read at stop
 
     def start(self) -> None:
@@ -110,6 +117,18 @@ class TcpTransport:
                     ids.append(e["id"])
             if ids:
                 self._events.put((host, {"event": "progress", "ids": ids}))
+            elif ev.get("event") == "computing":
+                if self.on_computing is not None:
+                    self.on_computing(self.rank_key(ev["rank"]), ev["until"])
+            elif ev.get("event") in ("loaded", "program"):
+                with self._control:
+                    if ev["event"] == "loaded":
+                        self._loaded[host] = self._loaded.get(host, 0) + ev["ranks"]
+                    else:
+                        self.programs[ev["rank"]] = ev
+                        if self.on_finished is not None:  # before the coordinator hears: it may join it again
+                            self.on_finished(self.rank_key(ev["rank"]))
+                    self._control.notify_all()
             elif ev.get("event") == "tcp":
                 self.tcp[host] = ev["counters"]
             elif ev.get("event") != "batch":
@@ -118,29 +137,83 @@ class TcpTransport:
     def pin(self, view: dict) -> None:
         """Nothing to do: TCP follows the host's policy routing, which Network.steer set for the view."""
 
-    def submit(self, flows: list[dict]) -> list[FlowRecord]:
-        """A whole plan at once ({id, src, dst_ip, bytes, sport, after} per flow, optionally `sports` and
-        `lane`: see traffic/agent.py): one `plan` per sending host.
-
-        The agents run it by its dependencies (traffic/plan.py), after `compute_until` (wall time) if given.
-        """
-        recs, by_host = [], {}
+    def _records(self, flows: list[dict]) -> dict[str, list[dict]]:
+        """The flows registered as records, and each as its sending agent's command, per sending host."""
+        by_host: dict[str, list[dict]] = {}
+        recs = [FlowRecord(f["id"], f["src"], f["dst_ip"], f["bytes"], f["sport"]) for f in flows]
         for f in flows:
-            recs.append(FlowRecord(f["id"], f["src"], f["dst_ip"], f["bytes"], f["sport"]))
             cmd = {"id": f["id"], "dst": f["dst_ip"], "port": self.port, "bytes": f["bytes"], "sport": f["sport"],
                    "tos": self.tos, "after": list(f["after"])}
             if f.get("sports"):  # the agent picks among these connections (least outstanding bytes)
                 cmd.update(sports=list(f["sports"]), lane=f["lane"])
-            if f.get("compute_until"):  # the rank's compute before the op, waited in its agent
-                cmd["compute_until"] = f["compute_until"]
             by_host.setdefault(f["src"], []).append(cmd)
         with self._lock:
             self.records.update({r.id: r for r in recs})
-        for host, cmds in by_host.items():
-            p = self.agents[host]
-            p.stdin.write(json.dumps({"cmd": "plan", "flows": cmds}) + "\n")
+        return by_host
+
+    def _write(self, host: str, cmd: dict) -> None:
+        p = self.agents[host]
+        with self._write_lock:  # the coordinator and the skipper both write: one whole line at a time
+            p.stdin.write(json.dumps(cmd) + "\n")
             p.stdin.flush()
-        return recs
+
+    def submit(self, flows: list[dict]) -> None:
+        """A whole plan at once ({id, src, dst_ip, bytes, sport, after} per flow, optionally `sports` and
+        `lane`: see traffic/agent.py): one `plan` per sending host. The agents run it by its dependencies
+        (traffic/plan.py)."""
+        for host, cmds in self._records(flows).items():
+            self._write(host, {"cmd": "plan", "flows": cmds})
+
+    def load(self, programs: list[dict], timeout: float) -> None:
+        """Hand each rank its iteration (traffic/program.py; per program: `host`, `rank`, `tail` and `stages`,
+        each stage with `op`, `compute` (wall s), `overlap`, `flows` as for `submit`, `expect`), and wait until
+        every agent has read its part. `go` starts them."""
+        by_host: dict[str, list[dict]] = {}
+        for prog in programs:
+            stages = []
+            for st in prog["stages"]:
+                cmds = self._records(st["flows"]).get(prog["host"], [])
+                stages.append({"op": st["op"], "compute": st["compute"], "overlap": st["overlap"], "flows": cmds,
+                               "expect": st["expect"]})
+            by_host.setdefault(prog["host"], []).append({"rank": prog["rank"], "tail": prog["tail"],
+                                                         "stages": stages})
+        with self._control:
+            self._loaded.clear()
+            self.programs.clear()
+        for host, progs in by_host.items():
+            self._write(host, {"cmd": "program", "programs": progs})
+        want = {h: len(p) for h, p in by_host.items()}
+        with self._control:
+            if not self._control.wait_for(lambda: self._loaded == want, timeout):
+                raise TimeoutError(f"agents did not read their programs in {timeout:.0f} s: "
+                                   f"{sorted(set(want) - set(self._loaded))[:5]}")
+        self._running = list(by_host)
+
+    def rank_key(self, rank: str) -> str:
+        """A rank's name among every job's (each job has its own agents' port)."""
+        return f"{self.port}/{rank}"
+
+    def skip(self, total: float) -> None:
+        """Tell every agent the run's clock now runs `total` wall seconds ahead of the machine's."""
+        for host in list(self.agents):
+            self._write(host, {"cmd": "skip", "skipped": total})
+
+    def go(self, at: float) -> None:
+        """Start the loaded programs at wall time `at`."""
+        for host in self._running:
+            self._write(host, {"cmd": "go", "at": at})
+
+    def wait_programs(self, ranks: list[str], timeout: float) -> dict[str, dict]:
+        """Each rank's `program` event (when it released each op, when it ended), once all have ended."""
+        with self._control:
+            if not self._control.wait_for(lambda: all(r in self.programs for r in ranks), timeout):
+                raise TimeoutError(f"{sum(r not in self.programs for r in ranks)} rank(s) did not end their "
+                                   f"iteration within {timeout:.0f} s of their last flow")
+            out = {r: self.programs[r] for r in ranks}
+        errors = [e["error"] for e in out.values() if "error" in e]
+        if errors:
+            raise RuntimeError(f"{len(errors)} rank(s) stopped, e.g. {errors[0]}")
+        return out
 
     def wait(self, ids: list[str], timeout: float) -> list[FlowRecord]:
         def news(s: float) -> list[str]:
