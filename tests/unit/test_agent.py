@@ -4,29 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def agent():
-    port = free_port()
-    p = subprocess.Popen([sys.executable, "-m", "traffic.agent", "--port", str(port)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True, bufsize=1)
-    assert json.loads(p.stdout.readline()) == {"event": "ready", "port": port}
-    yield p, port
-    p.kill()
-    p.wait()
 
 
 def events_until(p, want: int, timeout: float = 20) -> tuple[list[dict], int]:
@@ -56,7 +37,7 @@ def test_a_plan_runs_by_its_dependencies_and_reports_in_batches(agent):
     assert lines < 40  # 80 reports, batched
 
 
-def test_a_flow_to_nowhere_is_an_error(agent):
+def test_a_flow_to_nowhere_is_an_error(agent, free_port):
     p, _port = agent
     flow = {"id": "x", "dst": "127.0.0.1", "port": free_port(), "bytes": 10, "sport": 0, "tos": 0, "after": []}
     p.stdin.write(json.dumps({"cmd": "plan", "flows": [flow]}) + "\n")
@@ -100,7 +81,7 @@ class Receiver:
 
 
 @pytest.mark.parametrize("choice", ["channel", "least-outstanding"])
-def test_least_outstanding_choice_moves_chunks_off_a_slow_connection(agent, choice):
+def test_least_outstanding_choice_moves_chunks_off_a_slow_connection(agent, choice, free_port):
     """Two lanes of 10 chunks each, chunk i of both ready when trigger i reaches the agent (one per 50 ms,
     as a collective's steps become ready). With the channel choice each lane keeps its connection; with
     least-outstanding a chunk goes where fewer bytes wait for their acknowledgement: the fast one, mostly."""

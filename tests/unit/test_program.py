@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from tests.unit.test_agent import agent  # noqa: F401 (the fixture)
 from traffic.collectives import build_schedule
 from traffic.plan import pieces
 from traffic.program import op_spans, rank_programs
@@ -56,7 +55,7 @@ def run_program(p, prog: dict, lead: float = 0.1) -> tuple[float, dict, list[dic
     pytest.fail("the program never ended")
 
 
-def test_an_agent_chains_a_ranks_ops_with_the_compute_between_them(agent):  # noqa: F811
+def test_an_agent_chains_a_ranks_ops_with_the_compute_between_them(agent):
     """Compute 0.2 s, a blocking op (a flow to itself), compute 0.1 s, an overlapping op, 0.3 s of compute
     after it: each op released when its compute is done and the op before it is, the rank's end after the
     trailing compute; no word from outside between the ops."""
@@ -76,7 +75,7 @@ def test_an_agent_chains_a_ranks_ops_with_the_compute_between_them(agent):  # no
     assert ev["end"] == pytest.approx(acked["a"] + 0.1 + 0.3, abs=1e-6)  # the trailing compute, op 1 under it
 
 
-def test_a_program_whose_flow_fails_ends_with_an_error(agent):  # noqa: F811
+def test_a_program_whose_flow_fails_ends_with_an_error(agent):
     p, _port = agent
     dead = {"id": "x", "dst": "127.0.0.1", "port": 1, "bytes": 10, "sport": 0, "tos": 0, "after": []}
     _t0, ev, _evs = run_program(p, {"rank": "h0:0", "tail": 0, "stages": [
