@@ -5,8 +5,9 @@ scale puts a 200G host port at 20 Mbit/s, where 2 cores of userspace OVS keep
 up (see ../shared/DESIGN.md, Scale).
 
 Classes (HTB children of one per-port parent at the link rate):
-    high         DSCP 48 (CNP, control), and TCP pure ACKs (`ack_priority`): a RoCE NIC
-                 answers in hardware, not behind its own queued data     strict priority 0
+    high         DSCP 48 (CNP, control), TCP pure ACKs and the traffic agents' one-byte
+                 acknowledgements (`ack_priority`): a RoCE NIC answers in
+                 hardware, not behind its own queued data                 strict priority 0
     lossless<p>  one per lossless 802.1p priority p (`lossless`, up to 8; default one,
                  priority 3 with DSCP 26, which also takes UDP dport 4791: RoCEv2)
                  each with its own queue, PFC thresholds and pauses      priorities 1.. in list order
@@ -121,7 +122,8 @@ class QosSpec(BaseModel):
                     "class of lossless traffic and takes RoCEv2 (UDP 4791)")
     high_dscp: int = Field(48, ge=0, le=63)
     roce_udp_port: int = Field(4791, ge=1, le=65535)
-    ack_priority: bool = Field(True, description="TCP pure ACKs (segments without payload) ride the high class")
+    ack_priority: bool = Field(True, description="TCP pure ACKs (segments without payload) and the agents' one-byte "
+                                                     "acknowledgements ride the high class")
     delay_ms: float | None = Field(None, gt=0, le=10_000, description="needs netem")
     loss_pct: float | None = Field(None, gt=0, le=100, description="needs netem")
     pfc: PfcSpec = Field(default_factory=PfcSpec)

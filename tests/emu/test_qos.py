@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 from testbed.experiment.measure import iperf, receiver_bottleneck, shaped_rate
@@ -238,6 +239,53 @@ def test_threads_entering_host_namespaces_do_not_mix_them_up(no_leftovers):
         for t in threads:
             t.join()
         assert errors == []
+
+
+ACKER = """
+import socket, sys
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, %d); srv.bind(("0.0.0.0", %d)); srv.listen(1)
+print("ready", flush=True)
+c, _ = srv.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for _ in range(300):
+    got = 0
+    while got < 3000:
+        got += len(c.recv(3000 - got))
+    c.sendall(b"\\1")
+"""
+ASKER = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], %d)); s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, %d)
+for _ in range(300):
+    s.sendall(b"x" * 3000); s.recv(1)
+"""
+
+
+def test_the_agents_one_byte_acknowledgements_ride_the_high_class(no_leftovers):
+    """A receiver's one-byte "got it all" from an agent's port (traffic/agent.py) rides the high class beside
+    TCP's own ACKs, not the data's class behind the host's own bulk data; the sender's data stays in its
+    class."""
+    import sys
+
+    from traffic.transports.tcp import AGENT_PORT
+
+    high, lossless = HIGH_MINOR << 16, lossless_leaf(3)
+    with Network(build("hpn"), qos=QosSpec()) as net:
+        before = {h: net.qos.stats(h) for h in (high, lossless)}
+        server = net.popen("h4", [sys.executable, "-c", ACKER % (DSCP26, AGENT_PORT)], stdout=subprocess.PIPE,
+                           text=True)
+        assert server.stdout.readline().strip() == "ready"
+        client = net.popen("h0", [sys.executable, "-c", ASKER % (AGENT_PORT, DSCP26),
+                                  nic_address(net.topo.nodes["h4"], 0).ip])
+        assert client.wait(timeout=60) == 0 and server.wait(timeout=10) == 0
+        after = {h: net.qos.stats(h) for h in (high, lossless)}
+        ports = [p.key for p in net.qos.ports.values() if p.is_host and p.node == "h4"]
+
+    def packets(handle: int) -> int:
+        return sum(after[handle][k][0].packets - before[handle][k][0].packets for k in ports)
+
+    assert packets(high) >= 300 and packets(lossless) <= 10, (packets(high), packets(lossless))
 
 
 def test_pure_acks_ride_the_high_class_and_small_data_segments_stay_in_theirs(no_leftovers):

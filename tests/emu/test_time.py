@@ -19,10 +19,10 @@ DILATED = """
 name: dilated
 topology: {name: hpn, params: {hosts_per_segment: 2}}
 routing: precise
-qos: {scale: 20000}
+qos: {scale: 2000}
 time: {dilation: 10}
 workload:
-  collective: {op: allreduce, size: 4GB, ranks: rail0, iters: 3}
+  collective: {op: allreduce, size: 8GB, ranks: rail0, iters: 3}
 failures:
   - {at: 0.3, link: "tor-p0-s0-r0-a:3-agg-p0-pl0-0:1", action: down}
 """
@@ -30,7 +30,9 @@ failures:
 
 def test_a_failure_and_the_timeline_are_on_the_fabrics_clock(tmp_path, no_leftovers):
     """D = 10: the failure planned at 0.3 s fires at 0.3 s of the fabric's time, 3 s of wall time; the timeline,
-    the ops and the traffic's span are all virtual, with the wall time beside where it is recorded."""
+    the ops and the traffic's span are all virtual, with the wall time beside where it is recorded. (At 1/2,000
+    of the bytes the ops are not latency-bound at D = 10: 4 GB at 1/20,000 took 1.1x its ideal time, a full
+    frame across 4 hops at 1 Mbit/s being a quarter of a ring step, and the verdict said so.)"""
     (tmp_path / "d.yaml").write_text(DILATED)
     r = subprocess.run([HPNLAB, "run", "d.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -79,11 +81,9 @@ def test_compute_is_skipped_and_the_iterations_virtual_time_stays_exact(tmp_path
     form (1.045-1.074x here with skipping, 1.6 of the 2 s of compute skipped, 16 s of wall time instead of 32)."""
     on, off = (_run(tmp_path, str(skip), SKIPPING.format(skip=str(skip).lower())) for skip in (True, False))
     it_on, it_off = on["iterations"][-1], off["iterations"][-1]  # the first opens the connections
-    assert it_on["seconds"] == pytest.approx(it_off["seconds"], rel=0.05), (it_on, it_off)
-    for it in (it_on, it_off):
-        assert it["predicted_s"] <= it["seconds"] <= 1.1 * it["predicted_s"] and it["bytes_ok"], it
     compute = sum(it["compute_s"] for it in on["iterations"])
     span_on, span_off = on["traffic_s"], off["traffic_s"]
+    assert it_on["bytes_ok"] and it_off["bytes_ok"], (it_on, it_off)
     assert span_on["skipped"] >= 0.5 * compute and span_on["jumps"] >= 2, span_on
     assert span_off["skipped"] == 0 and span_off["jumps"] == 0, span_off
     # what was skipped is wall time not spent: 10 x its virtual length
@@ -91,10 +91,15 @@ def test_compute_is_skipped_and_the_iterations_virtual_time_stays_exact(tmp_path
     assert span_off["wall"] == pytest.approx(10 * span_off["virtual"], rel=0.02)
     # the timeline stays on the fabric's clock across the jumps: its virtual times ahead of wall / D
     assert on["timeline"][-1]["t"] > on["timeline"][-1]["wall_t"] / 10 + 0.5 * span_on["skipped"]
-    reasons = on["fidelity"]["reasons"]
-    if reasons and all(r.startswith("the hypervisor took") for r in reasons):  # outside the testbed: say so
-        pytest.skip(f"the hypervisor's steal made the run unfaithful ({reasons[0]}); every other claim held")
-    assert on["fidelity"]["faithful"], (reasons, on["fidelity"]["unknown"], on["tcp"])
+    seen = {name: (run["fidelity"]["reasons"], run["fidelity"]["unknown"], run["tcp"], run["drops"])
+            for name, run in (("skipping", on), ("sleeping", off))}
+    stolen = [r[0] for r, *_ in seen.values() if r and all(x.startswith("the hypervisor took") for x in r)]
+    if stolen:  # outside the testbed: say so
+        pytest.skip(f"the hypervisor's steal made a run unfaithful ({stolen[0]}); every claim but time held")
+    assert it_on["seconds"] == pytest.approx(it_off["seconds"], rel=0.05), (it_on, it_off, seen)
+    for it in (it_on, it_off):
+        assert it["predicted_s"] <= it["seconds"] <= 1.1 * it["predicted_s"], (it, seen)
+    assert on["fidelity"]["faithful"] and off["fidelity"]["faithful"], seen
 
 
 def _micro(dilation: str) -> dict:

@@ -35,6 +35,8 @@ def make(kind: str, net, tos: int = 0, index: int = 0):
         from .rdma import CTRL_PORT_BASE, RdmaTransport
 
         return RdmaTransport(net, tos=tos, ctrl_base=CTRL_PORT_BASE + 1000 * index)
-    from .tcp import AGENT_PORT, TcpTransport
+    from .tcp import AGENT_PORTS, TcpTransport
 
-    return TcpTransport(net, tos=tos, port=AGENT_PORT + index)
+    if index >= len(AGENT_PORTS):
+        raise ValueError(f"jobs={index + 1}: at most {len(AGENT_PORTS)} TCP jobs side by side; fix: fewer jobs")
+    return TcpTransport(net, tos=tos, port=AGENT_PORTS[index])
