@@ -61,35 +61,39 @@ def lossless_leaf(priority: int) -> int:
     return lossless_minor(priority) << 16
 
 
-def pure_ack_keys() -> list[list[str]]:
-    """u32 keys of TCP segments without payload (IP total length = 20 + the TCP header's length), one filter
-    per TCP header length: pure ACKs, with or without timestamps and SACK blocks. Small data segments stay
-    in their class: "under 128 bytes" took a chunk's short tail into the high class, ahead of the data
-    queued before it, and at D = 1,000 the receivers saw the reordering as loss (RACK): 12-29 spurious fast
-    retransmits in 2 of 6 runs, each undone by a DSACK, none with the exact match."""
+def _tcp_segment_keys(payload: int, *extra: str) -> list[list[str]]:
+    """u32 keys of TCP segments with exactly `payload` bytes of data (IP total length = 20 + the TCP header's
+    length + payload), one filter per TCP header length (with or without timestamps and SACK blocks), each
+    also matching the `extra` keys."""
     # one contiguous mask per key: pyroute2 aligns each key on its mask's first byte and mangles a split mask
     return [["0x05000000/0x0f000000+0",  # an IP header of 20 bytes
-             f"0x{20 + 4 * doff:08x}/0x0000ffff+0",  # the total length: the headers and nothing else
+             f"0x{20 + 4 * doff + payload:08x}/0x0000ffff+0",  # the total length: the headers and the payload
              "0x00060000/0x00ff0000+8",  # protocol TCP
+             *extra,
              f"0x{doff << 28:08x}/0xf0000000+32"]  # TCP data offset (header length / 4)
             for doff in range(5, 16)]
+
+
+def pure_ack_keys() -> list[list[str]]:
+    """u32 keys of TCP segments without payload: pure ACKs. Small data segments stay in their class: "under 128
+    bytes" took a chunk's short tail into the high class, ahead of the data queued before it, and at D = 1,000
+    the receivers saw the reordering as loss (RACK): 12-29 spurious fast retransmits in 2 of 6 runs, each undone
+    by a DSACK, none with the exact match."""
+    return _tcp_segment_keys(0)
 
 
 def agent_ack_keys() -> list[list[str]]:
     """u32 keys of the traffic agents' one-byte acknowledgements (a receiver's "got it all", traffic/agent.py):
     one byte of TCP payload from an agent's port. They are acknowledgements as TCP's own are, and share their
     class: behind the host's own bulk data in the data's class, one waited longer than TCP's loss probe
-    timeout, the sender's TCP took it for lost (a spurious retransmission, undone, in about 1 run in 5 of a
-    16-rank training job at D = 10) and the verdict had to call the run unfaithful."""
-    first, last = AGENT_PORTS[0], AGENT_PORTS[-1]
-    if first >> 8 != last >> 8:
-        raise ValueError(f"AGENT_PORTS={first}-{last}: must share their high byte for one u32 key")
-    return [["0x05000000/0x0f000000+0",
-             f"0x{20 + 4 * doff + 1:08x}/0x0000ffff+0",  # the headers and one byte
-             "0x00060000/0x00ff0000+8",
-             f"0x{(first >> 8) << 24:08x}/0xff000000+20",  # TCP source port's high byte: an agent's port
-             f"0x{doff << 28:08x}/0xf0000000+32"]
-            for doff in range(5, 16)]
+    timeout and the sender's TCP took it for lost (a spurious retransmission, undone by TCP itself: 5 of 29
+    runs of a 16-rank training job at D = 10 had one or more), and the verdict had to call the run
+    unfaithful."""
+    high = AGENT_PORTS[0] >> 8
+    if AGENT_PORTS[-1] >> 8 != high:
+        raise ValueError(f"AGENT_PORTS={AGENT_PORTS[0]}-{AGENT_PORTS[-1]}: must share their high byte for one "
+                         "u32 key")
+    return _tcp_segment_keys(1, f"0x{high << 24:08x}/0xff000000+20")  # the source port's high byte
 
 
 class Shaper:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 
 from testbed.experiment.measure import iperf, receiver_bottleneck, shaped_rate
@@ -12,6 +13,7 @@ from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import HIGH_MINOR, QosSpec
 from topos import build
 from topos.addressing import nic_address
+from traffic.transports.tcp import AGENT_PORT
 
 TC_H_ROOT = 0xFFFFFFFF
 DSCP26 = 26 << 2
@@ -266,10 +268,6 @@ def test_the_agents_one_byte_acknowledgements_ride_the_high_class(no_leftovers):
     """A receiver's one-byte "got it all" from an agent's port (traffic/agent.py) rides the high class beside
     TCP's own ACKs, not the data's class behind the host's own bulk data; the sender's data stays in its
     class."""
-    import sys
-
-    from traffic.transports.tcp import AGENT_PORT
-
     high, lossless = HIGH_MINOR << 16, lossless_leaf(3)
     with Network(build("hpn"), qos=QosSpec()) as net:
         before = {h: net.qos.stats(h) for h in (high, lossless)}

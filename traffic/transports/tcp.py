@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 AGENT_PORT = 9000
-# Every job's agents listen on AGENT_PORT + its index, inside one /8 of the port space (0x2300-0x23ff): the
+# Every job's agents listen on AGENT_PORT + its index, ports that share their high byte (0x2300-0x23ff): the
 # shapers put the receivers' one-byte acknowledgements, sent from these ports, beside TCP's own ACKs
-# (testbed/qos/shaper.py), and no sender's source port is in it (20000 up).
+# (testbed/qos/shaper.py), and no sender's source port is among them (20000 up).
 AGENT_PORTS = range(AGENT_PORT, 0x2400)
 
 
