@@ -170,12 +170,13 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
     measurements, gathered also when a job raised."""
     rec.start_clock()  # one clock for the record, the sampler and the failures: they agree on t = 0 and on D
     sampler, injector = Sampler(net, clock=rec.clock), Injector(net, p.events, clock=rec.clock)
-    skipper = _skipper(p, runners, rec, injector)
-    sampler.start()
-    injector.start()
+    skipper: Skipper | None = None
     t0_mono = time.monotonic()
     counters0 = net.port_counters()
-    try:
+    try:  # every thread starts inside: a Ctrl-C between two starts still stops those running before teardown
+        skipper = _skipper(p, runners, rec, injector)
+        sampler.start()
+        injector.start()
         threads = [threading.Thread(target=_run_job, args=(job, rp, rec), daemon=True) for job, _tr, rp in runners]
         for t in threads:
             t.start()

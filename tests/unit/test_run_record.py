@@ -84,3 +84,36 @@ def test_a_results_folder_is_never_shared(tmp_path):
     assert [p.name for p in made] == ["20261123-231706-tiny-9616dd2", "20261123-231706-tiny-9616dd2-2",
                                       "20261123-231706-tiny-9616dd2-3"]
     assert all(p.is_dir() for p in made)
+
+
+class _Interrupted(Exception):
+    """Stands in for KeyboardInterrupt (pytest treats a real one as the user's Ctrl-C)."""
+
+
+def _fake_net(stopped: list):
+    qos = SimpleNamespace(stats=lambda *_a: {}, ports={})
+    return SimpleNamespace(cluster=None, qos=qos, controller=None, port_counters=lambda: {},
+                           stop_qos=lambda since=None: stopped.append("qos"))
+
+
+@pytest.mark.parametrize("where", ["port_counters", "Injector.start"])
+def test_a_ctrl_c_while_the_replay_starts_stops_every_thread_it_started(monkeypatch, where):
+    """CI: a `run` interrupted at 3.2 s tore the network down under a sampler started just before the
+    interruption, outside the block that stops it ('the CPU sampler stopped ... NoneType has no stats')."""
+    stopped: list = []
+    net = _fake_net(stopped)
+
+    def interrupt(*_a, **_k):
+        raise _Interrupted
+
+    if where == "port_counters":
+        net.port_counters = interrupt
+    else:
+        monkeypatch.setattr(runner.Injector, "start", interrupt)
+    monkeypatch.setattr(runner, "_queue_records", lambda *_a: {})
+    p = SimpleNamespace(events=[], exp=SimpleNamespace(time=SimpleNamespace(skip_compute=False)))
+    rec = RunRecord("v", 0, Watch())
+    with pytest.raises(_Interrupted):
+        runner._replay(net, p, [], rec)
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("hpnlab-")]
+    assert not alive, alive
