@@ -127,7 +127,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     shaped = e.qos.dilated(e.time.dilation)  # links at rate / (scale x D): the fabric's time runs D times slower
     with Network(p.topo, routing="controller", mode=e.switch_mode, hashing=e.hashing, qos=shaped,
                  log_dir=None if log_dir is None else str(log_dir), progress=stage, cluster=cluster) as net:
-        watch.network_up(net, label)
+        watch.network_up(net, label, e.time.dilation)
         if e.time.dilation != 1:
             kept = net.dilate_tcp_timers(e.time.dilation)
             rec.data["tcp_timers_not_dilated"] = kept

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 
 class Watch:
-    def network_up(self, net, label: str) -> None:
-        """A variant's network is built, routed and shaped."""
+    def network_up(self, net, label: str, dilation: float = 1.0) -> None:
+        """A variant's network is built, routed and shaped; its time runs `dilation` times slower than the
+        fabric's (its links are shaped at real rate / (scale x dilation))."""
 
     def network_down(self, net) -> None:
         """That network is about to be taken down."""

@@ -52,12 +52,13 @@ class Hub(Watch):
         self._publish("closed", {})
 
     # -- what the testbed tells it (Watch) ----------------------------------------
-    def network_up(self, net, label: str = "") -> None:
+    def network_up(self, net, label: str = "", dilation: float = 1.0) -> None:
         topo = net.topo
+        # the network is shaped at scale x dilation; the page names the two apart (bytes, and time)
+        scale = net.qos_spec.scale / dilation if net.qos_spec is not None else None
         network = {"run": net.owner.run_id, "label": label, "kind": topo.kind, "counts": topo.counts(),
-                   "routing": net.routing, "mode": net.mode, "hashing": net.hashing,
-                   "scale": net.qos_spec.scale if net.qos_spec is not None else None,
-                   "elements": elements(topo)}
+                   "routing": net.routing, "mode": net.mode, "hashing": net.hashing, "scale": scale,
+                   "dilation": dilation, "elements": elements(topo)}
         with self._lock:
             self._probe, self._network, self._state = FabricProbe.of(net), network, None
         self._publish("network", network)

@@ -28,10 +28,14 @@ def _page(run_dir: Path, data: dict) -> dict:
     label, first = exp.expand()[0]
     topo = first.topology.build()
     runs = data["runs"]
+    # what the runs were shaped with: the spec may say auto, each run records the figures it chose
+    scale = next((r["scale"] for r in runs if isinstance(r.get("scale"), int | float)), first.qos.scale)
+    dilation = max((r.get("dilation", 1.0) for r in runs), default=1.0)
     return {
         "mode": "results", "run": run_dir.name, "experiment": exp.name,
         "network": {"run": run_dir.name, "label": label, "kind": topo.kind, "counts": topo.counts(),
-                    "routing": first.routing, "scale": first.qos.scale, "elements": elements(topo)},
+                    "routing": first.routing, "scale": scale, "dilation": dilation,
+                    "elements": elements(topo)},
         "summary": folder_summary(run_dir),
         "plots": sorted(p.name for p in run_dir.glob("*.png") if p.is_file() and not p.is_symlink()),
         "timeline": [{"series": f"{r['variant']} #{r['repetition']}",

@@ -29,10 +29,14 @@ EXPERIMENT = """
 name: web_allreduce
 topology: {name: hpn}
 routing: precise
-qos: {scale: 20000}
+qos: {scale: 10000}
+time: {dilation: 2}
 workload:
-  collective: {op: allreduce, size: 80GB, algorithm: ring, ranks: rail0, iters: 2}
+  collective: {op: allreduce, size: 40GB, algorithm: ring, ranks: rail0, iters: 2}
 """
+# Time dilated 2x at half the bytes scale: the links are shaped at rate / 20,000 and carry the bytes of 80 GB at
+# 1/20,000, as before dilation; the page must name the two apart (bytes scale, and time).
+DILATED = r"scale 1/10.000 · time dilated 2x"
 
 
 class Command:
@@ -178,6 +182,7 @@ def test_run_shows_utilization_flows_and_busbw_then_the_results_folder(tmp_path,
         flow_edges = page.evaluate("hpnlab.cy.edges('.flow').length")
         ops = page.evaluate("hpnlab.ops")
         progress = page.inner_text("#progress-text")
+        title, caption = page.inner_text("#title"), page.inner_text("#busbw-caption")
         assert cmd.finish(300) == 0, "".join(cmd.seen)[-2000:]
         print(f"host-link utilization on the page: first {first:.2f}, peak {peak:.2f}; {flows} precise flows on "
               f"{flow_edges} links; busbw {[round(o['busbw_bps'] / 1e6, 2) for o in ops]} Mbit/s")
@@ -189,6 +194,7 @@ def test_run_shows_utilization_flows_and_busbw_then_the_results_folder(tmp_path,
         assert [o["busbw_bps"] for o in ops] == [o["busbw_bps"] for o in recorded] and len(ops) == 2
         assert all(o["busbw_bps"] > 0 for o in ops)
         assert re.search(r"2/2 ops", progress), progress
+        assert re.search(DILATED, title) and "per second of the fabric's time" in caption, (title, caption)
         assert errors == []
     finally:
         if cmd.p.poll() is None:
@@ -209,6 +215,8 @@ def test_run_shows_utilization_flows_and_busbw_then_the_results_folder(tmp_path,
         timeline = json.loads((out / "results.json").read_text())["runs"][0]["timeline"]
         assert page.evaluate("hpnlab.charts.throughput.data.datasets[0].data.length") == len(timeline) > 3
         assert len(page.evaluate("hpnlab.ops")) == 2
+        assert re.search(DILATED, page.inner_text("#title")), page.inner_text("#title")
+        assert page.evaluate("hpnlab.charts.throughput.options.scales.x.title.text") == "s of the fabric's time"
         page.screenshot(path=str(SHOTS / "results.png"), full_page=True)
         assert errors == []
     finally:

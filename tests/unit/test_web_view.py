@@ -126,6 +126,19 @@ def test_hub_pushes_states_and_a_link_event_on_each_change(monkeypatch):
     assert [e["kind"] for e in hub.snapshot()["events"]] == ["link-down", "link-up", "network-down"]
 
 
+def test_the_page_is_told_the_bytes_scale_and_the_time_dilation_apart():
+    """Under dilation D the network is shaped at scale x D: the page names the bytes scale and D, not their
+    product (it said 'scale 1/200,000' for a run at 1/20,000 dilated 10x)."""
+    hub = Hub(period_s=0.01)
+    net = fake_net()
+    net.qos_spec = SimpleNamespace(scale=200_000)
+    hub.network_up(net, "v", 10)
+    network = hub.snapshot()["network"]
+    assert (network["scale"], network["dilation"]) == (20_000, 10)
+    hub.network_up(fake_net("r2"), "w")
+    assert hub.snapshot()["network"]["dilation"] == 1
+
+
 def test_a_sample_that_raises_is_said_once_and_sampling_goes_on(monkeypatch):
     calls = {"n": 0}
 
@@ -206,11 +219,12 @@ def test_results_folder_page(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "results" / "20261122-000000-tiny-abc1234"
     run.mkdir(parents=True)
-    exp = Experiment.model_validate({"name": "tiny", "topology": {"name": "hpn"}, "qos": {"scale": 20000},
+    exp = Experiment.model_validate({"name": "tiny", "topology": {"name": "hpn"}, "qos": {"scale": "auto"},
                                      "workload": {"collective": {"op": "allreduce", "size": "1GB"}}})
     op = {"job": "main", "label": "allreduce/ring", "start": 0.2, "seconds": 3.0, "busbw_bps": 18e6,
           "fraction_of_ideal": 0.9}
-    runs = [{"variant": "ecmp", "repetition": 0, "ops": [op, op], "timeline": [{"t": 0.5, "host_tx_bps": 1e8}],
+    runs = [{"variant": "ecmp", "repetition": 0, "scale": 20000, "dilation": 4, "ops": [op, op],
+             "timeline": [{"t": 0.5, "host_tx_bps": 1e8}],
              "failures": [{"t": 1.0, "up": False, "links": ["h0:nic0:p0"], "cause": "down h0:nic0:p0"}]}]
     (run / "results.json").write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs}))
     (run / "summary.md").write_text("# tiny\n")
@@ -222,6 +236,7 @@ def test_results_folder_page(tmp_path, monkeypatch):
         assert page["plots"] == ["busbw.png"] and len(page["ops"]) == 2 and page["failures"][0]["links"] == [
             "h0:nic0:p0"]
         assert len(page["network"]["elements"]["nodes"]) == 24
+        assert (page["network"]["scale"], page["network"]["dilation"]) == (20000, 4)  # the run's, not auto
         assert page["timeline"] == [{"series": "ecmp #0", "points": [[0.5, 1e8]]}]
         status, ctype, _ = get(web.port, f"/api/plot/busbw.png?token={web.token}")
         assert status == 200 and ctype == "image/png"

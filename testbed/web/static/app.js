@@ -53,7 +53,10 @@ function drawNetwork(network) {
   $('#title').textContent = `${network.kind}: ${c.hosts} hosts, ${c.tors} ToRs, ${c.aggs} aggregation, ` +
     `${c.cores} core, ${c.links} links · run ${network.run}${network.label ? ` (${network.label})` : ''}` +
     (network.routing ? ` · ${network.routing}${network.mode ? `/${network.mode}` : ''}` : '') +
-    (network.scale ? ` · scale 1/${Number(network.scale).toLocaleString()}` : ' · links not shaped');
+    (network.scale ? ` · scale 1/${Number(network.scale).toLocaleString()}` : ' · links not shaped') +
+    (dilated() ? ` · time dilated ${network.dilation}x (1 s of the fabric = ${network.dilation} s of wall time)` : '');
+  $('#busbw-caption').textContent = `Bus bandwidth of each op as it completes (Mbit/s, emulated` +
+    `${dilated() ? ", per second of the fabric's time" : ''})`;
   if (hp.cy && hp.run === network.run) return;
   if (hp.cy) hp.cy.destroy();
   hp.run = network.run;
@@ -64,6 +67,11 @@ function drawNetwork(network) {
   $('#graph').dataset.nodes = hp.cy.nodes().length;
   $('#graph').dataset.edges = hp.cy.edges().length;
 }
+
+// Under time dilation the page shows two clocks: what the hub sees happen (wall seconds since the view
+// started) and what the run records (the fabric's seconds): each time on the page says which it is.
+const dilated = () => !!(hp.network && hp.network.dilation && hp.network.dilation !== 1);
+const clock = (ev) => ev.clock === 'fabric' ? "s of the fabric's time" : dilated() ? 's wall' : 's';
 
 function showLink(edge) {
   const d = edge.data();
@@ -135,7 +143,7 @@ function drawFlows(flows) {
 function addEvent(ev) {
   hp.events.push(ev);
   const li = document.createElement('li');
-  li.textContent = `${ev.t.toFixed(1)} s  ${ev.text}`;
+  li.textContent = `${ev.t.toFixed(ev.clock === 'fabric' ? 3 : 1)} ${clock(ev)}  ${ev.text}`;
   $('#events').prepend(li);
   while ($('#events').children.length > 200) $('#events').lastChild.remove();
 }
@@ -170,7 +178,8 @@ function makeCharts() {
   hp.charts.busbw = new Chart($('#busbw'), { type: 'bar', options: { ...common, plugins: { legend: { display: false },
       tooltip: { callbacks: { afterLabel: (ctx) => {
         const op = hp.ops[ctx.dataIndex];
-        return op ? `${(100 * (op.fraction_of_ideal || 0)).toFixed(0)}% of ideal, ${op.seconds} s` : ''; } } } } },
+        return op ? `${(100 * (op.fraction_of_ideal || 0)).toFixed(0)}% of ideal, ${op.seconds} ` +
+          `${clock({ clock: 'fabric' })}` : ''; } } } } },
     data: { labels: [], datasets: [{ data: [], backgroundColor: '#2ca02c' }] } });
 }
 
@@ -213,13 +222,13 @@ function results(snap) {
   // the timeline: one line per variant and repetition, failures marked in the events list
   const th = hp.charts.throughput;
   th.config.type = 'line';
-  th.options.scales.x = { type: 'linear', title: { display: true, text: 's' } };
+  th.options.scales.x = { type: 'linear', title: { display: true, text: clock({ clock: 'fabric' }) } };
   th.data.labels = [];
   th.data.datasets = snap.timeline.map((s, i) => ({ label: s.series, data: s.points.map(([t, b]) => ({ x: t, y: b / 1e6 })),
     borderColor: PLANE[i % 2], pointRadius: 0, borderDash: i > 1 ? [4, 3] : [] }));
   th.options.plugins.legend.display = true;
   th.update();
-  snap.failures.forEach((f) => addEvent({ t: f.t, text: `${f.series}: ${f.links.join(', ')} ` +
+  snap.failures.forEach((f) => addEvent({ t: f.t, clock: 'fabric', text: `${f.series}: ${f.links.join(', ')} ` +
     `${f.up ? 'restored' : 'failed'} (${f.cause})` }));
   snap.ops.forEach(addOp);
   $('#failed-count').textContent = new Set(snap.failures.filter((f) => !f.up).flatMap((f) => f.links)).size;
