@@ -9,18 +9,18 @@ from topos.errors import InputError
 
 def test_port_plan_defaults_from_rate_and_poll():
     spec = QosSpec(pfc={"poll_ms": 5})  # scale 10,000
-    p = port_plan(200, spec, ingress_gbps=4 * 400 + 3 * 200)  # a ToR port: 4 uplinks + 3 other hosts
-    assert p.rate_bps == 20_000_000
-    r = 20e6 / 8
+    p = port_plan(400, spec, ingress_gbps=4 * 400 + 3 * 200)  # a ToR port: 4 uplinks + 3 other hosts
+    assert p.rate_bps == 40_000_000
+    r = 40e6 / 8
     q = p.lossless[3]
-    assert q.xoff == max(32 * MTU, int(4 * r * 0.005)) == 50_000
-    assert q.xon == 25_000
-    assert port_plan(100, spec).lossless[3].xoff == 32 * MTU  # 10 Mbit/s: the OVS batch floor
+    assert q.xoff == max(64 * MTU, int(4 * r * 0.005)) == 100_000
+    assert q.xon == 50_000
+    assert port_plan(100, spec).lossless[3].xoff == 64 * MTU  # 10 Mbit/s: the floor of two OVS batches
     assert q.headroom == int(5 * (2200e9 / 1e4 / 8) * 0.005 + 2 * MTU) == 690_528
     assert q.limit == q.xoff + q.headroom + 2 * MTU
     assert p.buffer_bytes == max(16 * MTU, int(r * 0.020))
     assert p.prio == {"high": 0, "lossless3": 1, "default": 2}
-    assert set(p.class_rates_bps.values()) == {200_000}  # 1% floors under strict priority
+    assert set(p.class_rates_bps.values()) == {400_000}  # 1% floors under strict priority
 
 
 def test_weighted_and_pfc_off():
@@ -36,7 +36,7 @@ def test_several_lossless_priorities_each_with_its_own_numbers():
                                                   {"priority": 4, "dscp": 34, "xoff_bytes": 80_000, "weight": 3}])
     p = port_plan(200, spec)
     assert p.prio == {"high": 0, "lossless3": 1, "lossless4": 2, "default": 3}  # served in list order
-    assert (p.lossless[3].xoff, p.lossless[4].xoff, p.lossless[4].xon) == (50_000, 80_000, 40_000)
+    assert (p.lossless[3].xoff, p.lossless[4].xoff, p.lossless[4].xon) == (64 * MTU, 80_000, 40_000)
     assert p.lossless[4].limit == 80_000 + p.lossless[4].headroom + 2 * MTU
     assert spec.lossless_dscp == 26 and spec.lossless_dscp_of(4) == 34
     w = port_plan(400, spec.model_copy(update={"scheduling": "weighted"}))
