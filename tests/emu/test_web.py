@@ -97,8 +97,16 @@ def open_page(browser, url: str):
     page = browser.new_page(viewport={"width": 1500, "height": 1050})
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # what a page that never ran its script would not say as an error (CI once: the page loaded, no `hpnlab`)
+    trouble = TROUBLE.setdefault(id(page), [])
+    page.on("requestfailed", lambda r: trouble.append(f"{r.url.split('?')[0]} failed: {r.failure}"))
+    page.on("response", lambda r: r.status >= 400 and trouble.append(f"{r.url.split('?')[0]}: {r.status}"))
+    page.on("console", lambda m: m.type == "error" and trouble.append(f"console: {m.text}"))
     page.goto(url)
     return page, errors
+
+
+TROUBLE: dict[int, list[str]] = {}  # id(page) -> its failed requests, error answers and console errors
 
 
 PAGE_MODEL = """() => ({states: window.hpnlab && hpnlab.states, drawn: !!(window.hpnlab && hpnlab.cy),
@@ -115,7 +123,8 @@ def wait_drawn(page, errors: list[str], expression: str, timeout_s: float, cmd: 
     except PageTimeout:
         said = "".join(cmd.seen)[-2000:] if cmd else ""
         raise AssertionError(f"{expression!r} not true in {timeout_s} s; page: {page.evaluate(PAGE_MODEL)}; "
-                             f"page errors: {errors}; command output:\n{said}") from None
+                             f"page errors: {errors}; requests and console: {TROUBLE.get(id(page))}; "
+                             f"command output:\n{said}") from None
 
 
 def test_live_view_draws_the_fabric_and_shows_a_cli_failure_within_2s(tmp_path, browser, no_leftovers):
