@@ -28,9 +28,10 @@ def _page(run_dir: Path, data: dict) -> dict:
     label, first = exp.expand()[0]
     topo = first.topology.build()
     runs = data["runs"]
-    # what the runs were shaped with: the spec may say auto, each run records the figures it chose
-    scale = next((r["scale"] for r in runs if isinstance(r.get("scale"), int | float)), first.qos.scale)
-    dilation = max((r.get("dilation", 1.0) for r in runs), default=1.0)
+    # what the first variant (the one drawn) ran at: its spec may say auto, its run records what was chosen
+    shown = runs[0] if runs else {}
+    scale = shown["scale"] if isinstance(shown.get("scale"), int | float) else first.qos.scale
+    dilation = shown.get("dilation", 1.0)
     return {
         "mode": "results", "run": run_dir.name, "experiment": exp.name,
         "network": {"run": run_dir.name, "label": label, "kind": topo.kind, "counts": topo.counts(),

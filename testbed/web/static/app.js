@@ -70,8 +70,9 @@ function drawNetwork(network) {
 
 // Under time dilation the page shows two clocks: what the hub sees happen (wall seconds since the view
 // started) and what the run records (the fabric's seconds): each time on the page says which it is.
+const FABRIC_S = "s of the fabric's time";
 const dilated = () => !!(hp.network && hp.network.dilation && hp.network.dilation !== 1);
-const clock = (ev) => ev.clock === 'fabric' ? "s of the fabric's time" : dilated() ? 's wall' : 's';
+const clock = (ev) => ev.clock === 'fabric' ? FABRIC_S : dilated() ? 's wall' : 's';
 
 function showLink(edge) {
   const d = edge.data();
@@ -178,8 +179,8 @@ function makeCharts() {
   hp.charts.busbw = new Chart($('#busbw'), { type: 'bar', options: { ...common, plugins: { legend: { display: false },
       tooltip: { callbacks: { afterLabel: (ctx) => {
         const op = hp.ops[ctx.dataIndex];
-        return op ? `${(100 * (op.fraction_of_ideal || 0)).toFixed(0)}% of ideal, ${op.seconds} ` +
-          `${clock({ clock: 'fabric' })}` : ''; } } } } },
+        return op ? `${(100 * (op.fraction_of_ideal || 0)).toFixed(0)}% of ideal, ${op.seconds} ${FABRIC_S}`
+          : ''; } } } } },
     data: { labels: [], datasets: [{ data: [], backgroundColor: '#2ca02c' }] } });
 }
 
@@ -222,7 +223,7 @@ function results(snap) {
   // the timeline: one line per variant and repetition, failures marked in the events list
   const th = hp.charts.throughput;
   th.config.type = 'line';
-  th.options.scales.x = { type: 'linear', title: { display: true, text: clock({ clock: 'fabric' }) } };
+  th.options.scales.x = { type: 'linear', title: { display: true, text: FABRIC_S } };
   th.data.labels = [];
   th.data.datasets = snap.timeline.map((s, i) => ({ label: s.series, data: s.points.map(([t, b]) => ({ x: t, y: b / 1e6 })),
     borderColor: PLANE[i % 2], pointRadius: 0, borderDash: i > 1 ? [4, 3] : [] }));
