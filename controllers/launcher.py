@@ -54,6 +54,8 @@ def app_environment(topology: str, mode: str, hashing: str, rest_port: int, toke
 def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = False, hashing: str = "ovs",
         token_file: str | None = None, remove_at_exit: tuple[str, ...] = (), of_host: str = "127.0.0.1",
         remote_switches: dict[str, str] | None = None) -> None:
+    if rest_port and rest_port == of_port:  # the REST socket would answer the check that OpenFlow listens
+        fail(f"--rest-port={rest_port}: the same as --of-port; give the REST API a port of its own", remove_at_exit)
     if rest_port and not token_file:
         fail("--token-file: the REST API needs a token file (mode 0600; 'hpnlab controller' makes one)",
              remove_at_exit)

@@ -66,40 +66,24 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
                 channels, connection_choice, scale, dilation, max_wall, pfc, workload_file, simai_file, fmt, as_json,
                 cluster_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
-    from testbed.experiment.fidelity import line as fidelity_line
     from testbed.experiment.jobs import jobs, resolve_auto
-    from testbed.experiment.record import bytes_ok
     from testbed.experiment.runner import run_one
-    from testbed.experiment.spec import from_dict
     from traffic.report import nccl_tests
-    from traffic.workload import parse_size, select_ranks, size_sweep
+    from traffic.workload import select_ranks
 
     fmt = "json" if as_json else fmt
     cluster = load_cluster_arg(cluster_file)
     if iters is not None and iters < 1:
         raise InputError("iters must be at least 1", "e.g. --iters 3", field="iters", value=iters)
-    base = Path.cwd()
-    if workload_file or simai_file:
-        base, workload = _workload_arg(workload_file, simai_file, iters or 1)
-    else:
-        workload = {"collective": {"op": op, "size": size_sweep(sizes) if sizes else parse_size(size, "size"),
-                                   "algorithm": algorithm, "ranks": ranks_spec, "iters": iters or 3}}
-    exp = from_dict({"name": f"traffic-{op}", "topology": {"name": topo_name, "preset": preset,
-                                                            "params": parse_kv(params)},
-                     "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
-                     "connection_choice": connection_choice,
-                     "qos": {"scale": scale, "pfc": {"enabled": pfc}},
-                     "time": {"dilation": dilation, "max_wall_s": max_wall},
-                     "workload": workload,
-                     "step_timeout_s": STEP_TIMEOUT_S})
+    base, workload = _workload(workload_file, simai_file, op, size, sizes, algorithm, ranks_spec, iters)
+    exp = _experiment(f"traffic-{op}", topo_name, preset, params, routing, hashing, transport, channels,
+                      connection_choice, scale, pfc, dilation, max_wall, workload)
     topo = exp.topology.build()
     if "collective" in workload:
         select_ranks(ranks_spec, topo, "ranks")  # the option's own name in the error
     exp, auto = resolve_auto(exp, base, topo)
-    dilation = exp.time.dilation
     job = jobs(exp, base, topo)[0]
     replayed = [sched for _o, sched in job.items if sched is not None]
-    skipped = len(job.items) - len(replayed)
     if "collective" in workload:
         s = replayed[0]
         title = (f"{op} {s.algorithm}, {len(s.ranks)} ranks, " + (f"sizes {sizes}" if sizes else
@@ -110,19 +94,53 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
                   TimeElapsedColumn(), console=console, transient=True, disable=fmt != "table") as prog:
         task = prog.add_task("replaying", total=len(replayed))
         rec = run_one(routing, exp, base, None, 0, progress=lambda: prog.advance(task), cluster=cluster)
-    scale = rec["scale"]
     if fmt != "table":  # plain stdout for scripts: no colour, no wrapping
-        click.echo(nccl_tests(rec["ops"], scale, f"{title}, {routing} on {topo_name}") if fmt == "nccl"
+        click.echo(nccl_tests(rec["ops"], rec["scale"], f"{title}, {routing} on {topo_name}") if fmt == "nccl"
                    else json.dumps(rec, default=str), nl=fmt == "json")
         raise SystemExit(1 if rec["halted"] else 0)
     for why in auto.lines():
         console.print(why, soft_wrap=True)
+    _print_record(rec, f"{title} — {routing} on {topo_name}", exp.time.dilation, len(job.items) - len(replayed))
+    if rec["halted"]:
+        console.print(f"[red]halted at {rec['halted']['at']} s in {rec['halted']['op']}: {rec['halted']['why']}[/]")
+        raise SystemExit(1)
+
+
+def _workload(workload_file, simai_file, op, size, sizes, algorithm, ranks_spec, iters) -> tuple[Path, dict]:
+    """Where workload files are read from, and the workload: a file named on the command line, or the collective
+    the options describe."""
+    from traffic.workload import parse_size, size_sweep
+
+    if workload_file or simai_file:
+        return _workload_arg(workload_file, simai_file, iters or 1)
+    return Path.cwd(), {"collective": {"op": op, "size": size_sweep(sizes) if sizes else parse_size(size, "size"),
+                                       "algorithm": algorithm, "ranks": ranks_spec, "iters": iters or 3}}
+
+
+def _experiment(name, topo_name, preset, params, routing, hashing, transport, channels, connection_choice, scale,
+                pfc, dilation, max_wall, workload):
+    """The one-job experiment the options describe (validated as an experiment file is)."""
+    from testbed.experiment.spec import from_dict
+
+    return from_dict({"name": name, "topology": {"name": topo_name, "preset": preset, "params": parse_kv(params)},
+                      "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
+                      "connection_choice": connection_choice, "qos": {"scale": scale, "pfc": {"enabled": pfc}},
+                      "time": {"dilation": dilation, "max_wall_s": max_wall}, "workload": workload,
+                      "step_timeout_s": STEP_TIMEOUT_S})
+
+
+def _print_record(rec: dict, title: str, dilation: float, skipped: int) -> None:
+    """The run as tables: its ops as nccl-tests reports them, its training iterations, and the verdict."""
+    from testbed.experiment.fidelity import line as fidelity_line
+    from testbed.experiment.record import bytes_ok
+
     if rec.get("cluster"):
         from testbed.experiment.results import cluster_line
 
         console.print(cluster_line(rec["cluster"]), soft_wrap=True)
-    t = Table(title=f"{title} — {routing} on {topo_name}, {rec['channels']} channel(s), {rec['transport'].upper()}, "
-                    f"scale 1/{scale:,.0f}" + (f", time dilated {dilation:g}x" if dilation > 1 else ""))
+    scale = rec["scale"]
+    t = Table(title=f"{title}, {rec['channels']} channel(s), {rec['transport'].upper()}, scale 1/{scale:,.0f}"
+                    + (f", time dilated {dilation:g}x" if dilation > 1 else ""))
     for c in ("op", "size (B)", "time (ms)", "algbw (Mbit/s)", "busbw (Mbit/s)", "busbw real (Gbit/s)",
               "of ideal", "bytes ok"):
         t.add_column(c, justify="right")
@@ -143,9 +161,6 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     load_bound = any(r.startswith(("CPU-bound", "offered load")) for r in fid["reasons"])
     console.print(f"[{colour}]{fidelity_line(fid)}[/]" + (" (raise --scale to lower the load)" if load_bound else ""),
                   soft_wrap=True)
-    if rec["halted"]:
-        console.print(f"[red]halted at {rec['halted']['at']} s in {rec['halted']['op']}: {rec['halted']['why']}[/]")
-        raise SystemExit(1)
 
 
 def _workload_arg(workload_file: str | None, simai_file: str | None, iterations: int) -> tuple[Path, dict]:

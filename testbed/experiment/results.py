@@ -238,9 +238,9 @@ def _fidelity_lines(runs: list[dict]) -> list[str]:
     lines = ["", f"Bytes delivered equal the closed forms in {len(runs) - len(bad)} of {len(runs)} runs.", "",
              "Fidelity (testbed/experiment/fidelity.py): a run is faithful when the CPU never ran out (idle >= 5% "
              "in every sample), the hypervisor's steal stayed <= 5%, the PFC agent kept its poll period and the "
-             "lossless class dropped nothing with PFC on, no op short against the emulator's own latency ran slower "
-             "than its ideal time, and no op ran faster than its links allow; it is unknown when a measurement it "
-             "relies on is missing. Runs not faithful:"]
+             "lossless class dropped nothing with PFC on, no op slower than its ideal time was made of more than "
+             "5% of the emulator's own latency, and no op ran faster than its links allow; it is unknown when a "
+             "measurement it relies on is missing. Runs not faithful:"]
     return lines + ([f"- {r['variant']} #{r['repetition']}: " + "; ".join(reasons(r["fidelity"]))
                      for r in runs if not r["fidelity"]["faithful"]] or ["- none"])
 

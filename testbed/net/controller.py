@@ -32,9 +32,21 @@ def ryu_manager() -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` different ports free on loopback now: all held open while picked, because a port just closed is
+    handed out again (the OpenFlow and REST ports once came out equal: the REST server took it, and the
+    controller's check that it listens on its OpenFlow port was answered by the REST socket)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def check_runtime(runtime: str) -> None:
@@ -69,7 +81,7 @@ class ControllerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "w")
         for _ in range(3):  # a port picked free can be taken before the controller binds it; it then exits 2
-            self.of_port, rest_port = free_port(), free_port()
+            self.of_port, rest_port = free_ports(2)
             self.proc = subprocess.Popen(self._command(topo_file, rest_port), env=self._env(topo_file, rest_port),
                                          cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
             owner.process(self.proc.pid, "hpnlab controller")

@@ -31,10 +31,7 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
     Each node's site (testbed.system.site) records and owns what is made for it: this machine (`local`), or
     with `cluster` the agent of the server that Mininet's cluster edition places the node on.
     """
-    from mininet.link import Link as MnLink
     from mininet.log import setLogLevel
-    from mininet.net import Mininet
-    from mininet.node import Host, OVSSwitch, RemoteController
 
     setLogLevel(os.environ.get("HPNLAB_MININET_LOG", "warning"))
     site_of = (lambda _node: local) if cluster is None else cluster.site_of
@@ -42,66 +39,11 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
         site.intend("bridges", [s.short for s in switches])
     for site, ifnames in root_intfs_by_site(topo, site_of).items():
         site.intend("interfaces", ifnames)
-    if cluster is None:
-        host_cls, switch_cls, where = Host, OVSSwitch, {}
-        net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
-                      link=grouped_link(MnLink, local.link_group), waitConnected=False)
-    else:
-        from mininet.examples.cluster import MininetCluster
-
-        from testbed.cluster.nodes import node_classes
-        from testbed.cluster.tunnel import tunnel_link
-
-        host_cls, switch_cls = node_classes({cluster.mn_server(s): cluster.node_ssh_options(s)
-                                             for s in cluster.spec.names})
-        link_cls = tunnel_link(cluster.spec.tunnel, {cluster.mn_server(s.name): str(s.tunnel_ip)
-                                                      for s in cluster.spec.servers}, cluster.run_id)
-        where = {n: cluster.mn_server(cluster.server_of(n)) for n in topo.nodes}
-        net = MininetCluster(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
-                             link=link_cls, waitConnected=False, precheck=False, user=cluster.spec.servers[0].user,
-                             servers=[cluster.mn_server(s) for s in cluster.spec.names])
+    net, host_cls, switch_cls = _mininet(local, cluster)
     try:
         if of_port is not None:
-            class ReadyController(RemoteController):
-                # The controller process already listens. Mininet's own check telnets into the
-                # OpenFlow port and decodes what comes back as UTF-8: the controller's binary HELLO
-                # made that raise UnicodeDecodeError now and then.
-                def checkListening(self) -> None:
-                    pass
-
-            ip = "127.0.0.1" if cluster is None else str(cluster.spec.servers[0].tunnel_ip)
-            c0 = net.addController(ReadyController("c0", ip=ip, port=of_port))
-            local.process(c0.pid, "mininet controller shell c0")
-
-        class OneCommandHost(OneCommandAtATime, host_cls):
-            pass
-
-        class TaggedSwitch(OneCommandAtATime, switch_cls):
-            # The run id on every bridge from the moment it exists: cleanup deletes a bridge only if it
-            # carries the id of the record that names it, and an orphan stays recognisable as ours.
-            def bridgeOpts(self) -> str:
-                return super().bridgeOpts() + f" external_ids:{BRIDGE_TAG}={self.params['run_tag']}"
-
-        def placed(node: str) -> dict:
-            if cluster is None:
-                return {}
-            return {"server": where[node], "user": cluster.by_name[cluster.server_of(node)].user}
-
-        def record(node, name: str, what: str, netns: bool = False) -> None:
-            site_of(name).process(node.pid, what, netns)
-            if getattr(node, "isRemote", False):  # our ssh client that carries the node's shell
-                local.process(node.shell.pid, f"ssh for {what} on {where[name]}")
-
-        for h in topo.hosts:
-            a = nic_address(h, 0)
-            node = net.addHost(h.short, cls=OneCommandHost, ip=f"{a.ip}/32", mac=a.mac, **placed(h.name))
-            record(node, h.name, f"mininet host {h.short}", netns=True)
-        for s in topo.switches:
-            site = site_of(s.name)
-            datapath = caps.datapath if cluster is None else cluster.datapath(cluster.server_of(s.name))
-            node = net.addSwitch(s.short, cls=TaggedSwitch, dpid=dpid_hex(s), datapath=datapath, failMode="secure",
-                                 protocols="OpenFlow13", batch=True, run_tag=site.run_id, **placed(s.name))
-            record(node, s.name, f"mininet switch shell {s.short}")
+            _add_controller(net, local, cluster, of_port)
+        _add_nodes(net, topo, caps, local, cluster, host_cls, switch_cls)
         for l in topo.links:
             net.addLink(topo.nodes[l.a].short, topo.nodes[l.b].short, port1=l.a_port, port2=l.b_port)
         net.build()
@@ -109,18 +51,97 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
             site.group(ifnames)
         net.start()
     except BaseException:
-        # Mininet's stop on a half-built network can raise (an AssertionError on a node without its shell):
-        # that must not replace the Ctrl-C or error that got us here; the run's record undoes the rest.
-        # A Ctrl-C inside a node's command leaves its shell waiting, and Mininet's stop then asserts on it:
-        # expected after an interrupt, so one line (the traceback at debug), never a traceback to the user.
-        try:
-            net.stop()
-        except Exception as e:  # noqa: BLE001
-            log.warning("mininet's stop of the half-built network stopped early (%s: %s); the run's record "
-                        "removes the rest", type(e).__name__, e)
-            log.debug("mininet stop after a failed start", exc_info=True)
+        _stop_half_built(net)
         raise
     return net
+
+
+def _mininet(local: LocalSite, cluster: ClusterRun | None) -> tuple:
+    """An empty Mininet (or with `cluster`, Mininet's cluster edition over its servers) and its node classes."""
+    from mininet.link import Link as MnLink
+    from mininet.net import Mininet
+    from mininet.node import Host, OVSSwitch
+
+    if cluster is None:
+        return (Mininet(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
+                        link=grouped_link(MnLink, local.link_group), waitConnected=False), Host, OVSSwitch)
+    from mininet.examples.cluster import MininetCluster
+
+    from testbed.cluster.nodes import node_classes
+    from testbed.cluster.tunnel import tunnel_link
+
+    host_cls, switch_cls = node_classes({cluster.mn_server(s): cluster.node_ssh_options(s)
+                                         for s in cluster.spec.names})
+    link_cls = tunnel_link(cluster.spec.tunnel, {cluster.mn_server(s.name): str(s.tunnel_ip)
+                                                  for s in cluster.spec.servers}, cluster.run_id)
+    net = MininetCluster(topo=None, build=False, controller=None, autoSetMacs=False, autoStaticArp=False,
+                         link=link_cls, waitConnected=False, precheck=False, user=cluster.spec.servers[0].user,
+                         servers=[cluster.mn_server(s) for s in cluster.spec.names])
+    return net, host_cls, switch_cls
+
+
+def _add_controller(net, local: LocalSite, cluster: ClusterRun | None, of_port: int) -> None:
+    from mininet.node import RemoteController
+
+    class ReadyController(RemoteController):
+        # The controller process already listens. Mininet's own check telnets into the OpenFlow port and
+        # decodes what comes back as UTF-8: the controller's binary HELLO made that raise UnicodeDecodeError
+        # now and then.
+        def checkListening(self) -> None:
+            pass
+
+    ip = "127.0.0.1" if cluster is None else str(cluster.spec.servers[0].tunnel_ip)
+    c0 = net.addController(ReadyController("c0", ip=ip, port=of_port))
+    local.process(c0.pid, "mininet controller shell c0")
+
+
+def _add_nodes(net, topo: Topology, caps: Capabilities, local: LocalSite, cluster: ClusterRun | None,
+               host_cls: type, switch_cls: type) -> None:
+    """One Mininet host per host and one tagged OVS bridge per switch, each recorded by its site as made."""
+    site_of = (lambda _node: local) if cluster is None else cluster.site_of
+    where = {} if cluster is None else {n: cluster.mn_server(cluster.server_of(n)) for n in topo.nodes}
+
+    class OneCommandHost(OneCommandAtATime, host_cls):
+        pass
+
+    class TaggedSwitch(OneCommandAtATime, switch_cls):
+        # The run id on every bridge from the moment it exists: cleanup deletes a bridge only if it carries
+        # the id of the record that names it, and an orphan stays recognisable as ours.
+        def bridgeOpts(self) -> str:
+            return super().bridgeOpts() + f" external_ids:{BRIDGE_TAG}={self.params['run_tag']}"
+
+    def placed(node: str) -> dict:
+        if cluster is None:
+            return {}
+        return {"server": where[node], "user": cluster.by_name[cluster.server_of(node)].user}
+
+    def record(node, name: str, what: str, netns: bool = False) -> None:
+        site_of(name).process(node.pid, what, netns)
+        if getattr(node, "isRemote", False):  # our ssh client that carries the node's shell
+            local.process(node.shell.pid, f"ssh for {what} on {where[name]}")
+
+    for h in topo.hosts:
+        a = nic_address(h, 0)
+        node = net.addHost(h.short, cls=OneCommandHost, ip=f"{a.ip}/32", mac=a.mac, **placed(h.name))
+        record(node, h.name, f"mininet host {h.short}", netns=True)
+    for s in topo.switches:
+        datapath = caps.datapath if cluster is None else cluster.datapath(cluster.server_of(s.name))
+        node = net.addSwitch(s.short, cls=TaggedSwitch, dpid=dpid_hex(s), datapath=datapath, failMode="secure",
+                             protocols="OpenFlow13", batch=True, run_tag=site_of(s.name).run_id, **placed(s.name))
+        record(node, s.name, f"mininet switch shell {s.short}")
+
+
+def _stop_half_built(net) -> None:
+    """Mininet's stop on a half-built network can raise (an AssertionError on a node without its shell): that must
+    not replace the Ctrl-C or error that got us here; the run's record undoes the rest. A Ctrl-C inside a node's
+    command leaves its shell waiting, and Mininet's stop then asserts on it: expected after an interrupt, so one
+    line (the traceback at debug), never a traceback to the user."""
+    try:
+        net.stop()
+    except Exception as e:  # noqa: BLE001
+        log.warning("mininet's stop of the half-built network stopped early (%s: %s); the run's record "
+                    "removes the rest", type(e).__name__, e)
+        log.debug("mininet stop after a failed start", exc_info=True)
 
 
 def grouped_link(link_cls: type, group: int) -> type:

@@ -195,6 +195,7 @@ class DilationChoice:
     max_wall_s: float
     hosts: int | None = None
     busy_s: float | None = None  # the part of virtual_s that costs wall time (compute skipping), if less
+    by_frames: int = 0  # ops and iterations whose frames' hops alone are over LATENCY_SHARE of them at any D
 
     @property
     def wall_s(self) -> float:
@@ -208,11 +209,17 @@ class DilationChoice:
         skipped = "" if self.busy_s is None else f" (compute skipped: {self.busy_s:.3g} s of it with ops in flight)"
         cost = (f"; {self.virtual_s:.3g} s of the fabric's time{skipped} will take {self.wall_s:,.0f} s or more of "
                 "wall time")
-        if not self.bound:
-            return head + cost
+        frames = ""
+        if self.by_frames:
+            frames = (f"; {self.by_frames} of {self.ops} ops or iterations stay latency-bound at any dilation: at "
+                      "this bytes scale a full frame's store-and-forward across the path alone is over "
+                      f"{LATENCY_SHARE:.0%} of them (a frame is not scaled down with the bytes; lower qos.scale, or "
+                      "make it auto so that it follows D)")
+        if self.bound <= self.by_frames:
+            return head + cost + frames
         return (head + cost + f"; capped at {self.max_wall_s:,.0f} s of wall time (or at the largest dilation, "
-                f"{MAX_DILATION:,.0f}): {self.bound} of {self.ops} ops or iterations stay latency-bound and the "
-                "verdict will say so")
+                f"{MAX_DILATION:,.0f}): {self.bound - self.by_frames} of {self.ops} ops or iterations stay "
+                "latency-bound and the verdict will say so" + frames)
 
 
 def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = None, hosts: int | None = None,
@@ -220,20 +227,29 @@ def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = N
                     busy_s: float | None = None, frame_s: Callable[[float], float] | None = None) -> DilationChoice:
     """The least dilation that makes the floor small against every op and every iteration's ops together,
     within the wall-time cap (on `busy_s` when compute is skipped, else on `virtual_s`). `frame_s(D)`: the wall
-    time a full frame adds per step at dilation D (its bytes scale may follow D), part of the floor."""
+    time a full frame adds per step at dilation D (its bytes scale may follow D), part of the floor.
+
+    At a fixed bytes scale the frames' part of the floor is the same in the fabric's time at every D: an op
+    whose frames alone are over LATENCY_SHARE of it is left out of the climb (no D helps it, and chasing it
+    would run the clock to the cap) and counted as bound, with why (`by_frames`)."""
     floor = floor or load_floor(hosts=hosts)
     cap = DEFAULT_MAX_WALL_S if max_wall_s is None else max_wall_s
 
-    def weighed_at(d: float) -> tuple[Floor, list]:
-        f = floor if frame_s is None else replace(floor, frame_s=frame_s(d))
-        return f, [(o.need(f), o) for o in ops if o.ideal_s > 0] + [(it.need(f), it) for it in iterations]
+    def at(d: float) -> Floor:
+        return floor if frame_s is None else replace(floor, frame_s=frame_s(d))
+
+    items = [o for o in ops if o.ideal_s > 0] + list(iterations)
+    if not items:
+        raise ValueError("no op with bytes to weigh: dilation auto has nothing to go by")
+    frames_only = replace(at(MAX_DILATION), base_s=0.0, per_step_s=0.0)
+    by_frames = [it for it in items if it.need(frames_only) > MAX_DILATION]
+
+    def need(it, d: float) -> float:  # what D can shrink: all of the floor, or all but the frames
+        return it.need(replace(floor, frame_s=0.0) if it in by_frames else at(d))
 
     d = 1.0
     for _ in range(LADDER_TRIES):  # the least D on the ladder that its own floor asks for (frames may grow with D)
-        f, weighed = weighed_at(d)
-        if not weighed:
-            raise ValueError("no op with bytes to weigh: dilation auto has nothing to go by")
-        needed = max(w[0] for w in weighed)
+        needed = max(need(it, d) for it in items)
         if needed <= d or d >= MAX_DILATION:
             break
         d = min(nice_ceil(max(needed, d * FINE_STEP_UP), FINE), MAX_DILATION)
@@ -242,10 +258,10 @@ def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = N
     costly = virtual_s if busy_s is None else busy_s
     if costly * d > cap:
         d = max(1.0, nice_floor(cap / costly, FINE))
-    f, weighed = weighed_at(d)
-    needed, worst = max(weighed, key=lambda x: x[0])
-    bound = sum(1 for need, _o in weighed if need > d)
-    return DilationChoice(d, max(1.0, needed), virtual_s, f, worst, bound, len(weighed), cap, hosts, busy_s)
+    needed, worst = max(((need(it, d), it) for it in items), key=lambda x: x[0])
+    bound = sum(1 for it in items if it.need(at(d)) > d)
+    return DilationChoice(d, max(1.0, needed), virtual_s, at(d), worst, bound, len(items), cap, hosts, busy_s,
+                          len(by_frames))
 
 
 def _read(path: Path) -> dict:

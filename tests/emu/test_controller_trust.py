@@ -146,6 +146,24 @@ def test_a_readable_token_file_is_refused(tmp_path, mode):
     (tmp_path / "token").write_text("x" * 40)
     os.chmod(tmp_path / "token", int(mode, 8))
     r = subprocess.run([sys.executable, "-m", "controllers.launcher", "--topology", str(topo), "--of-port", "1",
-                        "--rest-port", "1", "--token-file", str(tmp_path / "token")],
+                        "--rest-port", "2", "--token-file", str(tmp_path / "token")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "mode 0600" in r.stderr
+
+
+def test_the_rest_port_cannot_be_the_openflow_port(tmp_path):
+    """crux_multi_job once got both ports equal from two picks of a free port: the REST server took it, its
+    socket answered the check that OpenFlow listens, and no switch ever connected (60 s, then a traceback).
+    The launcher refuses it, and the testbed picks the two ports at once, both held while picked."""
+    from controllers.client import write_token
+    from testbed.net.controller import free_ports
+
+    topo = tmp_path / "t.json"
+    topo.write_text(build("hpn").to_json())
+    write_token(str(tmp_path / "token"))
+    port = free_ports(1)[0]
+    r = subprocess.run([sys.executable, "-m", "controllers.launcher", "--topology", str(topo), "--of-port",
+                        str(port), "--rest-port", str(port), "--token-file", str(tmp_path / "token")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and f"--rest-port={port}: the same as --of-port" in r.stderr, r.stderr
+    assert all(len(set(free_ports(2))) == 2 for _ in range(200))

@@ -123,3 +123,18 @@ def test_a_sweep_that_found_nothing_keeps_the_cached_budget_and_its_points(monke
     saved = json.loads(sc.CACHE.read_text())[sc.machine_key()]["by_hosts"]["8"]
     assert saved["budget_bps"] == 1.6e8 and saved["points"] == [{"scale": 20_000}]
     assert sc.load_floor(hosts=8) == Floor(0.004, 0.003, True, 8)
+
+
+def test_at_a_fixed_bytes_scale_frames_no_dilation_shrinks_are_said_not_chased():
+    """The failover experiments' 1.4 s ring all-reduce (14 steps) at scale 1/25,000: a full frame across its 4
+    hops is 6.1 ms of the fabric's time per step at every D (the frame's wall time grows with D as the rate
+    falls), 6.1% of the op. auto used to climb to the cap for it (60-100x); now it takes what shrinks the rest
+    of the floor and says the op stays latency-bound and why. With the scale following D the frames' wall
+    time stays put and D = 2 makes the whole floor 5%."""
+    op = OpTime("allreduce/ring of 20 GB", 1.4, 14)
+    fixed = choose_dilation([op], 1.4, Floor(0.005, 0.003), frame_s=lambda d: 0.0061 * d)
+    assert (fixed.dilation, fixed.bound, fixed.by_frames) == (1, 1, 1)
+    assert "1 of 1 ops or iterations stay latency-bound at any dilation" in fixed.why()
+    assert "lower qos.scale, or make it auto" in fixed.why() and "capped" not in fixed.why()
+    follows = choose_dilation([op], 1.4, Floor(0.005, 0.003), frame_s=lambda d: 0.0061)
+    assert (follows.dilation, follows.bound, follows.by_frames) == (2, 0, 0)

@@ -79,19 +79,47 @@ def test_small_ops_far_from_their_ideal_time_are_latency_bound():
     # flagged too: 24 ms of the emulator's latency could be in it or not
     v = verdict(QUIET, ops=[op(0.42, 0.0092), op(0.010, 0.0092)], floor=floor)
     assert v["status"] == "not faithful" and v["reasons"] == [
-        "latency-bound: 2 of 2 ops took longer than their ideal time while the emulator's own per-op latency is "
-        "over 5% of it, worst allreduce/ring 46x (420.00 ms against 9.20 ms; 24.0 ms of wall time for its 14 "
-        "steps, from the default floor (not calibrated here: run 'hpnlab calibrate')): the emulator, not the "
+        "latency-bound: 2 of 2 ops took longer than their ideal time and the emulator's own per-op latency is "
+        "over 5% of what they took, worst allreduce/ring 46x (420.00 ms against 9.20 ms; 24.0 ms of wall time for "
+        "its 14 steps, from the default floor (not calibrated here: run 'hpnlab calibrate')): the emulator, not the "
         "fabric, may be what is measured; dilate time (time.dilation >= 60, or auto)"]
     # a big op slowed by contention is the fabric's doing; a short op that met its ideal time shows the floor
-    # did not matter; the same 9.2 ms op is 0.55 s of wall time at D = 60, where 24 ms is under 5%
+    # did not matter; the same 9.2 ms op that took 12 ms is 0.72 s of wall time at D = 60, where 24 ms is under
+    # 5%, and 0.36 s at D = 30, where it is not
     assert verdict(QUIET, ops=[op(4.0, 0.5), op(0.0105, 0.0100)], floor=floor)["faithful"]
     assert verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=60, floor=floor)["faithful"]
-    assert not verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=50, floor=floor)["faithful"]
+    assert not verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=30, floor=floor)["faithful"]
+    # the floor is weighed against the time taken, not the ideal: an op that contention made 2x its ideal (5.6 s
+    # for 2.8 s) with a floor of 6% of the ideal (174 ms) is off by at most 3%; one that took 1.07x is not
+    ring = Floor(0.005, 0.003, frame_s=0.009)
+    assert verdict(QUIET, ops=[op(5.6, 2.8)], floor=ring)["faithful"]
+    (slow,) = verdict(QUIET, ops=[op(3.0, 2.8)], floor=ring)["reasons"]
+    # at a fixed bytes scale D does not shrink a frame's hops: the advice lowers the scale as much
+    assert slow.endswith("dilate time with the bytes scale lowered as much (time.dilation >= 1.5 and qos.scale "
+                         "1.5x smaller, or both auto): at a fixed scale a frame's hops grow with D"), slow
     # the floor grows with the steps an op waits through: at D = 30 one step's 11 ms is under 5% of the op
-    # (13.8 ms of wall time), a ring's 24 ms is not
+    # (0.36 s of wall time), a ring's 24 ms is not
     assert verdict(QUIET, ops=[op(0.0120, 0.0092, steps=1)], dilation=30, floor=floor)["faithful"]
     assert not verdict(QUIET, ops=[op(0.0120, 0.0092, steps=14)], dilation=30, floor=floor)["faithful"]
     # a calibrated floor says where it came from
     cal = verdict(QUIET, ops=[op(0.42, 0.0092)], floor=Floor(0.010, 0.001, True, 8))
     assert "from this machine's calibration on 8 hosts" in cal["reasons"][0]
+
+
+def test_a_training_job_is_weighed_by_the_time_its_iterations_took():
+    """A job's ops' floors added up against the time its iterations took: placement's job A (4 iterations of
+    one 10-step ring, a floor of 156 ms each with a frame's hops) at 1.09x its ideal of 0.86 s is latency-bound
+    (17% of what it took); the same job that contention made 5x its ideal is off by at most 3.6%."""
+    floor = Floor(0.005, 0.003, frame_s=0.0121)
+    ops = [{"job": "A", "label": "grads", "seconds": 0.9, "fraction_of_ideal": 0.95,
+            "step_seconds": [0.09] * 10}] * 4
+    its = [{"job": "A", "seconds": 0.94, "predicted_s": 0.86}] * 4
+    (reason,) = verdict(QUIET, ops=ops, iterations=its, floor=floor)["reasons"]
+    assert reason.startswith("latency-bound: job A's iterations took 1.09x their ideal time") and \
+        "is 17% of what they took" in reason, reason
+    assert "time.dilation >= 4 and qos.scale 4x smaller" in reason
+    # at D = 4 (scale lowered as much: the same wall rate, so the same floor in wall time) it is 4%
+    assert verdict(QUIET, ops=ops, iterations=its, floor=floor, dilation=4)["faithful"]
+    # contention 5x: 3.6% of what it took, the rest is the fabric's
+    slow = [{**i, "seconds": 4.3} for i in its]
+    assert verdict(QUIET, ops=ops, iterations=slow, floor=floor)["faithful"]
