@@ -1,6 +1,7 @@
 """Collective benchmark: ring all-reduce busbw as a fraction of the physical bound.
 
     sudo .venv/bin/python -m bench.collectives_bench [--out results/bench/collectives.json]
+    .venv/bin/python -m bench.collectives_bench --from results/bench/collectives.json   (README's table only)
 
 Eight hosts, one rail, 2 channels per peer (one per NIC port), TCP transport,
 lossless class with PFC, scale 1/20,000 (200G ports at 10 Mbit/s). HPN with
@@ -15,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+from bench.readme import ROOT, replace_block, table
 from testbed.net.network import Network
 from testbed.qos.spec import QosSpec
 from topos import build
@@ -45,11 +47,27 @@ def run(topo: str, mode: str, op: str, algorithm: str, size: int, iters: int) ->
             "bytes_ok": all(r.bytes_delivered == r.bytes_expected for r in results)}
 
 
+FABRIC = {"hpn": "HPN", "dcn_plus": "DCN+"}
+ROUTING = {"precise": "precise", "precise-host": "precise, host-side", "ecmp": "ECMP"}
+
+
+def readme_table(out: dict) -> str:
+    rows = [[f"{FABRIC.get(r['topology'], r['topology'])}, {ROUTING.get(r['routing'], r['routing'])}",
+             f"{r['algorithm'].replace('_', '-')} {r['op']}", ", ".join(f"{f:.1%}" for f in r["fraction_of_ideal"]),
+             "yes" if r["bytes_ok"] else "NO"] for r in out["runs"]]
+    return (f"Measured {out['when']} (scale 1/{out['scale']:,}):\n\n"
+            + table(["fabric, routing", "op", "busbw / ideal", "bytes delivered = closed form"], rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="results/bench/collectives.json")
     ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
     a = ap.parse_args()
+    if a.saved:
+        replace_block(ROOT / "README.md", "collectives", readme_table(json.loads(a.saved.read_text())))
+        return
     cases = [("hpn", "precise", "allreduce", "ring", 8_000_000),
              ("hpn", "precise-host", "allreduce", "ring", 8_000_000),
              ("hpn", "ecmp", "allreduce", "ring", 8_000_000),
@@ -63,6 +81,7 @@ def main() -> None:
     for r in out["runs"]:
         print(f"{r['topology']:9} {r['routing']:12} {r['op']:10} {r['algorithm']:17} "
               f"busbw/ideal {r['fraction_of_ideal']}  bytes ok {r['bytes_ok']}")
+    replace_block(ROOT / "README.md", "collectives", readme_table(out))
 
 
 if __name__ == "__main__":

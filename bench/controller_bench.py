@@ -1,6 +1,7 @@
 """Controller benchmark: start-up, precise vs ECMP link use, failover gaps.
 
     sudo .venv/bin/python -m bench.controller_bench [--out results/bench/controller.json] [--quick]
+    .venv/bin/python -m bench.controller_bench --from results/bench/controller.json   (README's table only)
 
 Everything is measured on real Mininet + OVS with the controller in its own
 process: link use from OVS port counters, gaps from a paced UDP probe stream
@@ -16,6 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
+from bench.readme import ROOT, replace_block, table
 from testbed.experiment.measure import StreamSpec, gap_after, host_links_used, port_delta, run_streams, uplinks_used
 from testbed.net.network import Network
 from topos import build
@@ -86,11 +88,48 @@ def baseline_jitter() -> dict:
     return {"no failure: max gap ms (scheduling jitter)": rep["max_gap_ms"], "lost": rep["streams"]["0"]["lost"]}
 
 
+def _runs(xs: list, fmt: str = "{}") -> str:
+    return " / ".join(fmt.format(x) for x in xs)
+
+
+def readme_table(out: dict) -> str:
+    """README's table from a run's record: every figure from the record, nothing typed."""
+    st, base = out["startup"], out["baseline"]
+    rows = [["controller process start → all switches connected, routed and barrier-confirmed",
+             _runs(st["controller_start_to_all_routed_s"], "{:.2f}") + " s"],
+            ["whole network start (Mininet + OVS + controller + host config)",
+             _runs(st["network_start_s"], "{:.1f}") + " s"]]
+    for n in sorted({u["flows"] for u in out["link_use"]}):
+        by = {u["mode"]: u for u in out["link_use"] if u["flows"] == n}
+        e, p = by["ecmp"], by["precise"]
+        rows.append([f"{n} flows seg 0 → seg 1, rail 0 ({e['uplinks_available']} uplinks: 2 planes x 4 aggs), "
+                     "distinct uplinks used",
+                     f"ECMP {_runs(e['distinct_uplinks'])} (hashing predicts m(1-(1-1/m)^n) = "
+                     f"{e['hashing_predicts']:g}); precise {_runs(p['distinct_uplinks'])}"])
+    rows.append(["probe stream 1000 pkt/s, no failure: longest silence (this machine's scheduling jitter)",
+                 f"{base['no failure: max gap ms (scheduling jitter)']:.1f} ms, {base['lost']} lost"])
+    said = {"tor-agg": "ToR-aggregation link of the stream's path fails",
+            "host-tor dual-ToR": "host port (dual-ToR HPN) carrying the stream fails",
+            "host-tor single-ToR": "host port on single-ToR rail-optimized fails, repaired 1.5 s later"}
+    for f in out["failover"]:
+        rows.append([said[f["failure"]], f"{f['lost_packets']:,} of {f['sent']:,} lost, longest silence "
+                     f"{f['gap_ms']:.0f} ms"])
+    recompute = [ms for f in out["failover"] for ms in f["controller_recompute_ms"]]
+    if recompute:
+        rows.append(["controller recomputation per link event", f"{min(recompute):.1f}-{max(recompute):.1f} ms"])
+    return (f"Measured {out['when']} ({len(st['network_start_s'])} runs each):\n\n"
+            + table(["what", "result"], rows))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="results/bench/controller.json")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
     a = ap.parse_args()
+    if a.saved:
+        replace_block(ROOT / "README.md", "controller", readme_table(json.loads(a.saved.read_text())))
+        return
     reps = 1 if a.quick else 3
     out = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "startup": startup(reps), "baseline": baseline_jitter(),
            "link_use": [link_use(mode, n, reps) for n in (4, 8) for mode in ("ecmp", "precise")],
@@ -98,6 +137,7 @@ def main() -> None:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
+    replace_block(ROOT / "README.md", "controller", readme_table(out))
 
 
 if __name__ == "__main__":

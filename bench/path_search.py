@@ -6,12 +6,14 @@ Counts every shortest path (NIC port and each switch's next hop) between two
 hosts in different segments (HPN) or pods (3-tier Clos), and how many of them
 some source port reaches when every switch hashes with one seed (`asic`) or
 its own (`asic-seeded`): host-side precise routing can only choose among those.
+Writes its table into README.md, between the bench:path_search markers.
 """
 
 from __future__ import annotations
 
 import time
 
+from bench.readme import ROOT, replace_block, table
 from controllers.hostpath import Connection, count_paths, sports_by_path
 from controllers.routing import RoutingGraph, compute_tables
 from topos import build
@@ -32,8 +34,7 @@ SHAPES = [
 
 
 def main() -> None:
-    print("| fabric | switches | paths per connection | reached by a source port: asic | asic-seeded | search s |")
-    print("|---|---|---|---|---|---|")
+    rows = []
     for label, kind, params in SHAPES:
         topo = build(kind, **params)
         g = RoutingGraph(topo)
@@ -43,8 +44,12 @@ def main() -> None:
         c = Connection(hosts[0], dst, "tcp", 9000)
         t0 = time.monotonic()
         reached = {m: len(sports_by_path(g, t, m, c)) for m in ("asic", "asic-seeded")}
-        print(f"| {label} | {len(topo.switches)} | {count_paths(g, t, hosts[0], dst):,} | {reached['asic']:,} | "
-              f"{reached['asic-seeded']:,} | {time.monotonic() - t0:.1f} |")
+        rows.append([label, str(len(topo.switches)), f"{count_paths(g, t, hosts[0], dst):,}", f"{reached['asic']:,}",
+                     f"{reached['asic-seeded']:,}", f"{time.monotonic() - t0:.1f}"])
+    block = table(["fabric", "switches", "paths per connection", "reached by a source port: asic", "asic-seeded",
+                   "search s"], rows)
+    print(block)
+    replace_block(ROOT / "README.md", "path_search", block)
 
 
 if __name__ == "__main__":

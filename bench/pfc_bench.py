@@ -1,6 +1,7 @@
 """QoS and PFC benchmark: rate fidelity, 7-to-1 incast with and without PFC, pause propagation.
 
     sudo .venv/bin/python -m bench.pfc_bench [--out results/bench/pfc.json] [--seconds 10]
+    .venv/bin/python -m bench.pfc_bench --from results/bench/pfc.json   (README's table only)
 
 Default HPN, 200G host ports at 20 Mbit/s (scale 1/10,000). TCP (iperf3)
 marked DSCP 26 rides the lossless class. Drops are read from every lossless
@@ -15,6 +16,7 @@ import json
 import time
 from pathlib import Path
 
+from bench.readme import ROOT, replace_block, table
 from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate
 from testbed.net.network import Network
 from testbed.qos.shaper import lossless_leaf
@@ -87,12 +89,55 @@ def propagation(seconds: float) -> dict:
             "poll_period_ms": report["poll_period_ms"], "agent_cpu_share": report["agent_cpu_share"]}
 
 
+def _tiers(tiers: dict) -> str:
+    names = {"agg": "aggregation ports", "tor": "ToR ports", "host": "host NICs"}
+    return ", ".join(f"{names.get(k, k)} {v['pause_events']:,}" for k, v in sorted(tiers.items())
+                     if v["pause_events"]) or "none"
+
+
+def _poll(p: dict) -> str:
+    return f"median {p['median']:.1f} ms, p99 {p['p99']:.1f} ms, max {p['max']:.1f} ms (configured {p['configured']:g})"
+
+
+def readme_table(out: dict) -> str:
+    """README's table from a run's record: every figure from the record, nothing typed."""
+    rate, on, off = out["rate_fidelity"], out["incast_7_to_1"]["pfc_on"], out["incast_7_to_1"]["pfc_off"]
+    udp = out["propagation_udp_4_remote_to_1"]
+    deep = on["deepest_queue"]
+    paused = udp["sender_nics_paused"].values()
+    rows = [
+        ["single TCP flow over a shaped 3-switch path: wire rate at the bottleneck / configured",
+         ", ".join(f"{r['wire_fraction']:.4f}" for r in rate["runs"]) + " (goodput "
+         + ", ".join(f"{r['goodput_fraction']:.3f}" for r in rate["runs"]) + ": TCP/IP headers)"],
+        ["7-to-1 TCP incast, PFC on",
+         f"{on['goodput_fraction']:.1%} of h7's two ports; {on['lossless_drops_total']:,} lossless drops, "
+         f"{on['tcp_retransmits']:,} TCP retransmissions; deepest switch queue {deep['bytes'] / 1000:.0f} KB "
+         f"(XOFF + headroom {(deep['xoff_plus_headroom'] or 0) / 1000:.0f} KB); pauses: "
+         + _tiers(on["agent"].get("pauses_by_tier", {}))],
+        ["same, PFC off", f"{off['goodput_fraction']:.1%}; {off['lossless_drops_total']:,} drops in lossless queues, "
+                          f"{off['tcp_retransmits']:,} TCP retransmissions"],
+        ["4 UDP senders (no congestion control, like RoCE) in segment 0 → one host in segment 1 at 1.45x its ports",
+         f"{udp['received_packets']:,} of {udp['sent_packets']:,} packets delivered, {udp['lossless_drops_total']:,} "
+         f"drops; pauses per hop: {_tiers(udp['pauses_by_tier'])}; sender NIC ports paused {len(paused)}, "
+         f"{sum(p['paused_s'] for p in paused):.1f} s in all"],
+        ["PFC agent (incast with PFC; UDP)", f"poll period {_poll(on['agent']['poll_period_ms'])}; "
+                                             f"{_poll(udp['poll_period_ms'])}; "
+                                             f"{on['agent']['agent_cpu_share']:.0%} and {udp['agent_cpu_share']:.0%} "
+                                             "of one core"],
+    ]
+    return f"Measured {out['when']}:\n\n" + table(["what", "result"], rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="results/bench/pfc.json")
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
     a = ap.parse_args()
+    if a.saved:
+        replace_block(ROOT / "README.md", "pfc", readme_table(json.loads(a.saved.read_text())))
+        return
     incast = [(f"h{i}", "h7") for i in range(7)]
     out = {
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -104,6 +149,7 @@ def main() -> None:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
+    replace_block(ROOT / "README.md", "pfc", readme_table(out))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from controllers.client import ControllerClient, write_token
 from controllers.rest import MAX_FLOWS
-from testbed.net.controller import free_port
+from testbed.net.controller import free_ports
 from topos import build
 
 
@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> dict:
         topo = Path(d) / "topology.json"
         topo.write_text(build("hpn").to_json())
         token = write_token(str(Path(d) / "token"))
-        rest = free_port()
+        rest, of_port = free_ports(2)
         proc = subprocess.Popen([sys.executable, "-m", "controllers.launcher", "--topology", str(topo), "--mode",
-                                 "precise", "--of-port", str(free_port()), "--rest-port", str(rest),
+                                 "precise", "--of-port", str(of_port), "--rest-port", str(rest),
                                  "--token-file", str(Path(d) / "token")], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:

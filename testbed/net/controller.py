@@ -31,10 +31,6 @@ def ryu_manager() -> Path:
     return Path(os.environ.get("HPNLAB_RYU_MANAGER", ROOT / ".venv-ryu" / "bin" / "ryu-manager"))
 
 
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
 def free_ports(n: int) -> list[int]:
     """`n` different ports free on loopback now: all held open while picked, because a port just closed is
     handed out again (the OpenFlow and REST ports once came out equal: the REST server took it, and the
