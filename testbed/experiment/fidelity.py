@@ -25,7 +25,11 @@ software. A run is marked unfaithful, with the reason, when
   LATENCY_SHARE of the time the op took: that much of the figure may be the emulator's, not the fabric's (a
   16-GPU SimAI file replayed 46x its closed form with the CPU idle). The floor is weighed against the time
   measured, not the ideal: it is what the emulator can add to the figure, so an op that ECMP collisions made
-  2x its ideal with a floor of 6% of the ideal is off by at most 3% (the collisions are the fabric's). Both
+  2x its ideal with a floor of 6% of the ideal is off by at most 3% (the collisions are the fabric's). An op
+  short against the floor (over LATENCY_SHARE of its ideal) that took over MANY_TIMES its ideal is flagged
+  however small the floor is against what it took: the ideal already holds every NIC's own load, so what the
+  fabric adds (ECMP collisions, jobs sharing a link) is a few times at most here; beyond that it is something of
+  the emulator's the floor does not show (Nagle's delayed ACKs once cost 40 ms an op). Both
   are compared in wall time (the op's time x the time dilation D, traffic/timebase.py): dilating time is what
   makes the floor small against an op. An op that kept to its ideal time shows the floor did not matter to it.
   A training job's figure is its iteration, so its ops are weighed together: latency-bound when its
@@ -57,6 +61,7 @@ CPU_IDLE_MIN = 0.05
 STEAL_MAX = 0.05
 PFC_SILENT_S = 1.0  # a poll gap over this (or 20 configured periods, the larger) leaves the queues unwatched
 FASTER_MAX = 1.05  # an op above this fraction of its ideal rate went faster than the fabric can: not emulated
+MANY_TIMES = 10.0  # a short op this many times its ideal is the emulator's, whatever the floor says (see above)
 
 
 def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = False,
@@ -175,21 +180,29 @@ def _short(o: dict, dilation: float, floor: Floor) -> bool:
 
 def _ops_latency(ops: list[dict], reasons: list[str], dilation: float, floor: Floor) -> None:
     """Ops slower than their ideal time whose measured time (in wall time, x the dilation) the emulator's own
-    latency is more than LATENCY_SHARE of: how much of the figure is the emulator's cannot be told apart."""
+    latency is more than LATENCY_SHARE of, or that are short against it and took over MANY_TIMES their ideal:
+    how much of the figure is the emulator's cannot be told apart."""
     slow = []
     for o in ops:
         ideal = o["seconds"] * o["fraction_of_ideal"]
-        if ideal > 0 and o["seconds"] > (1 + LATENCY_SHARE) * ideal and \
-                floor.of(_steps(o)) > LATENCY_SHARE * o["seconds"] * dilation:
+        if ideal > 0 and _emulators(o["seconds"], ideal, floor.of(_steps(o)), dilation, _short(o, dilation, floor)):
             slow.append((o["seconds"] / ideal, ideal, _steps(o), o))
     if slow:
         ratio, ideal, steps, o = max(slow, key=lambda s: s[0])
         reasons.append(f"latency-bound: {len(slow)} of {len(ops)} ops took longer than their ideal time and the "
-                       f"emulator's own per-op latency is over {LATENCY_SHARE:.0%} of what they took, worst "
+                       f"emulator's own per-op latency is over {LATENCY_SHARE:.0%} of what they took (or they are "
+                       f"short against it and took over {MANY_TIMES:g}x), worst "
                        f"{o['label']} {ratio:.{0 if ratio >= 10 else 1}f}x ({o['seconds'] * 1000:.2f} ms against "
                        f"{ideal * 1000:.2f} ms; {floor.of(steps) * 1000:.1f} ms of wall time for its {steps} steps, "
                        f"from {floor.source()}): the emulator, not the fabric, may be what is measured; "
                        + _advice(floor.dilation_for(ideal, steps), dilation, floor))
+
+
+def _emulators(took: float, ideal: float, floor_wall: float, dilation: float, short: bool) -> bool:
+    """Whether a figure that took `took` against `ideal` (the fabric's seconds) may be the emulator's: slower
+    than its ideal, and the floor over LATENCY_SHARE of what it took, or short and MANY_TIMES its ideal."""
+    return took > (1 + LATENCY_SHARE) * ideal and (floor_wall > LATENCY_SHARE * took * dilation
+                                                   or (short and took > MANY_TIMES * ideal))
 
 
 def _iteration_latency(job: str, ops: list[dict], its: list[dict], reasons: list[str], dilation: float,
@@ -198,11 +211,13 @@ def _iteration_latency(job: str, ops: list[dict], its: list[dict], reasons: list
     against the time the iterations took."""
     ideal, took = sum(it["predicted_s"] for it in its), sum(it["seconds"] for it in its)
     emulator = sum(floor.of(_steps(o)) for o in ops)
-    if ideal > 0 and emulator > LATENCY_SHARE * took * dilation and took > (1 + LATENCY_SHARE) * ideal:
+    if ideal > 0 and _emulators(took, ideal, emulator, dilation, emulator > LATENCY_SHARE * ideal * dilation):
         reasons.append(f"latency-bound: job {job}'s iterations took {took / ideal:.2f}x their ideal time and the "
                        f"emulator's own latency over their {len(ops)} ops ({emulator:,.2f} s of wall time, from "
-                       f"{floor.source()}) is {emulator / (took * dilation):.0%} of what they took (over "
-                       f"{LATENCY_SHARE:.0%}): the emulator, not the fabric, may be what is measured; "
+                       f"{floor.source()}) is {emulator / (took * dilation):.0%} of what they took ("
+                       + (f"over {LATENCY_SHARE:.0%}" if emulator > LATENCY_SHARE * took * dilation else
+                          f"over {LATENCY_SHARE:.0%} of their ideal, and they took over {MANY_TIMES:g}x it")
+                       + "): the emulator, not the fabric, may be what is measured; "
                        + _advice(emulator / (LATENCY_SHARE * ideal), dilation, floor))
     return sum(1 for o in ops if _short(o, dilation, floor))
 
