@@ -29,9 +29,9 @@ software. A run is marked unfaithful, with the reason, when
   short against the floor (over LATENCY_SHARE of its ideal) that took over MANY_TIMES its ideal is flagged
   however small the floor is against what it took: the ideal already holds every NIC's own load, so what the
   fabric adds (ECMP collisions, jobs sharing a link) is a few times at most here; beyond that it is something of
-  the emulator's the floor does not show (Nagle's delayed ACKs once cost 40 ms an op). Both
-  are compared in wall time (the op's time x the time dilation D, traffic/timebase.py): dilating time is what
-  makes the floor small against an op. An op that kept to its ideal time shows the floor did not matter to it.
+  the emulator's the floor does not show (Nagle's delayed ACKs once cost 40 ms an op). Both are compared in
+  wall time (the op's time x the time dilation D, traffic/timebase.py): dilating time is what makes the floor
+  small against an op. An op that kept to its ideal time shows the floor did not matter to it.
   A training job's figure is its iteration, so its ops are weighed together: latency-bound when its
   iterations took more than LATENCY_SHARE over their ideal time while the floors of all their ops add up to
   more than LATENCY_SHARE of the time they took. Its ops too short to time alone (a 4-byte all-reduce: no
