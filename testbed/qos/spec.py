@@ -19,7 +19,7 @@ priorities by their `weight`).
 PFC defaults, per lossless priority, from the scaled port rate r and the
 switch's total ingress rate R_in (bytes/s; the sum of its other links) and the
 agent's poll period T:
-    headroom = 5 x R_in x T + R_x x L + 2 x MTU
+    headroom = 5 x R_in x T + R_x x L + 32 x MTU + 2 x MTU
                                        (what can still arrive while a pause takes
                                         effect: up to the agent's longest gap between
                                         polls, measured at 2.4-4.2 T in quiet runs on 2
@@ -27,7 +27,13 @@ agent's poll period T:
                                         a crux run drop 2 lossless packets at a 2.6 T
                                         gap); the queue sees every ingress, so all count;
                                         R_x of them from other servers, whose pause is
-                                        a message that takes up to L = pfc.remote_ms)
+                                        a message that takes up to L = pfc.remote_ms;
+                                        and an OVS batch: what userspace OVS had already
+                                        read from the paused port goes on. Measured:
+                                        placement at D = 5, ToR uplinks 4:1, queues ran
+                                        53-60 KB past XOFF with poll gaps of 7-13 ms
+                                        (11-20 KB of ingress growth); without the batch
+                                        they dropped in 2 of 2 runs)
     XOFF     = max(64 x MTU, 4 x r x T)  (userspace OVS forwards in batches of up to 32
                                          frames, and what piled up while its thread was
                                          away leaves in batches back to back: one flow at
@@ -230,7 +236,7 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
     pfc = spec.pfc
     lossless = {}
     for c in spec.lossless:
-        derived = int(REACTION_POLLS * r_in * t + late + 2 * MTU)
+        derived = int(REACTION_POLLS * r_in * t + late + (OVS_BATCH + 2) * MTU)
         headroom = next(v for v in (c.headroom_bytes, pfc.headroom_bytes, derived) if v is not None)
         xoff_default = max(OVS_BURST_FRAMES * MTU, int(4 * r * t))
         xoff = next(v for v in (c.xoff_bytes, pfc.xoff_bytes, xoff_default) if v is not None)

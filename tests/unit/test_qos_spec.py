@@ -16,7 +16,8 @@ def test_port_plan_defaults_from_rate_and_poll():
     assert q.xoff == max(64 * MTU, int(4 * r * 0.005)) == 100_000
     assert q.xon == 50_000
     assert port_plan(100, spec).lossless[3].xoff == 64 * MTU  # 10 Mbit/s: the floor of two OVS batches
-    assert q.headroom == int(5 * (2200e9 / 1e4 / 8) * 0.005 + 2 * MTU) == 690_528
+    # five polls of every ingress, an OVS batch already read from the paused port, two frames
+    assert q.headroom == int(5 * (2200e9 / 1e4 / 8) * 0.005 + 34 * MTU) == 738_976
     assert q.limit == q.xoff + q.headroom + 2 * MTU
     assert p.buffer_bytes == max(16 * MTU, int(r * 0.020))
     assert p.prio == {"high": 0, "lossless3": 1, "default": 2}
