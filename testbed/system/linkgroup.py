@@ -3,14 +3,23 @@ and lets the run delete all of them in one request."""
 
 from __future__ import annotations
 
+import errno
+
 
 def group_links(ifnames: list[str], group: int) -> None:
+    """Put these interfaces in `group`; one that vanished on the way (a veth goes with its peer, a peer with its
+    namespace, while a teardown runs) needs no group, and its ENODEV must not abort the teardown."""
     from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
 
     with IPRoute() as ipr:
         for name in ifnames:
             for idx in ipr.link_lookup(ifname=name):
-                ipr.link("set", index=idx, group=group)
+                try:
+                    ipr.link("set", index=idx, group=group)
+                except NetlinkError as exc:
+                    if exc.code != errno.ENODEV:
+                        raise
 
 
 def delete_links(ifnames: list[str], group: int) -> int:
