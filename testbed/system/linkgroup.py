@@ -3,23 +3,34 @@ and lets the run delete all of them in one request."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def unless_vanished() -> Iterator[None]:
+    """Skip what touches an interface that vanished between its lookup and the touch (a veth goes with its peer,
+    a peer with its namespace, while a teardown runs): it is gone, not an error, and its ENODEV must not abort
+    the teardown (an interrupted `lab start` once stranded its veths and record that way). Other errors raise."""
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    try:
+        yield
+    except NetlinkError as exc:
+        if exc.code != errno.ENODEV:
+            raise
 
 
 def group_links(ifnames: list[str], group: int) -> None:
-    """Put these interfaces in `group`; one that vanished on the way (a veth goes with its peer, a peer with its
-    namespace, while a teardown runs) needs no group, and its ENODEV must not abort the teardown."""
+    """Put these interfaces in `group`; one that vanished on the way needs none (`unless_vanished`)."""
     from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
 
     with IPRoute() as ipr:
         for name in ifnames:
             for idx in ipr.link_lookup(ifname=name):
-                try:
+                with unless_vanished():
                     ipr.link("set", index=idx, group=group)
-                except NetlinkError as exc:
-                    if exc.code != errno.ENODEV:
-                        raise
 
 
 def delete_links(ifnames: list[str], group: int) -> int:

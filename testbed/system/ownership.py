@@ -17,7 +17,6 @@ found or killed by a broad name.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -37,6 +36,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .capabilities import ovs_db_target
+from .linkgroup import unless_vanished
 
 log = logging.getLogger(__name__)
 
@@ -271,24 +271,18 @@ def _ours(folder: Path) -> bool:
 
 
 def _proven_interfaces(names: list[str], group: int, bridges: list[str]) -> list[str]:
-    """The named root-namespace interfaces that sit in this run's link group or on one of its bridges. One that
-    vanishes while it is looked at (a veth goes with its peer, and a peer goes with its namespace while a
-    teardown runs) is gone, not an error: an interrupted `lab start` once raised ENODEV here, which aborted the
-    rest of its cleanup and stranded its veths."""
+    """The named root-namespace interfaces that sit in this run's link group or on one of its bridges (one that
+    vanishes while it is looked at is gone: `unless_vanished`)."""
     from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
 
     on_bridges = {p for b in bridges for p in _vsctl("list-ifaces", b).stdout.split()}
     out = []
     with IPRoute() as ipr:
         for name in names:
-            try:
+            with unless_vanished():
                 idx = ipr.link_lookup(ifname=name)
                 if idx and (name in on_bridges or ipr.get_links(idx[0])[0].get_attr("IFLA_GROUP") == group):
                     out.append(name)
-            except NetlinkError as exc:
-                if exc.code != errno.ENODEV:
-                    raise
     return out
 
 
