@@ -242,14 +242,16 @@ def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = N
     if not items:
         raise ValueError("no op with bytes to weigh: dilation auto has nothing to go by")
     frames_only = replace(at(MAX_DILATION), base_s=0.0, per_step_s=0.0)
-    by_frames = [it for it in items if it.need(frames_only) > MAX_DILATION]
+    by_frames = [it.need(frames_only) > MAX_DILATION for it in items]  # per item: no D shrinks its frames
+    unframed = replace(floor, frame_s=0.0)
 
-    def need(it, d: float) -> float:  # what D can shrink: all of the floor, or all but the frames
-        return it.need(replace(floor, frame_s=0.0) if it in by_frames else at(d))
+    def needs(d: float) -> list[float]:  # what D can shrink, per item: all of the floor, or all but the frames
+        f = at(d)
+        return [it.need(unframed if stuck else f) for it, stuck in zip(items, by_frames, strict=True)]
 
     d = 1.0
     for _ in range(LADDER_TRIES):  # the least D on the ladder that its own floor asks for (frames may grow with D)
-        needed = max(need(it, d) for it in items)
+        needed = max(needs(d))
         if needed <= d or d >= MAX_DILATION:
             break
         d = min(nice_ceil(max(needed, d * FINE_STEP_UP), FINE), MAX_DILATION)
@@ -258,10 +260,11 @@ def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = N
     costly = virtual_s if busy_s is None else busy_s
     if costly * d > cap:
         d = max(1.0, nice_floor(cap / costly, FINE))
-    needed, worst = max(((need(it, d), it) for it in items), key=lambda x: x[0])
-    bound = sum(1 for it in items if it.need(at(d)) > d)
-    return DilationChoice(d, max(1.0, needed), virtual_s, at(d), worst, bound, len(items), cap, hosts, busy_s,
-                          len(by_frames))
+    needed, worst = max(zip(needs(d), items, strict=True), key=lambda x: x[0])
+    f = at(d)
+    bound = sum(1 for it in items if it.need(f) > d)
+    return DilationChoice(d, max(1.0, needed), virtual_s, f, worst, bound, len(items), cap, hosts, busy_s,
+                          sum(by_frames))
 
 
 def _read(path: Path) -> dict:
