@@ -21,7 +21,7 @@ from .naming import switch_intfs
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from testbed.cluster.servers import ClusterRun
+    from testbed.cluster.servers import ClusterRun, ServerAgent
 
 
 def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | None,
@@ -43,7 +43,7 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
     try:
         if of_port is not None:
             _add_controller(net, local, cluster, of_port)
-        _add_nodes(net, topo, caps, local, cluster, host_cls, switch_cls)
+        _add_nodes(net, topo, caps, local, cluster, site_of, host_cls, switch_cls)
         for l in topo.links:
             net.addLink(topo.nodes[l.a].short, topo.nodes[l.b].short, port1=l.a_port, port2=l.b_port)
         net.build()
@@ -96,9 +96,8 @@ def _add_controller(net, local: LocalSite, cluster: ClusterRun | None, of_port: 
 
 
 def _add_nodes(net, topo: Topology, caps: Capabilities, local: LocalSite, cluster: ClusterRun | None,
-               host_cls: type, switch_cls: type) -> None:
+               site_of: Callable[[str], LocalSite | ServerAgent], host_cls: type, switch_cls: type) -> None:
     """One Mininet host per host and one tagged OVS bridge per switch, each recorded by its site as made."""
-    site_of = (lambda _node: local) if cluster is None else cluster.site_of
     where = {} if cluster is None else {n: cluster.mn_server(cluster.server_of(n)) for n in topo.nodes}
 
     class OneCommandHost(OneCommandAtATime, host_cls):
