@@ -16,9 +16,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # Packages: the fabric (mininet, OVS), traffic (iperf3, perftest, rdma-core),
-# inspection (tcpdump, ethtool, iproute2) and the toolchain for the venv.
+# inspection (tcpdump, ethtool, iproute2), the toolchain for the venv, and the BPF
+# toolchain the kernel queue accounting is built with (testbed/qos/bpf: clang,
+# libbpf's headers and library, bpftool for vmlinux.h).
 pkgs=(mininet openvswitch-switch iperf3 iproute2 ethtool iputils-ping tcpdump
-      rdma-core ibverbs-utils perftest python3-venv python3-pip git make procps kmod)
+      rdma-core ibverbs-utils perftest python3-venv python3-pip git make procps kmod
+      clang llvm libbpf-dev libbpf1 bpftool)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

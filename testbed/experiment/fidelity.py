@@ -15,9 +15,11 @@ software. A run is marked unfaithful, with the reason, when
 - the hypervisor took the CPU: steal over the run above STEAL_MAX;
 - a PFC pause came too late: a lossless queue grew past XOFF + headroom, the
   depth the headroom is sized never to exceed (five poll periods of reaction at
-  the full ingress rate). The agent's poll period is shown beside the verdict:
-  a late poll is harmless while the queues stay below that depth, and on these
-  2-core machines its p99 is 1.5-2.5x the configured period in quiet runs too;
+  the full ingress rate). The agent's reaction is shown beside the verdict: with
+  kernel events (testbed/qos/kqueues.py) the time from the crossing packet to
+  the upstream class changed, p50 and p99; when polling, the poll period (a late
+  poll is harmless while the queues stay below that depth, and on these 2-core
+  machines its p99 is 1.5-2.5x the configured period in quiet runs too);
 - the lossless class dropped with PFC on (the emulation promised it would not);
 - latency-bound: an op took more than LATENCY_SHARE over its ideal time while the emulator's own per-op
   latency (agents, coordinator, userspace OVS, a full frame stored and forwarded at each hop: its floor for
@@ -83,7 +85,8 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
     out = {"cpu_idle_min": min(idle, default=None),
            "cpu_idle_mean": round(statistics.mean(idle), 4) if idle else None,
            "steal_mean": round(statistics.mean(steal), 4) if steal else None,
-           "ovs_thread_max": max(ovs, default=None), "pfc_poll_p99_ms": None, "lossless_drops": lossless_drops,
+           "ovs_thread_max": max(ovs, default=None), "pfc_poll_p99_ms": None, "pfc_reaction_ms": None,
+           "lossless_drops": lossless_drops,
            "offered_bps": offered_bps, "budget_bps": budget_bps, "reasons": [], "unknown": []}
     reasons, unknown = out["reasons"], out["unknown"]
     _cpu(timeline, idle, steal, sampler_error, reasons, unknown)
@@ -92,7 +95,10 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
         reasons.append(f"offered load {offered_bps / 1e6:.0f} Mbit/s above this machine's faithful budget "
                        f"{budget_bps / 1e6:.0f} Mbit/s ({src})")
     if pfc:
-        out["pfc_poll_p99_ms"] = pfc["poll_period_ms"].get("p99")
+        if pfc.get("detect", "poll") == "poll":
+            out["pfc_poll_p99_ms"] = pfc["poll_period_ms"].get("p99")
+        elif pfc.get("reaction_ms", {}).get("p99") is not None:  # kernel events: the poll period means nothing
+            out["pfc_reaction_ms"] = {k: pfc["reaction_ms"][k] for k in ("median", "p99")}
         _late_pause(pfc, reasons)
     if pfc_enabled:
         _pfc_watched(pfc, unknown)
@@ -134,9 +140,12 @@ def _late_pause(pfc: dict, reasons: list[str]) -> None:
             if not q.get("host") and q["max_backlog"] > q["xoff"] + q["headroom"]}
     if over:
         k, q = max(over.items(), key=lambda kv: kv[1]["max_backlog"] - kv[1]["xoff"] - kv[1]["headroom"])
+        if pfc.get("detect", "poll") == "poll":
+            agent = f"agent poll p99 {period['p99']:g} ms, configured {period['configured']:g} ms"
+        else:
+            agent = f"PFC reaction p99 {pfc['reaction_ms']['p99']} ms, from kernel events"
         reasons.append(f"a PFC pause came late: {len(over)} lossless queue(s) past XOFF + headroom, e.g. {k} "
-                       f"at {q['max_backlog']:,} B > {q['xoff'] + q['headroom']:,} B (agent poll p99 "
-                       f"{period['p99']:g} ms, configured {period['configured']:g} ms)")
+                       f"at {q['max_backlog']:,} B > {q['xoff'] + q['headroom']:,} B ({agent})")
 
 
 def _pfc_watched(pfc: dict | None, unknown: list[str]) -> None:
@@ -262,6 +271,9 @@ def line(v: dict) -> str:
             figures.append(f"steal {v['steal_mean']:.0%}")
         if v["pfc_poll_p99_ms"] is not None:
             figures.append(f"PFC poll p99 {v['pfc_poll_p99_ms']:g} ms")
+        if v.get("pfc_reaction_ms"):
+            figures.append(f"PFC reaction p50 {v['pfc_reaction_ms']['median']:g} ms, "
+                           f"p99 {v['pfc_reaction_ms']['p99']:g} ms")
         if v.get("ops_too_short"):
             figures.append(f"{v['ops_too_short']:,} ops too short to time alone, weighed by their iterations")
         return f"fidelity: faithful ({', '.join(figures)})"

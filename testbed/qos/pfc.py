@@ -1,7 +1,12 @@
 """A PFC-like pause agent: lossless queues that never drop, with pauses that propagate hop by hop.
 
-Every poll the agent reads the backlog of every lossless egress queue (one
-netlink qdisc dump per namespace: the root namespace holds every switch port).
+How the agent sees a queue cross its thresholds (`pfc.detect`):
+- kernel (the default where this machine can): BPF programs on the qdisc tracepoints re-read every lossless
+  queue of a port at each packet into or out of it and put each XOFF or XON crossing on a ring buffer
+  (kqueues.py); the agent sleeps on it and acts the moment one arrives. Its reaction (the crossing in the
+  kernel to the upstream class changed) is measured per crossing and reported.
+- poll: every poll the agent reads the backlog of every lossless egress queue (one netlink qdisc dump per
+  namespace: the root namespace holds every switch port). Used where BPF is not available (doctor says why).
 Each lossless 802.1p priority has its own queue per port, its own thresholds
 and its own pauses, as in 802.1Qbb: when the priority-p queue of switch S
 toward port p passes XOFF, S "sends PAUSE(p)" on its other ports: the
@@ -44,7 +49,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from traffic.timebase import Timebase
 
@@ -53,9 +58,13 @@ from .ports import Port
 from .shaper import Shaper, lossless_leaf
 from .spec import PfcPlan
 
+if TYPE_CHECKING:
+    from .kqueues import Crossing, KernelQueues
+
 log = logging.getLogger(__name__)
 
 REALTIME_PRIORITY = 10  # SCHED_FIFO, above every normal task and below the kernel's own threads (50)
+KERNEL_WAKE_S = 0.05  # with kernel detection the agent wakes at least this often: samples, state, liveness
 
 
 def queue_key(port: str, priority: int) -> str:
@@ -145,17 +154,50 @@ class PfcAgent:
         self.expired = 0  # times a silent server's pauses here were released
         self.error: str | None = None  # why the loop died, if it did: the verdict then says "unknown"
         self.stopped_at: float | None = None
+        self.detect = "poll"  # how crossings are seen: kernel or poll (start() decides for auto)
+        self.detect_why = ""  # why poll, when kernel was wanted or auto
+        self.kernel: KernelQueues | None = None
+        self.reactions: list[tuple[float, float]] = []  # (when, seconds from a kernel crossing to the classes set)
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="hpnlab-pfc", daemon=True)
+        self._choose_detect()
+        run = self._run_kernel if self.kernel is not None else self._run
+        self._thread = threading.Thread(target=run, name="hpnlab-pfc", daemon=True)
         self._thread.start()
+
+    def _choose_detect(self) -> None:
+        """Kernel detection when asked for or auto and this machine can load it; poll otherwise, saying why
+        (`detect: kernel` that cannot load is an error: the user asked for it)."""
+        if self.spec.detect == "poll":
+            return
+        from testbed.system.bpf import BpfUnavailable
+
+        from .kqueues import KernelQueues
+
+        thresholds = {(key, prio): (qs.plan.xoff, qs.plan.xon) for (key, prio), qs in self.queues.items()
+                      if qs.upstream}  # a queue with nobody upstream pauses nobody: depth only
+        try:
+            self.kernel = KernelQueues(list(self.shaper.ports.values()), self.priorities, thresholds)
+        except BpfUnavailable as exc:
+            if self.spec.detect == "kernel":
+                raise
+            self.detect_why = str(exc)
+            log.warning("PFC: polling every %g ms instead of kernel events: %s", self.spec.poll_ms, exc)
+            return
+        self.detect = "kernel"
 
     def stop(self) -> None:
         self.stopped_at = time.monotonic()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self.kernel is not None:
+            try:
+                self._final_drops()
+            finally:
+                self.kernel.close()
+                self.kernel = None
         if self.state_file is not None:
             self.state_file.unlink(missing_ok=True)
         for server, held in self.holds_out.items():  # the other servers release what we held there
@@ -204,6 +246,79 @@ class PfcAgent:
             self.cpu_s = time.thread_time() - t_cpu0
             self.wall_s = time.monotonic() - t_wall0
             for d in dumpers.values():
+                d.close()
+
+    def _run_kernel(self) -> None:
+        """Sleep on the kernel's crossings (and the other servers' pause messages); act on each at once."""
+        t_cpu0, t_wall0 = time.thread_time(), time.monotonic()
+        self.realtime = _realtime()
+        waits = [self.kernel] + ([self.remote] if self.remote is not None else [])
+        last = next_sample = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                ready = select.select(waits, [], [], KERNEL_WAKE_S)[0]
+                now = time.monotonic()
+                self.period_samples.append((now, now - last))
+                last = now
+                changed: set[str] = set()
+                for c in self.kernel.crossings():
+                    self._crossing(c, changed)
+                if self.remote is not None:
+                    if self.remote in ready:
+                        self.take_remote()
+                    self._say_remote(now, changed)
+                if now >= next_sample:
+                    next_sample = now + KERNEL_WAKE_S
+                    self._sample_kernel(now)
+                self.polls += 1
+        except Exception as exc:  # noqa: BLE001 - any error ends the loop; the report must say so
+            self.error = f"{type(exc).__name__}: {exc}"[:300]
+            log.exception("PFC agent stopped")
+        finally:
+            self.cpu_s = time.thread_time() - t_cpu0
+            self.wall_s = time.monotonic() - t_wall0
+
+    def _crossing(self, c: Crossing, changed: set[str]) -> None:
+        """One queue crossed XOFF (pause its upstream) or XON (release it); the reaction is timed from the
+        packet that crossed, in the kernel, to the last class changed."""
+        key = c.port, c.priority
+        qs = self.queues[key]
+        now = time.monotonic()
+        if c.xoff and not qs.xoff:
+            qs.xoff, qs.xoff_events = True, qs.xoff_events + 1
+            for up in qs.upstream:
+                self._hold((up, qs.priority), key, now, changed)
+        elif not c.xoff and qs.xoff:
+            qs.xoff = False
+            for up in qs.upstream:
+                self._release((up, qs.priority), key, now, changed)
+        else:
+            return
+        done = time.monotonic_ns()
+        self.reactions.append((now, (done - c.t_ns) / 1e9))
+
+    def _sample_kernel(self, now: float) -> None:
+        """Depths from the kernel's shared memory (no system call): maxima, the time series, the state file."""
+        backlog = {}
+        for key, f in self.kernel.snapshot().items():
+            qs = self.queues[key]
+            qs.max_backlog = max(qs.max_backlog, f.max_backlog)
+            if f.backlog:
+                backlog[queue_key(*key)] = f.backlog
+        self.samples.append({"t": now, "backlog": backlog, "paused": sorted(queue_key(*k) for k in self.shaper.paused)})
+        if self.state_file is not None:
+            self._write_state()
+
+    def _final_drops(self) -> None:
+        """The lossless queues' drops, read once from the qdiscs (the kernel programs see depths, not drops)."""
+        for netns in {p.netns for p in self.shaper.ports.values()}:
+            d = dumper_in(netns)
+            try:
+                for ifindex, handle, _backlog, drops in d.backlogs(self._handles):
+                    port = self._by_ifindex.get((netns, ifindex))
+                    if port is not None:
+                        self.queues[port, self._leaves[handle]].drops = drops
+            finally:
                 d.close()
 
     def _wait(self, delay: float) -> None:
@@ -353,11 +468,18 @@ class PfcAgent:
             "last_poll_age_ms": None if last_poll is None else round((now - last_poll) * 1000, 3),
             "error": self.error,
             "pfc_frames_sent": self.frames_sent,
-            "poll_period_ms": {"configured": self.spec.poll_ms, **spread(periods, 1000)},
+            "poll_period_ms": {"configured": self.spec.poll_ms if self.detect == "poll" else KERNEL_WAKE_S * 1000,
+                               **spread(periods, 1000)},
             # how long a poll itself took (netlink dumps wait for the kernel's rtnl lock): a gap with a long
             # poll was the kernel's, one with a short poll was the scheduler's
             "poll_ms": spread(sorted(d for t, d in self.poll_samples if since is None or t >= since), 1000),
             "realtime": self.realtime,
+            # kernel: crossings seen per packet by BPF (poll_period_ms is then the gap between the agent's
+            # wake-ups: at least every KERNEL_WAKE_S, liveness only); poll: read every poll_ms
+            "detect": self.detect,
+            **({"detect_why": self.detect_why} if self.detect_why else {}),
+            # a crossing in the kernel to the upstream classes changed (kernel detection only)
+            "reaction_ms": spread(sorted(r for t, r in self.reactions if since is None or t >= since), 1000),
             "agent_cpu_share": round(self.cpu_s / self.wall_s, 4) if self.wall_s else None,
             "pauses_by_tier": tiers,
             "ports": {queue_key(*k): {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
@@ -416,7 +538,7 @@ def in_fabric_time(report: dict, timebase: Timebase) -> dict:
 
     return {**report,
             "clock": {"dilation": timebase.dilation, "virtual": ["paused_s", "samples.t"],
-                      "wall": ["poll_period_ms", "poll_ms", "last_poll_age_ms"]},
+                      "wall": ["poll_period_ms", "poll_ms", "last_poll_age_ms", "reaction_ms"]},
             "by_priority": {p: paused(d) for p, d in report["by_priority"].items()},
             "pauses_by_tier": {t: paused(d) for t, d in report["pauses_by_tier"].items()},
             "ports": {k: paused(d) for k, d in report["ports"].items()},
@@ -458,6 +580,9 @@ def merge_reports(reports: dict[str, dict]) -> dict:
         "poll_ms": {k: _most([r.get("poll_ms", {}).get(k) for r in reports.values()]) for k in ("median", "p99",
                                                                                                   "max")},
         "realtime": all(r.get("realtime") for r in reports.values()),
+        "detect": "/".join(sorted({r.get("detect", "poll") for r in reports.values()})),
+        "reaction_ms": {k: _most([r.get("reaction_ms", {}).get(k) for r in reports.values()])
+                        for k in ("median", "p99", "max")},
         "agent_cpu_share": max(shares) if shares else None,
         "pauses_by_tier": tiers,
         "ports": {k: v for r in reports.values() for k, v in r["ports"].items()},

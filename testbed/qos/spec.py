@@ -96,6 +96,9 @@ class PfcSpec(BaseModel):
     pause_rate_fraction: float = Field(1 / 16, gt=0, lt=1, description="what a paused class still sends")
     remote_ms: float = Field(5.0, gt=0, le=1000, description="what a pause toward another server's port adds "
                              "(a message between the servers' agents): headroom for ingress across servers")
+    detect: Literal["auto", "kernel", "poll"] = Field(
+        "auto", description="how XOFF/XON crossings are seen: kernel (BPF on the qdisc tracepoints, per packet), "
+                            "poll (every queue read each poll_ms), auto (kernel where this machine can)")
 
     @model_validator(mode="after")
     def _check(self) -> PfcSpec:

@@ -1,8 +1,9 @@
 """Emulation tests: root, Mininet and a running Open vSwitch.
 
 `no_leftovers` snapshots what a run could leave on the machine (OVS bridges,
-root-namespace interfaces, named network namespaces, Mininet shells, run
-records) and asserts the test left exactly what it found.
+the PFC agent's BPF programs, root-namespace interfaces, named network
+namespaces, Mininet shells, run records) and asserts the test left exactly
+what it found.
 """
 
 from __future__ import annotations
@@ -49,11 +50,21 @@ def snapshot() -> dict[str, set[str]]:
                 shells.add(p.name)
     return {
         "bridges": lines("ovs-vsctl", "list-br"),
+        "bpf programs": _kernel_queue_programs(),
         "interfaces": set(os.listdir("/sys/class/net")),
         "netns": lines("ip", "netns", "list"),
         "run processes": shells,
         "run records": set(os.listdir(RUN_DIR)) if RUN_DIR.is_dir() else set(),
     }
+
+
+def _kernel_queue_programs() -> set[str]:
+    """The PFC agent's BPF programs loaded now (testbed/qos/bpf/queues.bpf.c), by id."""
+    import json
+
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
+    return {f"{p['id']}:{p.get('name')}" for p in json.loads(out or "[]")
+            if p.get("name") in ("on_enqueue", "on_dequeue")}
 
 
 def _default_sigint() -> None:

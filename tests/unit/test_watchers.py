@@ -50,7 +50,7 @@ def test_a_run_shorter_than_the_sampling_period_still_gets_a_sample():
 
 
 def _agent(poll) -> PfcAgent:
-    spec = QosSpec(pfc={"enabled": True, "poll_ms": 5})
+    spec = QosSpec(pfc={"enabled": True, "poll_ms": 5, "detect": "poll"})
     agent = PfcAgent(Shaper([], spec))
     agent.poll = poll
     return agent
@@ -96,3 +96,23 @@ def test_a_pfc_agent_that_keeps_its_period_is_judged_on_its_figures():
     report = agent.report(since)
     assert report["polls_in_window"] > 20 and report["last_poll_age_ms"] < 100
     assert verdict(QUIET, report, pfc_enabled=True)["faithful"]
+
+
+def test_a_machine_without_bpf_polls_and_says_why_unless_kernel_was_asked_for(monkeypatch):
+    import pytest
+
+    import testbed.qos.kqueues as kqueues
+    from testbed.system.bpf import BpfUnavailable
+
+    def unavailable(*_args):
+        raise BpfUnavailable("cannot build BPF programs: missing clang")
+
+    monkeypatch.setattr(kqueues, "KernelQueues", unavailable)
+    agent = PfcAgent(Shaper([], QosSpec(pfc={"poll_ms": 5})))  # detect: auto
+    agent.start()
+    agent.stop()
+    report = agent.report()
+    assert report["detect"] == "poll" and report["detect_why"] == "cannot build BPF programs: missing clang"
+    assert report["polls"] > 0 and report["error"] is None
+    with pytest.raises(BpfUnavailable):
+        PfcAgent(Shaper([], QosSpec(pfc={"poll_ms": 5, "detect": "kernel"}))).start()

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: GPL-2.0
+/* Lossless queues watched per packet, in the kernel (issue #28).
+ *
+ * Every port of the fabric has an HTB root with one class and bfifo leaf per
+ * lossless 802.1p priority (testbed/qos/shaper.py). Two programs run on the
+ * qdisc tracepoints of every root (this kernel has tracepoints, but neither
+ * kprobes nor fentry): after each enqueue the root accepted and after each
+ * dequeue. On a watched port they read the backlog of each of its lossless
+ * leaves, the leaf qdisc's own figure (`tc -s` prints the same), found through
+ * HTB's class hash as htb_find() does, and keep it with its maximum; a queue
+ * crossing XOFF upward or XON downward puts an event on a ring buffer. The PFC
+ * agent sleeps on that ring buffer instead of polling every queue
+ * (testbed/qos/kqueues.py).
+ *
+ * Nothing is counted here, so nothing can drift: every packet in or out of a
+ * port re-reads every lossless queue of that port. (Counting bytes in and out
+ * was tried first: on this kernel a few dequeues in a thousand reached no
+ * tracepoint, with no recursion miss counted, and each stayed in the count.)
+ *
+ * Which ports are watched is the `ports` map: (network namespace inode,
+ * ifindex) -> port number; which of its priorities, the `watched` field of
+ * each queue. Every other qdisc of the machine is looked up once and left.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#ifndef LOSSLESS_MINOR
+#error "build with -DLOSSLESS_MINOR=<the HTB minor of lossless priority 0> (testbed/qos/spec.py)"
+#endif
+#define PRIORITIES 8
+#define MAX_CHAIN 16  /* classes followed in one bucket of HTB's class hash */
+#define EV_XOFF 1
+#define EV_XON 2
+
+struct port_key {
+	__u32 netns;   /* inode of the port's network namespace */
+	__u32 ifindex;
+};
+
+/* One (port, priority); user space reads and writes these through mmap. */
+struct lossless_queue {
+	__u32 watched;      /* set by user space for the port's lossless priorities */
+	__u32 xoff;         /* bytes; 0: never raise events (a host's queue pauses nobody) */
+	__u32 xon;
+	__u32 above;        /* 1 from an XOFF crossing to the next XON crossing */
+	__u32 backlog;      /* bytes in the leaf at the last packet in or out of the port */
+	__u32 max_backlog;
+	__u32 xoff_events;
+	__u32 pad;
+	__u64 leaf;         /* the leaf qdisc, once found */
+	__u64 last_ns;      /* bpf_ktime_get_ns (CLOCK_MONOTONIC) of the last read */
+};
+
+struct event {
+	__u64 t_ns;         /* CLOCK_MONOTONIC of the crossing */
+	__u32 queue;        /* port * PRIORITIES + priority */
+	__u32 backlog;
+	__u32 kind;         /* EV_XOFF or EV_XON */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* set to the port count by the loader */
+	__type(key, struct port_key);
+	__type(value, __u32);
+} ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1); /* set to ports * PRIORITIES by the loader */
+	__type(key, __u32);
+	__type(value, struct lossless_queue);
+} queues SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64); /* 0: crossings the ring buffer had no room for; 1: leaves not found */
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &which);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+}
+
+/* The leaf qdisc of class `classid` under an HTB root: its class hash walked as htb_find() walks it. A
+ * global function, so the verifier checks it once; pointers are addresses read with probes. */
+__noinline __u64 htb_leaf(__u64 root_addr, __u32 classid)
+{
+	struct Qdisc *root = (struct Qdisc *)root_addr;
+	struct htb_sched *htb = (void *)root + bpf_core_field_offset(struct Qdisc, privdata);
+	struct hlist_head *buckets = BPF_CORE_READ(htb, clhash.hash);
+	__u32 h = classid ^ (classid >> 8);
+	h ^= h >> 4; /* qdisc_class_hash() */
+	h &= BPF_CORE_READ(htb, clhash.hashmask);
+	struct hlist_node *node = BPF_CORE_READ(buckets + h, first);
+	for (int i = 0; i < MAX_CHAIN && node; i++) {
+		struct Qdisc_class_common *common =
+			(void *)node - bpf_core_field_offset(struct Qdisc_class_common, hnode);
+		if (BPF_CORE_READ(common, classid) == classid) {
+			struct htb_class *cl = (void *)common - bpf_core_field_offset(struct htb_class, common);
+			return (__u64)BPF_CORE_READ(cl, leaf.q);
+		}
+		node = BPF_CORE_READ(node, next);
+	}
+	return 0;
+}
+
+static __always_inline void crossed(__u32 index, __u32 backlog, __u64 now, __u32 kind)
+{
+	struct event ev = {.t_ns = now, .queue = index, .backlog = backlog, .kind = kind};
+	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0))
+		count(0);
+}
+
+static __always_inline void read_queue(struct Qdisc *root, __u32 port, __u32 prio, __u64 now)
+{
+	__u32 index = port * PRIORITIES + prio;
+	struct lossless_queue *q = bpf_map_lookup_elem(&queues, &index);
+	if (!q || !q->watched)
+		return;
+	if (!q->leaf) {
+		__u32 major = BPF_CORE_READ(root, handle) & 0xFFFF0000;
+		q->leaf = htb_leaf((__u64)root, major | (LOSSLESS_MINOR + prio));
+		if (!q->leaf) {
+			count(1);
+			return;
+		}
+	}
+	struct Qdisc *leaf = (struct Qdisc *)q->leaf; /* apart: inside BPF_CORE_READ it would be relocated */
+	__u32 backlog = BPF_CORE_READ(leaf, qstats.backlog);
+	q->backlog = backlog;
+	q->last_ns = now;
+	if (backlog > q->max_backlog)
+		q->max_backlog = backlog; /* under the root's lock: one writer per port */
+	if (!q->xoff)
+		return;
+	if (!q->above && backlog > q->xoff && __sync_val_compare_and_swap(&q->above, 0, 1) == 0) {
+		__sync_fetch_and_add(&q->xoff_events, 1);
+		crossed(index, backlog, now, EV_XOFF);
+	} else if (q->above && backlog < q->xon && __sync_val_compare_and_swap(&q->above, 1, 0) == 1) {
+		crossed(index, backlog, now, EV_XON);
+	}
+}
+
+/* Every watched lossless queue of the root's port, after a packet went in or out of it. */
+static __always_inline void port_changed(struct Qdisc *root)
+{
+	struct net_device *dev = BPF_CORE_READ(root, dev_queue, dev);
+	struct port_key key = {
+		.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum),
+		.ifindex = BPF_CORE_READ(dev, ifindex),
+	};
+	__u32 *port = bpf_map_lookup_elem(&ports, &key);
+	if (!port)
+		return;
+	__u32 p = *port;
+	__u64 now = bpf_ktime_get_ns();
+	for (__u32 prio = 0; prio < PRIORITIES; prio++)
+		read_queue(root, p, prio, now);
+}
+
+SEC("raw_tp/qdisc_enqueue")
+int BPF_PROG(on_enqueue, struct Qdisc *root, const struct netdev_queue *txq, struct sk_buff *skb)
+{
+	port_changed(root);
+	return 0;
+}
+
+SEC("raw_tp/qdisc_dequeue")
+int BPF_PROG(on_dequeue, struct Qdisc *root, const struct netdev_queue *txq, int packets, struct sk_buff *skb)
+{
+	if (skb)
+		port_changed(root);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,131 @@
+"""Every lossless queue watched per packet in the kernel (bpf/queues.bpf.c), for the PFC agent.
+
+Two programs on the qdisc enqueue and dequeue tracepoints re-read, at every
+packet into or out of a watched port, the backlog of each of its lossless
+leaves (the leaf qdisc's own figure) into an array this side maps into memory,
+with the maximum; a queue crossing XOFF upward or XON downward puts an event on
+a ring buffer. The agent sleeps on the ring buffer's descriptor; nothing is
+polled. Reading `snapshot()` is a read of shared memory, no system call.
+
+A queue is watched when its port is registered here: its (network namespace,
+ifindex) in the `ports` map, its slot in `queues` marked watched with its
+thresholds. A host's queue gets XOFF 0: its depth is kept, it raises no events
+(a host pauses nobody).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.system.bpf import BpfObject, RingBuffer, build
+
+from .ports import Port
+from .spec import LOSSLESS_MINOR
+
+SOURCE = Path(__file__).with_name("bpf") / "queues.bpf.c"
+PRIORITIES = 8  # queue slot = port number * PRIORITIES + 802.1p priority
+_QUEUE = struct.Struct("=IIIIIIIIQQ")  # struct lossless_queue
+_EVENT = struct.Struct("=QIIII")  # struct event
+_PORT_KEY = struct.Struct("=II")
+_U32 = struct.Struct("=I")
+_U64 = struct.Struct("=Q")
+XOFF, XON = 1, 2  # event kinds
+LOST, NO_LEAF = 0, 1  # counters
+_WATCHED, _XOFF, _XON, _ABOVE, _BACKLOG, _MAX, _XOFF_EVENTS, _PAD, _LEAF, _READ_NS = range(10)
+
+
+@dataclass(frozen=True)
+class Crossing:
+    t_ns: int  # CLOCK_MONOTONIC (time.monotonic_ns) when the packet crossed the threshold
+    port: str  # the queue's port key
+    priority: int
+    backlog: int
+    xoff: bool  # True: crossed XOFF upward; False: XON downward
+
+
+@dataclass(frozen=True)
+class QueueFigures:
+    backlog: int
+    max_backlog: int
+    xoff_events: int
+    read_ns: int  # CLOCK_MONOTONIC of the last packet into or out of the port (when backlog was read)
+
+
+def netns_inode(netns: str | None) -> int:
+    """The inode the kernel names a network namespace by (`ns.inum`): a host's from /proc/PID/ns/net, the
+    root namespace's (every switch port) from this process's own."""
+    return os.stat(netns or "/proc/self/ns/net").st_ino
+
+
+class KernelQueues:
+    """The programs loaded and attached for these ports; `close()` takes them out of the kernel."""
+
+    def __init__(self, ports: list[Port], priorities: list[int],
+                 thresholds: dict[tuple[str, int], tuple[int, int]]):
+        """priorities: the lossless ones (every port has a queue for each); thresholds: (port key, priority) ->
+        (XOFF, XON) bytes for the queues that pause someone."""
+        self.keys = [p.key for p in ports]
+        self._slot = {k: i for i, k in enumerate(self.keys)}
+        self.priorities = priorities
+        self._events: list[Crossing] = []
+        n = max(1, len(ports))
+        self.obj = BpfObject(build(SOURCE, {"LOSSLESS_MINOR": LOSSLESS_MINOR}),
+                             {"ports": n, "queues": n * PRIORITIES})
+        try:
+            self._mem = self.obj.mmap("queues")
+            for i, p in enumerate(ports):
+                for prio in priorities:
+                    xoff, xon = thresholds.get((p.key, prio), (0, 0))
+                    _QUEUE.pack_into(self._mem, self._at(i, prio), 1, xoff, xon, 0, 0, 0, 0, 0, 0, 0)
+            # the queues' thresholds are in place before any packet can find its port
+            for i, p in enumerate(ports):
+                self.obj.update("ports", _PORT_KEY.pack(netns_inode(p.netns), p.ifindex), _U32.pack(i))
+            self.ring = RingBuffer(self.obj, "events", self._on_event)
+        except BaseException:
+            self.obj.close()
+            raise
+
+    @staticmethod
+    def _at(port: int, priority: int) -> int:
+        return (port * PRIORITIES + priority) * _QUEUE.size
+
+    def _on_event(self, raw: bytes) -> None:
+        t_ns, index, backlog, kind, _ = _EVENT.unpack_from(raw)
+        port, prio = divmod(index, PRIORITIES)
+        self._events.append(Crossing(t_ns, self.keys[port], prio, backlog, kind == XOFF))
+
+    def fileno(self) -> int:
+        """Readable when crossings wait (an epoll descriptor: select and poll take it)."""
+        return self.ring.fileno()
+
+    def crossings(self) -> list[Crossing]:
+        """The crossings since the last call, oldest first."""
+        self.ring.consume()
+        out, self._events = self._events, []
+        return out
+
+    def counter(self, which: int) -> int:
+        """LOST: crossings the ring buffer had no room for; NO_LEAF: lossless classes not found under a
+        watched port's root (a port shaped otherwise than shaper.py does)."""
+        return _U64.unpack(self.obj.lookup("counters", _U32.pack(which), 8))[0]
+
+    def figures(self, key: str, priority: int) -> QueueFigures:
+        v = _QUEUE.unpack_from(self._mem, self._at(self._slot[key], priority))
+        return QueueFigures(v[_BACKLOG], v[_MAX], v[_XOFF_EVENTS], v[_READ_NS])
+
+    def snapshot(self) -> dict[tuple[str, int], QueueFigures]:
+        """Every watched queue's figures now."""
+        out = {}
+        for i, key in enumerate(self.keys):
+            for prio in self.priorities:
+                v = _QUEUE.unpack_from(self._mem, self._at(i, prio))
+                out[key, prio] = QueueFigures(v[_BACKLOG], v[_MAX], v[_XOFF_EVENTS], v[_READ_NS])
+        return out
+
+    def close(self) -> None:
+        self.ring.close()
+        self._mem.close()
+        self.obj.close()

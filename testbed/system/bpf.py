@@ -1,0 +1,210 @@
+"""BPF programs from source in the repository: built with Debian's clang, loaded and attached with libbpf.
+
+`build` compiles a `.bpf.c` file against this kernel's BTF (vmlinux.h made by
+bpftool) into a cache keyed by the source, the defines and the kernel, so a
+program is built once per machine and never committed prebuilt. `BpfObject`
+loads it through libbpf (libbpf1, called with ctypes: the well-kept library
+does the ELF parsing, CO-RE relocation and attachment; this file only passes
+pointers), attaches every program, and owns them: `close()` detaches and
+frees, and since nothing is pinned, a process that dies takes its programs and
+maps with it, so a crash leaves nothing in the kernel. `RingBuffer` reads a
+BPF ring buffer map through libbpf, with an epoll descriptor to wait on.
+
+Only what the testbed's programs use is bound.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import logging
+import mmap
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CACHE = Path(os.environ.get("HPNLAB_BPF_CACHE", "/var/cache/hpnlab/bpf"))
+VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
+TOOLS = ("clang", "bpftool")
+
+
+class BpfUnavailable(RuntimeError):
+    """This machine cannot build or load the program; the message says why and what to install or use."""
+
+
+def missing_tools() -> list[str]:
+    """What `build` needs and this machine lacks (empty when it can build)."""
+    out = [t for t in TOOLS if shutil.which(t) is None]
+    if not VMLINUX_BTF.exists():
+        out.append(f"{VMLINUX_BTF} (a kernel with BTF)")
+    if ctypes.util.find_library("bpf") is None:
+        out.append("libbpf1")
+    return out
+
+
+def _kernel_id() -> str:
+    """Changes with the kernel: its release and its BTF's size tell kernels apart (vmlinux.h comes from it)."""
+    st = VMLINUX_BTF.stat()
+    return f"{os.uname().release}-{st.st_size}"
+
+
+def build(source: Path, defines: dict[str, int | str]) -> Path:
+    """The object file of `source` with `defines`, compiled now or found in the cache."""
+    if missing := missing_tools():
+        raise BpfUnavailable(f"cannot build BPF programs: missing {', '.join(missing)} "
+                             "(fix: apt-get install clang llvm libbpf-dev libbpf1 bpftool, or run make bootstrap)")
+    flags = [f"-D{k}={v}" for k, v in sorted(defines.items())]
+    key = hashlib.sha256("\0".join([source.read_text(), *flags, _kernel_id()]).encode()).hexdigest()[:16]
+    out = CACHE / key / (source.name.removesuffix(".c") + ".o")
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    vmlinux = out.parent / "vmlinux.h"
+    with open(vmlinux, "w") as f:
+        _run(["bpftool", "btf", "dump", "file", str(VMLINUX_BTF), "format", "c"], stdout=f)
+    tmp = out.with_suffix(".tmp")
+    _run(["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", f"-D__TARGET_ARCH_{_arch()}", *flags,
+          "-I", str(out.parent), "-c", str(source), "-o", str(tmp)])
+    tmp.replace(out)  # a build cut short never leaves a half-written object behind under the final name
+    log.info("built %s -> %s", source.name, out)
+    return out
+
+
+def _arch() -> str:
+    return {"x86_64": "x86", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+
+
+def _run(cmd: list[str], stdout=subprocess.PIPE) -> None:
+    done = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode:
+        raise BpfUnavailable(f"{cmd[0]} failed ({done.returncode}): {done.stderr.strip()[-600:]}")
+
+
+_lib_handle: ctypes.CDLL | None = None
+
+
+def _lib() -> ctypes.CDLL:
+    """libbpf with the signatures used here (a wrong restype would truncate a pointer to 32 bits)."""
+    global _lib_handle
+    if _lib_handle is not None:
+        return _lib_handle
+    name = ctypes.util.find_library("bpf")
+    if name is None:
+        raise BpfUnavailable("libbpf is not installed (fix: apt-get install libbpf1)")
+    lib = ctypes.CDLL(name, use_errno=True)
+    p, i, u32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
+    for fn, res, args in (("bpf_object__open_file", p, [ctypes.c_char_p, p]), ("bpf_object__load", i, [p]),
+                          ("bpf_object__close", None, [p]), ("bpf_object__find_map_by_name", p, [p, ctypes.c_char_p]),
+                          ("bpf_object__next_program", p, [p, p]), ("bpf_program__name", ctypes.c_char_p, [p]),
+                          ("bpf_program__attach", p, [p]), ("bpf_link__destroy", i, [p]),
+                          ("bpf_map__fd", i, [p]), ("bpf_map__set_max_entries", i, [p, u32]),
+                          ("bpf_map__value_size", u32, [p]), ("bpf_map__max_entries", u32, [p]),
+                          ("bpf_map_update_elem", i, [i, p, p, ctypes.c_uint64]),
+                          ("bpf_map_lookup_elem", i, [i, p, p]),
+                          ("ring_buffer__new", p, [i, p, p, p]), ("ring_buffer__free", None, [p]),
+                          ("ring_buffer__consume", i, [p]), ("ring_buffer__epoll_fd", i, [p])):
+        f = getattr(lib, fn)
+        f.restype, f.argtypes = res, args
+    _lib_handle = lib
+    return lib
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        err = ctypes.get_errno()
+        raise BpfUnavailable(f"{what}: {os.strerror(err)} (errno {errno.errorcode.get(err, err)})")
+
+
+class BpfObject:
+    """A built object loaded and every program in it attached; maps resized before loading."""
+
+    def __init__(self, path: Path, max_entries: dict[str, int] | None = None):
+        self._lib = _lib()
+        self._links: list[int] = []
+        self._obj = self._lib.bpf_object__open_file(str(path).encode(), None)
+        _check(bool(self._obj), f"opening {path}")
+        try:
+            for name, n in (max_entries or {}).items():
+                _check(self._lib.bpf_map__set_max_entries(self._map(name), n) == 0, f"sizing map {name}")
+            _check(self._lib.bpf_object__load(self._obj) == 0, f"loading {path.name} (root and a kernel with "
+                                                               "kprobes and BPF needed)")
+            prog = None
+            while prog := self._lib.bpf_object__next_program(self._obj, prog):
+                link = self._lib.bpf_program__attach(prog)
+                _check(bool(link), f"attaching {self._lib.bpf_program__name(prog).decode()}")
+                self._links.append(link)
+        except BaseException:
+            self.close()
+            raise
+
+    def _map(self, name: str) -> int:
+        m = self._lib.bpf_object__find_map_by_name(self._obj, name.encode())
+        if not m:
+            raise KeyError(f"no map {name!r} in the BPF object")
+        return m
+
+    def map_fd(self, name: str) -> int:
+        return self._lib.bpf_map__fd(self._map(name))
+
+    def update(self, name: str, key: bytes, value: bytes) -> None:
+        _check(self._lib.bpf_map_update_elem(self.map_fd(name), key, value, 0) == 0, f"updating map {name}")
+
+    def lookup(self, name: str, key: bytes, size: int) -> bytes:
+        out = ctypes.create_string_buffer(size)
+        _check(self._lib.bpf_map_lookup_elem(self.map_fd(name), key, out) == 0, f"reading map {name}")
+        return out.raw
+
+    def mmap(self, name: str) -> mmap.mmap:
+        """An array map made with BPF_F_MMAPABLE, shared with the kernel: reads see its writes at once."""
+        m = self._map(name)
+        value = (self._lib.bpf_map__value_size(m) + 7) & ~7
+        size = value * self._lib.bpf_map__max_entries(m)
+        return mmap.mmap(self.map_fd(name), (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE)
+
+    def close(self) -> None:
+        for link in self._links:
+            self._lib.bpf_link__destroy(link)
+        self._links.clear()
+        if self._obj:
+            self._lib.bpf_object__close(self._obj)
+            self._obj = None
+
+
+_SAMPLE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+
+
+class RingBuffer:
+    """A BPF ring buffer map read through libbpf: `fileno()` is readable when records wait; `consume()`
+    hands each to `on_record(bytes)` and returns how many it handed."""
+
+    def __init__(self, obj: BpfObject, name: str, on_record: Callable[[bytes], None]):
+        self._lib = obj._lib
+
+        def sample(_ctx, data, size):
+            on_record(ctypes.string_at(data, size))
+            return 0
+
+        self._callback = _SAMPLE(sample)  # kept referenced: libbpf calls it for as long as the buffer lives
+        self._rb = self._lib.ring_buffer__new(obj.map_fd(name), ctypes.cast(self._callback, ctypes.c_void_p),
+                                              None, None)
+        _check(bool(self._rb), f"opening ring buffer {name}")
+
+    def fileno(self) -> int:
+        return self._lib.ring_buffer__epoll_fd(self._rb)
+
+    def consume(self) -> int:
+        n = self._lib.ring_buffer__consume(self._rb)
+        if n < 0:
+            raise OSError(-n, f"ring buffer: {os.strerror(-n)}")
+        return n
+
+    def close(self) -> None:
+        if self._rb:
+            self._lib.ring_buffer__free(self._rb)
+            self._rb = None
