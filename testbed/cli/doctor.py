@@ -25,8 +25,9 @@ def doctor(as_json: bool, cluster_file: str | None) -> None:
     from testbed.system.capabilities import probe
 
     caps = probe()
+    kernel_pfc = _kernel_pfc(caps.root)
     if as_json:
-        click.echo(json.dumps(caps.to_dict(), indent=1))
+        click.echo(json.dumps({**caps.to_dict(), "pfc_kernel_events": kernel_pfc}, indent=1))
         return
     t = Table(title=f"hpnlab doctor — kernel {caps.kernel}")
     t.add_column("capability")
@@ -42,6 +43,9 @@ def doctor(as_json: bool, cluster_file: str | None) -> None:
     for q, ok in caps.qdiscs.items():
         t.add_row(f"qdisc {q}", _yes(ok), "" if ok else "not available here (the VM has it)")
     t.add_row("tc ingress", _yes(caps.ingress), "")
+    t.add_row("BPF on the qdisc tracepoints", _yes(kernel_pfc["available"]),
+              "PFC acts on kernel events per packet" if kernel_pfc["available"]
+              else f"PFC polls every queue: {kernel_pfc['why']}")
     t.add_row("bonding", _yes(caps.bonding), "dual-ToR by multipath routes" if not caps.bonding else "")
     t.add_row("rdma_rxe (soft-RoCE)", _yes(caps.rdma_rxe), "")
     t.add_row("rxe inside network namespaces", _yes(caps.rxe_in_netns),
@@ -51,6 +55,16 @@ def doctor(as_json: bool, cluster_file: str | None) -> None:
     console.print(t)
     for n in caps.notes:
         console.print(f"• {n}")
+
+
+def _kernel_pfc(root: bool) -> dict:
+    """Whether the PFC agent can see crossings from the kernel here (pfc.detect auto), and why not."""
+    if not root:
+        return {"available": None, "why": "not root: not tried"}
+    from testbed.qos.kqueues import why_unavailable
+
+    why = why_unavailable()
+    return {"available": why is None, "why": why}
 
 
 def cluster_doctor(spec, as_json: bool) -> None:

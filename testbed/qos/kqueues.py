@@ -54,6 +54,18 @@ class QueueFigures:
     read_ns: int  # CLOCK_MONOTONIC of the last packet into or out of the port (when backlog was read)
 
 
+def why_unavailable() -> str | None:
+    """None when this machine can build, load and attach the programs (tried now, with no port watched, and
+    taken out again); otherwise why not, as `hpnlab doctor` prints it."""
+    from testbed.system.bpf import BpfUnavailable
+
+    try:
+        KernelQueues([], [], {}).close()
+    except BpfUnavailable as exc:
+        return str(exc)
+    return None
+
+
 def netns_inode(netns: str | None) -> int:
     """The inode the kernel names a network namespace by (`ns.inum`): a host's from /proc/PID/ns/net, the
     root namespace's (every switch port) from this process's own."""

@@ -19,3 +19,6 @@ def test_doctor_reports_what_it_finds(hpnlab, no_leftovers):
     assert caps["qdiscs"]["netem"] is by_hand
     table = hpnlab("doctor")
     assert "OVS kernel datapath" in table.stdout and "qdisc netem" in table.stdout
+    # this machine's kernel has BPF on the qdisc tracepoints (DESIGN.md): the PFC agent's programs load here
+    assert caps["pfc_kernel_events"] == {"available": True, "why": None}
+    assert "BPF on the qdisc tracepoints" in table.stdout
