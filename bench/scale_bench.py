@@ -6,8 +6,9 @@
 Per size: start (built, routed, shaped) and teardown time, all-pairs ping time
 and loss, memory per host (MemAvailable before and after start), a ring
 all-reduce on rail 0 at scale auto (busbw as a fraction of ideal, exact bytes,
-fidelity verdict), and the peer baseline: the same hosts, switches and links
-at the same rates started and stopped with Mininet's API and TCLink. With
+fidelity verdict, what the PFC agent cost and how fast it acted), and the peer
+baseline: the same hosts, switches and links at the same rates started and
+stopped with Mininet's API and TCLink. With
 `--dilation D ...`, the all-reduce again at that scale with time dilated D: the
 same bytes at 1/D of the per-port wall-clock load, timed in the fabric's time.
 A run over the default sizes writes README's scale table (between its markers); `--from FILE` writes it
@@ -108,7 +109,25 @@ def allreduce(hosts: int, iters: int, dilation: float = 1.0, scale: float | str 
             "drops": rec["drops"],
             "fraction_of_ideal": [round(o["fraction_of_ideal"], 4) for o in rec["ops"]],
             "bytes_ok": rec["fidelity"]["bytes_ok"], "faithful": rec["fidelity"]["faithful"],
-            "fidelity": rec["fidelity"], "halted": rec["halted"]}
+            "fidelity": rec["fidelity"], "halted": rec["halted"], "pfc_agent": _pfc_agent(rec.get("pfc"))}
+
+
+def _pfc_agent(report: dict | None) -> dict | None:
+    """What the PFC agent cost and how fast it acted in the run (#28: its CPU at 64 hosts, reaction)."""
+    if not report:
+        return None
+    return {"detect": report.get("detect", "poll"), "cpu_share": report["agent_cpu_share"],
+            "reaction_ms": report.get("reaction_ms"), "poll_period_ms": report["poll_period_ms"]}
+
+
+def _agent_cell(agent: dict | None) -> str:
+    if not agent:
+        return "-"
+    cpu = f"{agent['cpu_share']:.0%} of a core" if agent["cpu_share"] is not None else "CPU not measured"
+    if agent["detect"] == "kernel":
+        p99 = (agent["reaction_ms"] or {}).get("p99")
+        return f"{cpu}; kernel events, reaction p99 " + (f"{p99:g} ms" if p99 is not None else "- (no crossing)")
+    return f"{cpu}; poll p99 {agent['poll_period_ms']['p99']:g} ms (every {agent['poll_period_ms']['configured']:g})"
 
 
 DEFAULT_HOSTS = [8, 16, 32, 64, 128]
@@ -126,7 +145,8 @@ def _allreduce_cells(ar: dict) -> list[str]:
     span = ar["traffic_s"]
     return [f"1/{ar['scale']:,.0f}, D = {ar['dilation']:g}",
             ", ".join(f"{f:.1%}" for f in ar["fraction_of_ideal"]) + ("" if ar["bytes_ok"] else " (bytes NOT exact)"),
-            f"{span['virtual']:.2f} s in {span['wall']:.1f} s", _verdict(ar["fidelity"])]
+            f"{span['virtual']:.2f} s in {span['wall']:.1f} s", _agent_cell(ar.get("pfc_agent")),
+            _verdict(ar["fidelity"])]
 
 
 def _beside(ours: float, theirs: float) -> str:
@@ -148,7 +168,7 @@ def scale_table(rows: list[dict]) -> str:
             out.append((life if i == 0 else [f"{row['hosts']}, same", "", "", "", ""]) + _allreduce_cells(ar))
     return table(["hosts / switches / links", "up: hpnlab / Mininet+TCLink", "teardown: hpnlab / Mininet",
                   "pingall (all NIC pairs)", "memory per host", "all-reduce: scale, dilation",
-                  "busbw of ideal (2 iterations)", "virtual in wall", "verdict"], out)
+                  "busbw of ideal (2 iterations)", "virtual in wall", "PFC agent", "verdict"], out)
 
 
 def main() -> None:
