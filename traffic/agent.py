@@ -137,9 +137,19 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+_CC: bytes | None = None  # the congestion control every socket of this agent chooses (--cc), None: the default
+
+
+def _choose_cc(s: socket.socket) -> None:
+    """Both ends choose it: DCTCP's receiver echoes CE marks its own way (testbed/qos/cc.py)."""
+    if _CC is not None:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, _CC)
+
+
 def serve(port: int, tos: int = 0) -> None:
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    _choose_cc(srv)  # accepted sockets inherit it
     if tos:
         # Accepted sockets inherit it: the receiver's ACKs ride the data's class, as RoCE's ACKs do.
         # (In the default class they would starve behind strict-priority lossless data.)
@@ -231,6 +241,7 @@ def _connection(dst: str, port: int, sport: int, tos: int) -> tuple[_Connection,
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        _choose_cc(s)
         if tos:
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
         if sport:
@@ -397,7 +408,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m traffic.agent")
     ap.add_argument("--port", type=int, default=9000)
     ap.add_argument("--tos", type=int, default=0, help="IP TOS of the receiver's side (its ACKs)")
+    ap.add_argument("--cc", default=None, help="TCP congestion control of every socket (default: the kernel's)")
     a = ap.parse_args(argv)
+    global _CC
+    _CC = a.cc.encode() if a.cc else None
     threading.Thread(target=serve, args=(a.port, a.tos), daemon=True).start()
     threading.Thread(target=_flush_forever, daemon=True).start()
     for line in sys.stdin:

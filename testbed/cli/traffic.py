@@ -56,6 +56,9 @@ def _fmt(bps: float) -> str:
 @click.option("--max-wall", "max_wall", type=click.FloatRange(min=0, min_open=True), default=None,
               help="With --dilation auto: the most wall time (s) the traffic may take (default 600).")
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
+@click.option("--cc", type=click.Choice(["none", "ecn", "dctcp"]), default="none", show_default=True,
+              help="Congestion control at the hosts (tcp transport); ecn and dctcp turn ECN marking on at the "
+                   "switches.")
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
 @click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")
 @click.option("--format", "fmt", type=click.Choice(["table", "nccl", "json"]), default="table", show_default=True,
@@ -63,8 +66,8 @@ def _fmt(bps: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @cluster_opt
 def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spec, iters, routing, hashing, transport,
-                channels, connection_choice, scale, dilation, max_wall, pfc, workload_file, simai_file, fmt, as_json,
-                cluster_file) -> None:
+                channels, connection_choice, scale, dilation, max_wall, pfc, cc, workload_file, simai_file, fmt,
+                as_json, cluster_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.jobs import jobs, resolve_auto
     from testbed.experiment.runner import run_one
@@ -77,7 +80,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
         raise InputError("iters must be at least 1", "e.g. --iters 3", field="iters", value=iters)
     base, workload = _workload(workload_file, simai_file, op, size, sizes, algorithm, ranks_spec, iters)
     exp = _experiment(f"traffic-{op}", topo_name, preset, params, routing, hashing, transport, channels,
-                      connection_choice, scale, pfc, dilation, max_wall, workload)
+                      connection_choice, scale, pfc, cc, dilation, max_wall, workload)
     topo = exp.topology.build()
     if "collective" in workload:
         select_ranks(ranks_spec, topo, "ranks")  # the option's own name in the error
@@ -118,13 +121,14 @@ def _workload(workload_file, simai_file, op, size, sizes, algorithm, ranks_spec,
 
 
 def _experiment(name, topo_name, preset, params, routing, hashing, transport, channels, connection_choice, scale,
-                pfc, dilation, max_wall, workload):
+                pfc, cc, dilation, max_wall, workload):
     """The one-job experiment the options describe (validated as an experiment file is)."""
     from testbed.experiment.spec import from_dict
 
     return from_dict({"name": name, "topology": {"name": topo_name, "preset": preset, "params": parse_kv(params)},
                       "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
-                      "connection_choice": connection_choice, "qos": {"scale": scale, "pfc": {"enabled": pfc}},
+                      "connection_choice": connection_choice,
+                      "qos": {"scale": scale, "pfc": {"enabled": pfc}, "cc": cc},
                       "time": {"dilation": dilation, "max_wall_s": max_wall}, "workload": workload,
                       "step_timeout_s": STEP_TIMEOUT_S})
 

@@ -127,15 +127,16 @@ def gap_after(report: dict, t: float, stream: int = 0) -> float:
 
 
 def iperf(net: Network, pairs: list[tuple[str, str]], duration: float, tos: int | None = None, nic: int = 0,
-          base_port: int = 5201, during: Callable[[], None] | None = None) -> list[dict]:
+          base_port: int = 5201, during: Callable[[], None] | None = None, cc: str | None = None) -> list[dict]:
     """TCP flows with iperf3, one server per flow; returns per flow bytes received, seconds, retransmits.
 
-    `during` runs while the flows are in steady state (after 1 s), e.g. to sample counters.
+    `during` runs while the flows are in steady state (after 1 s), e.g. to sample counters. `cc`: the TCP
+    congestion control of both ends (iperf3 -C; its server takes the client's).
     """
     servers = [net.popen(dst, ["iperf3", "-s", "-1", "-J", "-p", str(base_port + i)])
                for i, (_src, dst) in enumerate(pairs)]
     time.sleep(0.5)
-    extra = ["-S", str(tos)] if tos is not None else []
+    extra = (["-S", str(tos)] if tos is not None else []) + (["-C", cc] if cc else [])
     clients = [net.popen(src, ["iperf3", "-c", nic_address(net.topo.nodes[dst], nic).ip, "-p", str(base_port + i),
                                "-t", str(duration), "-J", *extra], stdout=subprocess.PIPE)
                for i, (src, dst) in enumerate(pairs)]

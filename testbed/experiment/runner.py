@@ -31,6 +31,7 @@ import yaml
 from controllers.placement import ring_crossings, segments_spanned
 from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
+from testbed.qos.cc import socket_cc
 from testbed.qos.pfc import in_fabric_time
 from testbed.qos.scale import load_budget, load_floor
 from testbed.qos.shaper import ROOT, leaf_handles
@@ -152,7 +153,7 @@ def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, obj
     paths placed job by job, the most important first, around those already placed."""
     runners = []
     for i, job in enumerate(p.jobs):
-        tr = make(p.kind, net, tos=job.dscp << 2, index=i)
+        tr = make(p.kind, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc))
         tr.start()
         rp = Replayer(net, tr, channels=p.channels, routing=p.exp.routing, connection_choice=p.exp.connection_choice,
                       nic_port_choice=p.exp.nic_port_choice, step_timeout=p.exp.step_timeout_s,
@@ -207,7 +208,16 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
         d["timeline"], d["sampler_error"] = sampler.rows, sampler.error
         d.update(_queue_records(net, counters0))
         rec.watch.network_down(net)
+        d["ecn"] = _ecn_record(net)
         d["pfc"] = in_fabric_time(net.stop_qos(since=t0_mono), rec.clock.timebase)
+
+
+def _ecn_record(net: Network) -> dict | None:
+    """CE marks per queue and, with DCTCP, the senders' alpha (None without ECN)."""
+    marks = net.ecn_marks()
+    if marks is None:
+        return None
+    return {"marks": marks, "total": sum(marks.values()), "dctcp_alpha": net.cc.alpha() if net.cc else None}
 
 
 def _skipper(p: Plan, runners: list, rec: RunRecord, injector: Injector) -> Skipper | None:

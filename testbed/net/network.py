@@ -95,6 +95,8 @@ class Network:
         self.qos = None  # testbed.qos.shaper.Shaper, while links are shaped
         self.scale_choice = None  # testbed.qos.scale.ScaleChoice, when the spec said scale auto
         self.pfc = None  # testbed.qos.pfc.PfcAgent, while it runs
+        self.kqueues = None  # testbed.qos.kqueues.KernelQueues, when ECN marks (the PFC agent reads them too)
+        self.cc = None  # testbed.qos.cc.Dctcp, registered while the network runs with qos.cc dctcp
         self.progress = progress or (lambda stage: None)  # told each start-up stage (a 128-host start takes minutes)
 
     # -- lifecycle ----------------------------------------------------------
@@ -111,6 +113,10 @@ class Network:
 
     def start(self) -> None:
         preflight(self.topo, self.caps, self.delay_ms, self.qos_spec)
+        if self.cluster_spec is not None and self.qos_spec is not None and self.qos_spec.ecn.enabled:
+            raise InputError("ECN marking (qos.ecn) runs on one server only, not over several",
+                             "run without --cluster, or set qos.ecn.enabled: false", field="qos.ecn.enabled",
+                             value=True)
         placement = None
         if self.cluster_spec is not None:
             placement = place(self.topo, self.cluster_spec.names)
@@ -171,7 +177,7 @@ class Network:
         """Shape every link direction and start the PFC agent (when the spec enables PFC)."""
         from testbed.cluster.pauses import SplitPfc
         from testbed.cluster.shaping import split_shaper
-        from testbed.qos.pfc import PfcAgent
+        from testbed.qos.pfc import PfcAgent, mark_ecn
         from testbed.qos.ports import egress_ports, resolve
         from testbed.qos.shaper import Shaper
         from testbed.qos.show import write_ports
@@ -192,12 +198,34 @@ class Network:
         self.qos.apply()
         # `hpnlab qos show` and the web view read this server's queues only: the others' namespaces are not here
         write_ports(self.owner.run_id, self.qos.local_ports() if self.cluster else self.qos.ports.values())
+        if spec.ecn.enabled:  # marking reads the queues the kernel watches; PFC, when on, acts on the same
+            self.kqueues = mark_ecn(self.qos, spec)
+        self._host_cc(spec.cc)
         if spec.pfc.enabled:
             state_file = RUN_DIR / f"{self.owner.run_id}.pfc.json"
-            self.pfc = (PfcAgent(self.qos, state_file) if self.cluster is None else
+            self.pfc = (PfcAgent(self.qos, state_file, kernel=self.kqueues) if self.cluster is None else
                         SplitPfc(self.cluster, self.qos, state_file))
             self.pfc.start()
         self.timings["qos_s"] = time.monotonic() - t
+
+    def _host_cc(self, cc: str) -> None:
+        """The hosts' side of `qos.cc`: ECN on in every host's namespace (it goes with the namespace), and DCTCP
+        registered with the kernel for this network's life (testbed/qos/cc.py)."""
+        from testbed.qos.cc import Dctcp, host_sysctls
+
+        for key, value in host_sysctls(cc).items():
+            for h in self.topo.hosts:
+                self.node(h.name).cmd(f"sysctl -q -w {key}={value}")
+        if cc == "dctcp":
+            self.cc = Dctcp()
+
+    def ecn_marks(self) -> dict[str, int] | None:
+        """Packets marked CE so far per queue (`port/p<priority>`, those with marks), None without ECN."""
+        if self.kqueues is None:
+            return None
+        from testbed.qos.pfc import queue_key
+
+        return {queue_key(*k): f.marks for k, f in self.kqueues.snapshot().items() if f.marks}
 
     def _scale(self, spec: QosSpec) -> float:
         """The spec's scale, chosen here when it says auto (no workload known: every host NIC may send at once)."""
@@ -216,6 +244,12 @@ class Network:
             self.pfc.stop()
             report = self.pfc.report(since)
             self.pfc = None
+        if self.kqueues is not None:  # after the agent that read them, before the qdiscs they watch go
+            self.kqueues.close()
+            self.kqueues = None
+        if self.cc is not None:
+            self.cc.close()
+            self.cc = None
         if self.qos is not None:
             self.qos.remove()
             self.qos = None

@@ -46,6 +46,17 @@ def _require(caps: Capabilities, delay_ms: float | None, qos: QosSpec | None) ->
             caps.require_qdisc("netem", "link delay (qos.delay_ms)")
         if qos.loss_pct:
             caps.require_qdisc("netem", "link loss (qos.loss_pct)")
+        if qos.ecn.enabled:
+            _require_bpf("ECN marking (qos.ecn)")
+
+
+def _require_bpf(purpose: str) -> None:
+    from testbed.system.bpf import missing_tools
+
+    if missing := missing_tools():
+        raise InputError(f"{purpose} needs BPF programs built here; missing: {', '.join(missing)}",
+                         "run make bootstrap (apt-get install clang llvm libbpf-dev libbpf1 bpftool), or set "
+                         "qos.ecn.enabled: false")
 
 
 def _refuse_what_is_taken(topo: Topology) -> None:

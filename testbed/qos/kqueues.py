@@ -27,14 +27,17 @@ from .spec import LOSSLESS_MINOR
 
 SOURCE = Path(__file__).with_name("bpf") / "queues.bpf.c"
 PRIORITIES = 8  # queue slot = port number * PRIORITIES + 802.1p priority
-_QUEUE = struct.Struct("=IIIIIIIIQQ")  # struct lossless_queue
+_QUEUE = struct.Struct("=IIIIIIIIIIIIQQ")  # struct lossless_queue
 _EVENT = struct.Struct("=QIIII")  # struct event
 _PORT_KEY = struct.Struct("=II")
 _U32 = struct.Struct("=I")
 _U64 = struct.Struct("=Q")
 XOFF, XON = 1, 2  # event kinds
 LOST, NO_LEAF = 0, 1  # counters
-_WATCHED, _XOFF, _XON, _ABOVE, _BACKLOG, _MAX, _XOFF_EVENTS, _PAD, _LEAF, _READ_NS = range(10)
+(_WATCHED, _XOFF, _XON, _ABOVE, _BACKLOG, _MAX, _XOFF_EVENTS, _KMIN, _KMAX, _PMAX, _MARKS, _PAD, _LEAF,
+ _READ_NS) = range(14)
+PMAX_ONE = 1 << 32  # pmax in 1/2^32
+_FIELDS = {"xoff": _XOFF, "xon": _XON, "kmin": _KMIN, "kmax": _KMAX, "pmax": _PMAX}
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,17 @@ class QueueFigures:
     max_backlog: int
     xoff_events: int
     read_ns: int  # CLOCK_MONOTONIC of the last packet into or out of the port (when backlog was read)
+    marks: int  # packets marked CE at this queue (ECN on)
+
+
+@dataclass(frozen=True)
+class Red:
+    """ECN marking of one queue, as DCQCN's switches do it: none at or below kmin bytes, probability rising to
+    pmax just below kmax, every ECN-capable packet at or above kmax."""
+
+    kmin: int
+    kmax: int
+    pmax: float
 
 
 def why_unavailable() -> str | None:
@@ -60,7 +74,7 @@ def why_unavailable() -> str | None:
     from testbed.system.bpf import BpfUnavailable
 
     try:
-        KernelQueues([], [], {}).close()
+        KernelQueues([], []).close()
     except BpfUnavailable as exc:
         return str(exc)
     return None
@@ -75,30 +89,55 @@ def netns_inode(netns: str | None) -> int:
 class KernelQueues:
     """The programs loaded and attached for these ports; `close()` takes them out of the kernel."""
 
-    def __init__(self, ports: list[Port], priorities: list[int],
-                 thresholds: dict[tuple[str, int], tuple[int, int]]):
-        """priorities: the lossless ones (every port has a queue for each); thresholds: (port key, priority) ->
-        (XOFF, XON) bytes for the queues that pause someone."""
+    def __init__(self, ports: list[Port], priorities: list[int]):
+        """priorities: the lossless ones (every port has a queue for each). Every queue is watched for depth;
+        `pause_at` gives some thresholds, `mark_ecn` some marking."""
         self.keys = [p.key for p in ports]
         self._slot = {k: i for i, k in enumerate(self.keys)}
+        self.ports = {p.key: p for p in ports}
         self.priorities = priorities
         self._events: list[Crossing] = []
         n = max(1, len(ports))
         self.obj = BpfObject(build(SOURCE, {"LOSSLESS_MINOR": LOSSLESS_MINOR}),
-                             {"ports": n, "queues": n * PRIORITIES})
+                             {"ports": n, "queues": n * PRIORITIES, "marking_ports": n}, tc=("mark_ecn",))
         try:
             self._mem = self.obj.mmap("queues")
-            for i, p in enumerate(ports):
+            for i in range(len(ports)):
                 for prio in priorities:
-                    xoff, xon = thresholds.get((p.key, prio), (0, 0))
-                    _QUEUE.pack_into(self._mem, self._at(i, prio), 1, xoff, xon, 0, 0, 0, 0, 0, 0, 0)
-            # the queues' thresholds are in place before any packet can find its port
+                    _QUEUE.pack_into(self._mem, self._at(i, prio), 1, *[0] * _READ_NS)  # watched; all else 0
+            # every slot is in place before any packet can find its port
             for i, p in enumerate(ports):
                 self.obj.update("ports", _PORT_KEY.pack(netns_inode(p.netns), p.ifindex), _U32.pack(i))
             self.ring = RingBuffer(self.obj, "events", self._on_event)
         except BaseException:
             self.obj.close()
             raise
+
+    def _set(self, key: str, priority: int, **fields: int) -> None:
+        """Only the named fields (u32s ahead of the u64s): the kernel writes the others meanwhile."""
+        at = self._at(self._slot[key], priority)
+        for name, value in fields.items():
+            _U32.pack_into(self._mem, at + 4 * _FIELDS[name], value)
+
+    def pause_at(self, thresholds: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """(port key, priority) -> (XOFF, XON) bytes for the queues that pause someone: their crossings come
+        as events."""
+        for (key, prio), (xoff, xon) in thresholds.items():
+            self._set(key, prio, xon=xon, xoff=xoff)  # XON first: a crossing is judged with both in place
+
+    def mark_ecn(self, red: dict[tuple[str, int], Red], dscp_priority: dict[int, int]) -> None:
+        """ECN marking at the egress of these (switch) ports, for packets whose DSCP maps to a lossless
+        priority; the `tc` program goes on every port named (in this process's namespace: the root one)."""
+        for dscp, prio in dscp_priority.items():
+            self.obj.update("dscp_priority", _U32.pack(dscp), _U32.pack(prio + 1))
+        for (key, prio), r in red.items():
+            self._set(key, prio, kmin=r.kmin, kmax=r.kmax, pmax=min(PMAX_ONE - 1, int(r.pmax * PMAX_ONE)))
+        for key in sorted({k for k, _ in red}):
+            p = self.ports[key]
+            if p.netns is not None:
+                raise ValueError(f"ECN marks at switch ports (the root namespace); {key} is a host's")
+            self.obj.update("marking_ports", _U32.pack(p.ifindex), _U32.pack(self._slot[key]))
+            self.obj.attach_tc("mark_ecn", p.ifindex)
 
     @staticmethod
     def _at(port: int, priority: int) -> int:
@@ -126,7 +165,7 @@ class KernelQueues:
 
     def figures(self, key: str, priority: int) -> QueueFigures:
         v = _QUEUE.unpack_from(self._mem, self._at(self._slot[key], priority))
-        return QueueFigures(v[_BACKLOG], v[_MAX], v[_XOFF_EVENTS], v[_READ_NS])
+        return QueueFigures(v[_BACKLOG], v[_MAX], v[_XOFF_EVENTS], v[_READ_NS], v[_MARKS])
 
     def snapshot(self) -> dict[tuple[str, int], QueueFigures]:
         """Every watched queue's figures now."""
@@ -134,7 +173,7 @@ class KernelQueues:
         for i, key in enumerate(self.keys):
             for prio in self.priorities:
                 v = _QUEUE.unpack_from(self._mem, self._at(i, prio))
-                out[key, prio] = QueueFigures(v[_BACKLOG], v[_MAX], v[_XOFF_EVENTS], v[_READ_NS])
+                out[key, prio] = QueueFigures(v[_BACKLOG], v[_MAX], v[_XOFF_EVENTS], v[_READ_NS], v[_MARKS])
         return out
 
     def close(self) -> None:

@@ -56,7 +56,7 @@ from traffic.timebase import Timebase
 from .netlink import QdiscDumper, dumper_in
 from .ports import Port
 from .shaper import Shaper, lossless_leaf
-from .spec import PfcPlan
+from .spec import PfcPlan, QosSpec
 
 if TYPE_CHECKING:
     from .kqueues import Crossing, KernelQueues
@@ -112,7 +112,9 @@ class RemotePauses(Protocol):
 
 class PfcAgent:
     def __init__(self, shaper: Shaper, state_file: Path | None = None, host_every: int = 10,
-                 remote: RemotePauses | None = None):
+                 remote: RemotePauses | None = None, kernel: KernelQueues | None = None):
+        """kernel: queues already watched in the kernel by the network (which then closes them); without one,
+        the agent loads its own when `pfc.detect` allows (auto, kernel) and closes it at stop."""
         self.shaper = shaper
         self.remote = remote
         self.spec = shaper.spec.pfc
@@ -156,7 +158,8 @@ class PfcAgent:
         self.stopped_at: float | None = None
         self.detect = "poll"  # how crossings are seen: kernel or poll (start() decides for auto)
         self.detect_why = ""  # why poll, when kernel was wanted or auto
-        self.kernel: KernelQueues | None = None
+        self.kernel: KernelQueues | None = kernel
+        self._own_kernel = kernel is None
         self.reactions: list[tuple[float, float]] = []  # (when, seconds from a kernel crossing to the classes set)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -169,22 +172,12 @@ class PfcAgent:
     def _choose_detect(self) -> None:
         """Kernel detection when asked for or auto and this machine can load it; poll otherwise, saying why
         (`detect: kernel` that cannot load is an error: the user asked for it)."""
-        if self.spec.detect == "poll":
+        if self.kernel is None:
+            self.kernel, self.detect_why = watch_queues(self.shaper, self.spec.detect)
+        if self.kernel is None:
             return
-        from testbed.system.bpf import BpfUnavailable
-
-        from .kqueues import KernelQueues
-
-        thresholds = {(key, prio): (qs.plan.xoff, qs.plan.xon) for (key, prio), qs in self.queues.items()
-                      if qs.upstream}  # a queue with nobody upstream pauses nobody: depth only
-        try:
-            self.kernel = KernelQueues(list(self.shaper.ports.values()), self.priorities, thresholds)
-        except BpfUnavailable as exc:
-            if self.spec.detect == "kernel":
-                raise
-            self.detect_why = str(exc)
-            log.warning("PFC: polling every %g ms instead of kernel events: %s", self.spec.poll_ms, exc)
-            return
+        self.kernel.pause_at({(key, prio): (qs.plan.xoff, qs.plan.xon) for (key, prio), qs in self.queues.items()
+                              if qs.upstream})  # a queue with nobody upstream pauses nobody: depth only
         self.detect = "kernel"
 
     def stop(self) -> None:
@@ -196,7 +189,8 @@ class PfcAgent:
             try:
                 self._final_drops()
             finally:
-                self.kernel.close()
+                if self._own_kernel:
+                    self.kernel.close()
                 self.kernel = None
         if self.state_file is not None:
             self.state_file.unlink(missing_ok=True)
@@ -498,6 +492,41 @@ class PfcAgent:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
+
+
+def watch_queues(shaper: Shaper, detect: str) -> tuple[KernelQueues | None, str]:
+    """The shaper's lossless queues watched in the kernel, or None and why not: `detect` poll never tries, auto
+    falls back (the reason logged), kernel insists (BpfUnavailable raised)."""
+    if detect == "poll":
+        return None, ""
+    from testbed.system.bpf import BpfUnavailable
+
+    from .kqueues import KernelQueues
+
+    try:
+        return KernelQueues(list(shaper.ports.values()), [c.priority for c in shaper.spec.lossless]), ""
+    except BpfUnavailable as exc:
+        if detect == "kernel":
+            raise
+        log.warning("lossless queues polled instead of watched in the kernel: %s", exc)
+        return None, str(exc)
+
+
+def mark_ecn(shaper: Shaper, spec: QosSpec) -> KernelQueues:
+    """The shaper's lossless queues watched in the kernel, with ECN marking at every switch port (spec.ecn):
+    RED on each lossless queue's backlog, its thresholds from the port's XOFF unless given."""
+    from .kqueues import Red
+
+    kq, _ = watch_queues(shaper, "kernel")
+    try:
+        step = spec.cc == "dctcp" and spec.ecn.kmax_bytes is None
+        red = {(p.key, c.priority): Red(*spec.ecn.red(p.plan.lossless[c.priority].xoff, step), spec.ecn.pmax)
+               for p in shaper.ports.values() if not p.is_host for c in spec.lossless}
+        kq.mark_ecn(red, {c.dscp: c.priority for c in spec.lossless})
+    except BaseException:
+        kq.close()
+        raise
+    return kq
 
 
 def _realtime() -> bool:

@@ -108,6 +108,39 @@ class PfcSpec(BaseModel):
         return self
 
 
+class EcnSpec(BaseModel):
+    """ECN marking at switch egress per lossless priority, RED-style as DCQCN's switches (testbed/qos/kqueues.py).
+
+    The published thresholds (HPCC's DCQCN runs: Kmin 100 KB, Kmax 400 KB per 25 Gbit/s, Pmax 0.2) are tens of
+    microseconds of a port's drain; at emulated rates a single 1514-byte frame takes milliseconds, so they cannot
+    be kept in bytes or in time here. The defaults keep their shape against the port's own XOFF instead: marking
+    starts at a quarter of XOFF and reaches every packet at XOFF, so end-to-end congestion control acts before
+    PFC pauses, as it does on a tuned RoCE fabric. With cc dctcp (and no thresholds given) marking is DCTCP's
+    step at K = XOFF / 4: with the RED ramp the queue settled near the middle of it (56-57 KB of a 97 KB XOFF in
+    an 8-host incast), where the ramp's probability matched what DCTCP needs."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    enabled: bool = False
+    kmin_bytes: int | None = Field(None, ge=0, le=1 << 30, description="default: XOFF / 4 of the port")
+    kmax_bytes: int | None = Field(None, gt=0, le=1 << 30, description="default: XOFF of the port")
+    pmax: float = Field(0.2, gt=0, le=1, description="marking probability just below kmax")
+
+    @model_validator(mode="after")
+    def _check(self) -> EcnSpec:
+        if self.kmin_bytes is not None and self.kmax_bytes is not None and self.kmin_bytes > self.kmax_bytes:
+            raise InputError("kmin_bytes must not be above kmax_bytes", "e.g. kmin_bytes: 20000, kmax_bytes: 80000",
+                             field="qos.ecn.kmin_bytes", value=self.kmin_bytes)
+        return self
+
+    def red(self, xoff: int, step: bool = False) -> tuple[int, int]:
+        """(kmin, kmax) bytes for a queue whose XOFF is `xoff`; `step`: DCTCP's marking (every packet above one
+        threshold K, RFC 8257), K at a quarter of XOFF unless given."""
+        kmin = xoff // 4 if self.kmin_bytes is None else self.kmin_bytes
+        if step:
+            return kmin, kmin
+        return kmin, xoff if self.kmax_bytes is None else self.kmax_bytes
+
+
 class LosslessPriority(BaseModel):
     """One lossless 802.1p priority: its DSCP, its share under weighted scheduling, its own PFC thresholds."""
 
@@ -143,9 +176,19 @@ class QosSpec(BaseModel):
     delay_ms: float | None = Field(None, gt=0, le=10_000, description="needs netem")
     loss_pct: float | None = Field(None, gt=0, le=100, description="needs netem")
     pfc: PfcSpec = Field(default_factory=PfcSpec)
+    ecn: EcnSpec = Field(default_factory=EcnSpec)
+    cc: Literal["none", "ecn", "dctcp"] = Field(
+        "none", description="congestion control at the hosts (tcp transport, testbed/qos/cc.py): none, classic "
+                            "ECN, or DCTCP; any but none turns ECN marking on unless ecn says otherwise")
 
     @model_validator(mode="after")
     def _check(self) -> QosSpec:
+        if self.cc != "none" and not self.ecn.enabled:
+            if "ecn" in self.model_fields_set and "enabled" in self.ecn.model_fields_set:
+                raise InputError(f"cc: {self.cc} reacts to ECN marks, and qos.ecn.enabled is false",
+                                 "set qos.ecn.enabled: true (or leave it out), or cc: none", field="qos.cc",
+                                 value=self.cc)
+            self.ecn = self.ecn.model_copy(update={"enabled": True})
         if self.scale != "auto" and not 1 <= self.scale <= 1e9:
             raise InputError("scale must be 1 to 1e9 (or auto)", "e.g. scale: 20000, or scale: auto",
                              field="qos.scale", value=self.scale)

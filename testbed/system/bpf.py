@@ -108,7 +108,13 @@ def _lib() -> ctypes.CDLL:
                           ("bpf_map_update_elem", i, [i, p, p, ctypes.c_uint64]),
                           ("bpf_map_lookup_elem", i, [i, p, p]),
                           ("ring_buffer__new", p, [i, p, p, p]), ("ring_buffer__free", None, [p]),
-                          ("ring_buffer__consume", i, [p]), ("ring_buffer__epoll_fd", i, [p])):
+                          ("ring_buffer__consume", i, [p]), ("ring_buffer__epoll_fd", i, [p]),
+                          ("bpf_object__find_program_by_name", p, [p, ctypes.c_char_p]),
+                          ("bpf_program__fd", i, [p]),
+                          ("bpf_tc_hook_create", i, [p]), ("bpf_tc_hook_destroy", i, [p]),
+                          ("bpf_tc_attach", i, [p, p]), ("bpf_program__type", i, [p]),
+                          ("bpf_map__set_map_flags", i, [p, u32]), ("bpf_map__attach_struct_ops", p, [p]),
+                          ("bpf_link_create", i, [i, i, i, p])):
         f = getattr(lib, fn)
         f.restype, f.argtypes = res, args
     _lib_handle = lib
@@ -121,27 +127,65 @@ def _check(ok: bool, what: str) -> None:
         raise BpfUnavailable(f"{what}: {os.strerror(err)} (errno {errno.errorcode.get(err, err)})")
 
 
-class BpfObject:
-    """A built object loaded and every program in it attached; maps resized before loading."""
+class _TcHook(ctypes.Structure):  # struct bpf_tc_hook
+    _fields_ = [("sz", ctypes.c_size_t), ("ifindex", ctypes.c_int), ("attach_point", ctypes.c_int),
+                ("parent", ctypes.c_uint32)]
 
-    def __init__(self, path: Path, max_entries: dict[str, int] | None = None):
+
+class _TcOpts(ctypes.Structure):  # struct bpf_tc_opts
+    _fields_ = [("sz", ctypes.c_size_t), ("prog_fd", ctypes.c_int), ("flags", ctypes.c_uint32),
+                ("prog_id", ctypes.c_uint32), ("handle", ctypes.c_uint32), ("priority", ctypes.c_uint32)]
+
+
+TC_EGRESS, TC_BOTH = 1 << 1, (1 << 0) | (1 << 1)  # enum bpf_tc_attach_point
+PROG_STRUCT_OPS, ATTACH_STRUCT_OPS, F_LINK = 27, 44, 1 << 13  # the kernel's enum and flag values (uapi bpf.h)
+
+
+class BpfObject:
+    """A built object loaded, and every program in it attached except the `tc` ones (attach_tc puts those on
+    an interface); maps resized before loading."""
+
+    def __init__(self, path: Path, max_entries: dict[str, int] | None = None, tc: tuple[str, ...] = (),
+                 struct_ops: tuple[str, ...] = ()):
+        """struct_ops: maps (a TCP congestion control) registered with the kernel through a link of ours, so
+        that closing it, or the process dying, unregisters them (bpftool's register would outlive us)."""
         self._lib = _lib()
         self._links: list[int] = []
+        self._hooks: list[int] = []  # ifindexes whose clsact this object made (root namespace)
+        self._fds: list[int] = []  # link descriptors of registered struct_ops
         self._obj = self._lib.bpf_object__open_file(str(path).encode(), None)
         _check(bool(self._obj), f"opening {path}")
         try:
             for name, n in (max_entries or {}).items():
                 _check(self._lib.bpf_map__set_max_entries(self._map(name), n) == 0, f"sizing map {name}")
+            for name in struct_ops:
+                _check(self._lib.bpf_map__set_map_flags(self._map(name), F_LINK) == 0, f"flagging {name}")
             _check(self._lib.bpf_object__load(self._obj) == 0, f"loading {path.name} (root and a kernel with "
                                                                "kprobes and BPF needed)")
             prog = None
             while prog := self._lib.bpf_object__next_program(self._obj, prog):
+                if (self._lib.bpf_program__name(prog).decode() in tc
+                        or self._lib.bpf_program__type(prog) == PROG_STRUCT_OPS):
+                    continue
                 link = self._lib.bpf_program__attach(prog)
                 _check(bool(link), f"attaching {self._lib.bpf_program__name(prog).decode()}")
                 self._links.append(link)
+            for name in struct_ops:
+                self._register(name)
         except BaseException:
             self.close()
             raise
+
+    def _register(self, name: str) -> None:
+        """libbpf 1.1 writes the struct_ops map (with BPF_F_LINK set, the kernel then holds it ready, not
+        registered); the link made here registers it, and closing the link unregisters it."""
+        m = self._map(name)
+        libbpf_link = self._lib.bpf_map__attach_struct_ops(m)
+        _check(bool(libbpf_link), f"preparing {name}")
+        self._links.append(libbpf_link)
+        fd = self._lib.bpf_link_create(self._lib.bpf_map__fd(m), 0, ATTACH_STRUCT_OPS, None)
+        _check(fd >= 0, f"registering {name}")
+        self._fds.append(fd)
 
     def _map(self, name: str) -> int:
         m = self._lib.bpf_object__find_map_by_name(self._obj, name.encode())
@@ -167,7 +211,27 @@ class BpfObject:
         size = value * self._lib.bpf_map__max_entries(m)
         return mmap.mmap(self.map_fd(name), (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE)
 
+    def attach_tc(self, program: str, ifindex: int) -> None:
+        """The `tc` program at the egress of interface `ifindex` (of this thread's namespace), before its qdisc:
+        a clsact qdisc is made for it, and `close()` removes that qdisc (an interface already gone is fine)."""
+        prog = self._lib.bpf_object__find_program_by_name(self._obj, program.encode())
+        if not prog:
+            raise KeyError(f"no program {program!r} in the BPF object")
+        hook = _TcHook(ctypes.sizeof(_TcHook), ifindex, TC_EGRESS, 0)
+        rc = self._lib.bpf_tc_hook_create(ctypes.byref(hook))
+        _check(rc == 0, f"making clsact on interface {ifindex}")  # an existing clsact is not ours: refused (EEXIST)
+        self._hooks.append(ifindex)
+        opts = _TcOpts(ctypes.sizeof(_TcOpts), self._lib.bpf_program__fd(prog), 0, 0, 0, 0)
+        rc = self._lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
+        _check(rc == 0, f"attaching {program} on interface {ifindex}")
+
     def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+        for ifindex in self._hooks:
+            self._lib.bpf_tc_hook_destroy(ctypes.byref(_TcHook(ctypes.sizeof(_TcHook), ifindex, TC_BOTH, 0)))
+        self._hooks.clear()
         for link in self._links:
             self._lib.bpf_link__destroy(link)
         self._links.clear()

@@ -139,7 +139,7 @@ COMMANDS = {
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_ctrl_c_or_kill_at_any_point_then_clean_and_up_again(no_leftovers, take_snapshot, as_from_a_terminal,
-                                                             hpnlab, tmp_path, command):
+                                                             hpnlab, tmp_path, command, leftovers):
     """`hpnlab up`, `lab start` and `run` interrupted at many points while they build, work and tear down: a
     Ctrl-C exits 130 and leaves nothing; a kill -9 leaves only what `hpnlab clean` removes (veths are the run's
     from the moment they exist, the scratch folder is named by the record, bridges its own teardown was deleting
@@ -148,10 +148,13 @@ def test_ctrl_c_or_kill_at_any_point_then_clean_and_up_again(no_leftovers, take_
     import tempfile
     from pathlib import Path
 
-    def left_behind() -> dict:
+    def with_folders() -> dict:
         snap = take_snapshot()
         snap["scratch folders"] = set(map(str, Path(tempfile.gettempdir()).glob("hpnlab-*")))
-        return {k: sorted(snap[k] - before[k]) for k in before if snap[k] - before[k]}
+        return snap
+
+    def left_behind() -> dict:
+        return leftovers(before, with_folders)
 
     (tmp_path / "tiny.yaml").write_text(TINY)
     argv, points = COMMANDS[command]

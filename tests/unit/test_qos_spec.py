@@ -114,3 +114,22 @@ def test_batch_messages_are_split_at_their_boundaries_and_must_ask_for_acks():
     assert len(msgs) == 2 and msgs[1][2] == 1 << 30 and msgs[1][0] + msgs[1][1] == len(buf)
     with pytest.raises(ValueError, match="ack"):
         BatchSender.messages(htb_class_message(3, 0x10030, 0x10001, 8000, 8000, 3028, 3028, 1514, 1))
+
+
+def test_a_congestion_control_turns_ecn_marking_on_unless_told_not_to():
+    assert not QosSpec().ecn.enabled and QosSpec().cc == "none"
+    assert QosSpec(cc="dctcp").ecn.enabled and QosSpec(cc="ecn", ecn={"pmax": 0.5}).ecn.pmax == 0.5
+    with pytest.raises(InputError) as e:
+        QosSpec(cc="dctcp", ecn={"enabled": False})
+    assert e.value.field == "qos.cc"
+    with pytest.raises(InputError) as e:
+        QosSpec(ecn={"kmin_bytes": 9000, "kmax_bytes": 3000})
+    assert e.value.field == "qos.ecn.kmin_bytes"
+
+
+def test_marking_thresholds_follow_xoff_unless_given():
+    from testbed.qos.spec import EcnSpec
+
+    assert EcnSpec().red(96_896) == (24_224, 96_896)  # RED from a quarter of XOFF to XOFF (DCQCN's shape)
+    assert EcnSpec().red(96_896, step=True) == (24_224, 24_224)  # DCTCP's step at K
+    assert EcnSpec(kmin_bytes=10_000, kmax_bytes=50_000).red(96_896) == (10_000, 50_000)

@@ -93,7 +93,7 @@ class _Interrupted(Exception):
 def _fake_net():
     qos = SimpleNamespace(stats=lambda *_a: {}, ports={})
     return SimpleNamespace(cluster=None, qos=qos, controller=None, port_counters=lambda: {},
-                           stop_qos=lambda since=None: None)
+                           stop_qos=lambda since=None: None, ecn_marks=lambda: None)
 
 
 @pytest.mark.parametrize("where", ["port_counters", "Injector.start"])

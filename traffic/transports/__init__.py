@@ -29,12 +29,13 @@ def choose(name: str, rxe_in_netns: bool | None, servers: int = 1) -> str:
     return name
 
 
-def make(kind: str, net, tos: int = 0, index: int = 0):
-    """The transport for a chosen kind; `index` keeps jobs side by side apart (ports, source ports)."""
+def make(kind: str, net, tos: int = 0, index: int = 0, cc: str | None = None):
+    """The transport for a chosen kind; `index` keeps jobs side by side apart (ports, source ports); `cc`: the
+    TCP congestion control its sockets choose (tcp only: rxe has none)."""
     if kind == "rdma":
         from .rdma import CTRL_PORT_BASE, RdmaTransport
 
         return RdmaTransport(net, tos=tos, ctrl_base=CTRL_PORT_BASE + 1000 * index)
     from .tcp import AGENT_PORTS, TcpTransport
 
-    return TcpTransport(net, tos=tos, port=AGENT_PORTS[index])  # the spec allows 16 jobs, the range 216
+    return TcpTransport(net, tos=tos, port=AGENT_PORTS[index], cc=cc)  # the spec allows 16 jobs, the range 216

@@ -67,6 +67,7 @@ class TcpTransport:
     proto: str = "tcp"
     sport_base: int = 20000
     sport_span: int = 20000  # up to 39999: 40000-59999 are pinned to NIC ports (controllers/hostpath.py)
+    cc: str | None = None  # TCP_CONGESTION of every connection (testbed/qos/cc.py), None: the kernel's default
     agents: dict = field(default_factory=dict)
     records: dict[str, FlowRecord] = field(default_factory=dict)
 
@@ -86,7 +87,8 @@ class TcpTransport:
         import subprocess
 
         for h in self.net.topo.hosts:
-            p = self.net.python(h.name, "traffic.agent", "--port", str(self.port), "--tos", str(self.tos),
+            cc = ("--cc", self.cc) if self.cc else ()
+            p = self.net.python(h.name, "traffic.agent", "--port", str(self.port), "--tos", str(self.tos), *cc,
                                 stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, bufsize=1)
             self.agents[h.name] = p

@@ -20,11 +20,15 @@
  * Which ports are watched is the `ports` map: (network namespace inode,
  * ifindex) -> port number; which of its priorities, the `watched` field of
  * each queue. Every other qdisc of the machine is looked up once and left.
+ *
+ * A third program, attached only when the experiment asks for ECN, marks
+ * packets at switch egress from the same figures (mark_ecn, below).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 
 #ifndef LOSSLESS_MINOR
 #error "build with -DLOSSLESS_MINOR=<the HTB minor of lossless priority 0> (testbed/qos/spec.py)"
@@ -48,6 +52,10 @@ struct lossless_queue {
 	__u32 backlog;      /* bytes in the leaf at the last packet in or out of the port */
 	__u32 max_backlog;
 	__u32 xoff_events;
+	__u32 kmin;         /* ECN marking (RED on the backlog before each packet joins): none at or below kmin */
+	__u32 kmax;         /* bytes; 0: this queue marks nothing. At or above kmax every ECN-capable packet */
+	__u32 pmax;         /* the probability just below kmax, in 1/2^32 */
+	__u32 marks;        /* packets marked CE */
 	__u32 pad;
 	__u64 leaf;         /* the leaf qdisc, once found */
 	__u64 last_ns;      /* bpf_ktime_get_ns (CLOCK_MONOTONIC) of the last read */
@@ -185,6 +193,69 @@ int BPF_PROG(on_dequeue, struct Qdisc *root, const struct netdev_queue *txq, int
 	if (skb)
 		port_changed(root);
 	return 0;
+}
+
+/* ECN marking at a switch port's egress, before the qdisc (cls_bpf on clsact, direct action): an ECN-capable
+ * IPv4 packet of a lossless priority is marked Congestion Experienced with RED's probability on the backlog the
+ * tracepoints above last read (the queue it is about to join), as DCQCN's switches mark (Kmin, Kmax, Pmax). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* set to the port count by the loader */
+	__type(key, __u32);     /* ifindex in the root namespace (every switch port is there) */
+	__type(value, __u32);   /* port number, as in `ports` */
+} marking_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 64);
+	__type(key, __u32);     /* DSCP */
+	__type(value, __u32);   /* its lossless priority + 1; 0: not lossless */
+} dscp_priority SEC(".maps");
+
+#define ETH_HLEN 14
+#define ETH_P_IP 0x0800
+#define TC_ACT_OK 0
+#define ECN_MASK 3
+
+SEC("tc")
+int mark_ecn(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	__u32 *port = bpf_map_lookup_elem(&marking_ports, &ifindex);
+	if (!port)
+		return TC_ACT_OK;
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + ETH_HLEN;
+	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_OK;
+	__u8 tos = ip->tos;
+	if ((tos & ECN_MASK) == 0 || (tos & ECN_MASK) == ECN_MASK)
+		return TC_ACT_OK; /* not ECN-capable, or marked already */
+	__u32 dscp = tos >> 2;
+	__u32 *prio = bpf_map_lookup_elem(&dscp_priority, &dscp);
+	if (!prio || !*prio)
+		return TC_ACT_OK;
+	__u32 index = *port * PRIORITIES + (*prio - 1);
+	struct lossless_queue *q = bpf_map_lookup_elem(&queues, &index);
+	if (!q || !q->kmax)
+		return TC_ACT_OK;
+	__u32 backlog = q->backlog, kmin = q->kmin, kmax = q->kmax;
+	if (backlog <= kmin)
+		return TC_ACT_OK; /* kmin == kmax: DCTCP's step, every packet above K */
+	if (backlog < kmax) {
+		__u64 p = (__u64)q->pmax * (backlog - kmin) / (kmax - kmin);
+		if (bpf_get_prandom_u32() >= p)
+			return TC_ACT_OK;
+	}
+	__u16 old = *(__u16 *)ip; /* version, header length and TOS: the checksum's 16-bit word */
+	__u16 new = old;
+	((__u8 *)&new)[1] = tos | ECN_MASK;
+	__u8 marked = tos | ECN_MASK;
+	bpf_l3_csum_replace(skb, ETH_HLEN + offsetof(struct iphdr, check), old, new, 2);
+	bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct iphdr, tos), &marked, 1, 0);
+	__sync_fetch_and_add(&q->marks, 1);
+	return TC_ACT_OK;
 }
 
 char LICENSE[] SEC("license") = "GPL";
