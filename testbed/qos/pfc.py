@@ -41,6 +41,7 @@ watching: the throttling above is what enforces the pause.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -208,69 +209,76 @@ class PfcAgent:
                     pass
 
     # -- the loop --------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _accounted(self):
+        """Around either loop: SCHED_FIFO where allowed, the loop's CPU and wall time, and why it died if it did
+        (any error ends the loop, and the report must say so: the verdict is then "unknown")."""
+        t_cpu0, t_wall0 = time.thread_time(), time.monotonic()
+        self.realtime = _realtime()
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - see above
+            self.error = f"{type(exc).__name__}: {exc}"[:300]
+            log.exception("PFC agent stopped")
+        finally:
+            self.cpu_s = time.thread_time() - t_cpu0
+            self.wall_s = time.monotonic() - t_wall0
+
     def _run(self) -> None:
         dumpers: dict[str | None, QdiscDumper] = {}
         for p in self.shaper.ports.values():
             if p.netns not in dumpers:
                 dumpers[p.netns] = dumper_in(p.netns)
-        t_cpu0, t_wall0 = time.thread_time(), time.monotonic()
-        self.realtime = _realtime()
-        last = time.monotonic()
-        next_at = last
         try:
-            while not self._stop.is_set():
-                now = time.monotonic()
-                self.period_samples.append((now, now - last))
-                last = now
-                self.poll(dumpers, include_hosts=self.polls % self.host_every == 0)
-                took = time.monotonic() - now
-                self.poll_samples.append((now, took))
-                self.polls += 1
-                next_at += self.period
-                delay = next_at - time.monotonic()
-                if delay > 0:
-                    self._wait(delay)
-                else:  # fell behind: no burst to catch up, and rest as long as the poll took (real-time: the
-                    next_at = time.monotonic() + took  # rest of the machine runs at least half the time)
-                    self._wait(took)
-        except Exception as exc:  # noqa: BLE001 - any error ends the loop; the report must say so
-            self.error = f"{type(exc).__name__}: {exc}"[:300]
-            log.exception("PFC agent stopped")
+            with self._accounted():
+                self._poll_loop(dumpers)
         finally:
-            self.cpu_s = time.thread_time() - t_cpu0
-            self.wall_s = time.monotonic() - t_wall0
             for d in dumpers.values():
                 d.close()
 
+    def _poll_loop(self, dumpers: dict[str | None, QdiscDumper]) -> None:
+        last = time.monotonic()
+        next_at = last
+        while not self._stop.is_set():
+            now = time.monotonic()
+            self.period_samples.append((now, now - last))
+            last = now
+            self.poll(dumpers, include_hosts=self.polls % self.host_every == 0)
+            took = time.monotonic() - now
+            self.poll_samples.append((now, took))
+            self.polls += 1
+            next_at += self.period
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                self._wait(delay)
+            else:  # fell behind: no burst to catch up, and rest as long as the poll took (real-time: the
+                next_at = time.monotonic() + took  # rest of the machine runs at least half the time)
+                self._wait(took)
+
     def _run_kernel(self) -> None:
         """Sleep on the kernel's crossings (and the other servers' pause messages); act on each at once."""
-        t_cpu0, t_wall0 = time.thread_time(), time.monotonic()
-        self.realtime = _realtime()
+        with self._accounted():
+            self._event_loop()
+
+    def _event_loop(self) -> None:
         waits = [self.kernel] + ([self.remote] if self.remote is not None else [])
         last = next_sample = time.monotonic()
-        try:
-            while not self._stop.is_set():
-                ready = select.select(waits, [], [], KERNEL_WAKE_S)[0]
-                now = time.monotonic()
-                self.period_samples.append((now, now - last))
-                last = now
-                changed: set[str] = set()
-                for c in self.kernel.crossings():
-                    self._crossing(c, changed)
-                if self.remote is not None:
-                    if self.remote in ready:
-                        self.take_remote()
-                    self._say_remote(now, changed)
-                if now >= next_sample:
-                    next_sample = now + KERNEL_WAKE_S
-                    self._sample_kernel(now)
-                self.polls += 1
-        except Exception as exc:  # noqa: BLE001 - any error ends the loop; the report must say so
-            self.error = f"{type(exc).__name__}: {exc}"[:300]
-            log.exception("PFC agent stopped")
-        finally:
-            self.cpu_s = time.thread_time() - t_cpu0
-            self.wall_s = time.monotonic() - t_wall0
+        while not self._stop.is_set():
+            ready = select.select(waits, [], [], KERNEL_WAKE_S)[0]
+            now = time.monotonic()
+            self.period_samples.append((now, now - last))
+            last = now
+            changed: set[str] = set()
+            for c in self.kernel.crossings():
+                self._crossing(c, changed)
+            if self.remote is not None:
+                if self.remote in ready:
+                    self.take_remote()
+                self._say_remote(now, changed)
+            if now >= next_sample:
+                next_sample = now + KERNEL_WAKE_S
+                self._sample_kernel(now)
+            self.polls += 1
 
     def _crossing(self, c: Crossing, changed: set[str]) -> None:
         """One queue crossed XOFF (pause its upstream) or XON (release it); the reaction is timed from the
