@@ -19,6 +19,12 @@ cd /opt/hpnlab
 /usr/share/openvswitch/scripts/ovs-ctl --no-monitor --system-id=random start >/dev/null 2>&1 \
   || { echo "[vm] Open vSwitch did not start"; exit 4; }
 echo "[vm] ready after $(( $(date +%s) - t0 )) s"
+# The BPF programs (the PFC agent's queue watch, ECN marking, DCTCP) are built for the running kernel on first
+# use; under TCG that takes tens of seconds, which must not fall inside a timed start or a server's reply:
+# doctor builds and tries them now (cached in /var/cache/hpnlab/bpf for this boot).
+t1=$(date +%s)
+.venv/bin/hpnlab doctor >"$out/doctor-before.txt" 2>&1 || echo "[vm] doctor failed (see doctor-before.txt)"
+echo "[vm] BPF programs built and tried in $(( $(date +%s) - t1 )) s: $(grep -c 'BPF.*yes' "$out/doctor-before.txt") of 2 available"
 role=$(cat "$out/role" 2>/dev/null || echo test)  # the cluster tier boots the same image as a server or master
 if [ "$role" != test ]; then
   # The kernel took its clock from qemu's RTC in whole seconds, so two VMs can be up to a second apart (0.7 s
