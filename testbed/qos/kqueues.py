@@ -11,6 +11,9 @@ A queue is watched when its port is registered here: its (network namespace,
 ifindex) in the `ports` map, its slot in `queues` marked watched with its
 thresholds. A host's queue gets XOFF 0: its depth is kept, it raises no events
 (a host pauses nobody).
+
+With `mark_ecn`, a third program at each switch port's egress marks ECN-capable
+lossless packets CE from the same figures (RED, or DCTCP's step).
 """
 
 from __future__ import annotations
@@ -169,12 +172,7 @@ class KernelQueues:
 
     def snapshot(self) -> dict[tuple[str, int], QueueFigures]:
         """Every watched queue's figures now."""
-        out = {}
-        for i, key in enumerate(self.keys):
-            for prio in self.priorities:
-                v = _QUEUE.unpack_from(self._mem, self._at(i, prio))
-                out[key, prio] = QueueFigures(v[_BACKLOG], v[_MAX], v[_XOFF_EVENTS], v[_READ_NS], v[_MARKS])
-        return out
+        return {(key, prio): self.figures(key, prio) for key in self.keys for prio in self.priorities}
 
     def close(self) -> None:
         self.ring.close()
