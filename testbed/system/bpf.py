@@ -114,7 +114,8 @@ def _lib() -> ctypes.CDLL:
                           ("bpf_tc_hook_create", i, [p]), ("bpf_tc_hook_destroy", i, [p]),
                           ("bpf_tc_attach", i, [p, p]), ("bpf_program__type", i, [p]),
                           ("bpf_map__set_map_flags", i, [p, u32]), ("bpf_map__attach_struct_ops", p, [p]),
-                          ("bpf_link_create", i, [i, i, i, p])):
+                          ("bpf_link_create", i, [i, i, i, p]), ("libbpf_major_version", u32, []),
+                          ("libbpf_minor_version", u32, [])):
         f = getattr(lib, fn)
         f.restype, f.argtypes = res, args
     _lib_handle = lib
@@ -177,15 +178,17 @@ class BpfObject:
             raise
 
     def _register(self, name: str) -> None:
-        """libbpf 1.1 writes the struct_ops map (with BPF_F_LINK set, the kernel then holds it ready, not
-        registered); the link made here registers it, and closing the link unregisters it."""
+        """The struct_ops map (flagged BPF_F_LINK) registered through a link: libbpf 1.2 and later make that link
+        in bpf_map__attach_struct_ops; 1.1 (Debian 12) only writes the map, which the kernel then holds ready
+        but unregistered, and the link is made here. Either way closing the link unregisters it."""
         m = self._map(name)
         libbpf_link = self._lib.bpf_map__attach_struct_ops(m)
-        _check(bool(libbpf_link), f"preparing {name}")
+        _check(bool(libbpf_link), f"registering {name}")
         self._links.append(libbpf_link)
-        fd = self._lib.bpf_link_create(self._lib.bpf_map__fd(m), 0, ATTACH_STRUCT_OPS, None)
-        _check(fd >= 0, f"registering {name}")
-        self._fds.append(fd)
+        if (self._lib.libbpf_major_version(), self._lib.libbpf_minor_version()) < (1, 2):
+            fd = self._lib.bpf_link_create(self._lib.bpf_map__fd(m), 0, ATTACH_STRUCT_OPS, None)
+            _check(fd >= 0, f"registering {name}")
+            self._fds.append(fd)
 
     def _map(self, name: str) -> int:
         m = self._lib.bpf_object__find_map_by_name(self._obj, name.encode())

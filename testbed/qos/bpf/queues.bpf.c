@@ -103,12 +103,29 @@ static __always_inline void count(__u32 which)
 		__sync_fetch_and_add(c, 1);
 }
 
+/* HTB's own types, as far as they are read here. Where sch_htb is a module (Debian's kernels) they are not in
+ * vmlinux.h; libbpf resolves these local flavours against the module's BTF at load time (CO-RE). */
+struct htb_sched___hpn {
+	struct Qdisc_class_hash clhash;
+} __attribute__((preserve_access_index));
+
+struct htb_class_leaf___hpn {
+	struct Qdisc *q;
+} __attribute__((preserve_access_index));
+
+struct htb_class___hpn {
+	struct Qdisc_class_common common;
+	union {
+		struct htb_class_leaf___hpn leaf;
+	};
+} __attribute__((preserve_access_index));
+
 /* The leaf qdisc of class `classid` under an HTB root: its class hash walked as htb_find() walks it. A
  * global function, so the verifier checks it once; pointers are addresses read with probes. */
 __noinline __u64 htb_leaf(__u64 root_addr, __u32 classid)
 {
 	struct Qdisc *root = (struct Qdisc *)root_addr;
-	struct htb_sched *htb = (void *)root + bpf_core_field_offset(struct Qdisc, privdata);
+	struct htb_sched___hpn *htb = (void *)root + bpf_core_field_offset(struct Qdisc, privdata);
 	struct hlist_head *buckets = BPF_CORE_READ(htb, clhash.hash);
 	__u32 h = classid ^ (classid >> 8);
 	h ^= h >> 4; /* qdisc_class_hash() */
@@ -118,7 +135,7 @@ __noinline __u64 htb_leaf(__u64 root_addr, __u32 classid)
 		struct Qdisc_class_common *common =
 			(void *)node - bpf_core_field_offset(struct Qdisc_class_common, hnode);
 		if (BPF_CORE_READ(common, classid) == classid) {
-			struct htb_class *cl = (void *)common - bpf_core_field_offset(struct htb_class, common);
+			struct htb_class___hpn *cl = (void *)common - bpf_core_field_offset(struct htb_class___hpn, common);
 			return (__u64)BPF_CORE_READ(cl, leaf.q);
 		}
 		node = BPF_CORE_READ(node, next);
