@@ -177,7 +177,8 @@ class Network:
         """Shape every link direction and start the PFC agent (when the spec enables PFC)."""
         from testbed.cluster.pauses import SplitPfc
         from testbed.cluster.shaping import split_shaper
-        from testbed.qos.pfc import PfcAgent, mark_ecn
+        from testbed.qos.kqueues import mark_ecn
+        from testbed.qos.pfc import PfcAgent
         from testbed.qos.ports import egress_ports, resolve
         from testbed.qos.shaper import Shaper
         from testbed.qos.show import write_ports

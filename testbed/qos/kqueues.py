@@ -18,15 +18,19 @@ lossless packets CE from the same figures (RED, or DCTCP's step).
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.system.bpf import BpfObject, RingBuffer, build
+from testbed.system.bpf import BpfObject, BpfUnavailable, RingBuffer, build
 
 from .ports import Port
-from .spec import LOSSLESS_MINOR
+from .shaper import Shaper
+from .spec import LOSSLESS_MINOR, QosSpec
+
+log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("bpf") / "queues.bpf.c"
 PRIORITIES = 8  # queue slot = port number * PRIORITIES + 802.1p priority
@@ -74,8 +78,6 @@ class Red:
 def why_unavailable() -> str | None:
     """None when this machine can build, load and attach the programs (tried now, with no port watched, and
     taken out again); otherwise why not, as `hpnlab doctor` prints it."""
-    from testbed.system.bpf import BpfUnavailable
-
     try:
         KernelQueues([], []).close()
     except BpfUnavailable as exc:
@@ -178,3 +180,32 @@ class KernelQueues:
         self.ring.close()
         self._mem.close()
         self.obj.close()
+
+
+def watch_queues(shaper: Shaper, detect: str) -> tuple[KernelQueues | None, str]:
+    """The shaper's lossless queues watched in the kernel, or None and why not: `detect` poll never tries, auto
+    falls back (the reason logged), kernel insists (BpfUnavailable raised)."""
+    if detect == "poll":
+        return None, ""
+    try:
+        return KernelQueues(list(shaper.ports.values()), [c.priority for c in shaper.spec.lossless]), ""
+    except BpfUnavailable as exc:
+        if detect == "kernel":
+            raise
+        log.warning("lossless queues polled instead of watched in the kernel: %s", exc)
+        return None, str(exc)
+
+
+def mark_ecn(shaper: Shaper, spec: QosSpec) -> KernelQueues:
+    """The shaper's lossless queues watched in the kernel, with ECN marking at every switch port (spec.ecn):
+    RED on each lossless queue's backlog, its thresholds from the port's XOFF unless given."""
+    kq, _ = watch_queues(shaper, "kernel")
+    try:
+        step = spec.cc == "dctcp" and spec.ecn.kmax_bytes is None
+        red = {(p.key, c.priority): Red(*spec.ecn.red(p.plan.lossless[c.priority].xoff, step), spec.ecn.pmax)
+               for p in shaper.ports.values() if not p.is_host for c in spec.lossless}
+        kq.mark_ecn(red, {c.dscp: c.priority for c in spec.lossless})
+    except BaseException:
+        kq.close()
+        raise
+    return kq

@@ -57,7 +57,7 @@ from traffic.timebase import Timebase
 from .netlink import QdiscDumper, dumper_in
 from .ports import Port
 from .shaper import Shaper, lossless_leaf
-from .spec import PfcPlan, QosSpec
+from .spec import PfcPlan
 
 if TYPE_CHECKING:
     from .kqueues import Crossing, KernelQueues
@@ -174,6 +174,8 @@ class PfcAgent:
         """Kernel detection when asked for or auto and this machine can load it; poll otherwise, saying why
         (`detect: kernel` that cannot load is an error: the user asked for it)."""
         if self.kernel is None:
+            from .kqueues import watch_queues
+
             self.kernel, self.detect_why = watch_queues(self.shaper, self.spec.detect)
         if self.kernel is None:
             return
@@ -500,41 +502,6 @@ class PfcAgent:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
-
-
-def watch_queues(shaper: Shaper, detect: str) -> tuple[KernelQueues | None, str]:
-    """The shaper's lossless queues watched in the kernel, or None and why not: `detect` poll never tries, auto
-    falls back (the reason logged), kernel insists (BpfUnavailable raised)."""
-    if detect == "poll":
-        return None, ""
-    from testbed.system.bpf import BpfUnavailable
-
-    from .kqueues import KernelQueues
-
-    try:
-        return KernelQueues(list(shaper.ports.values()), [c.priority for c in shaper.spec.lossless]), ""
-    except BpfUnavailable as exc:
-        if detect == "kernel":
-            raise
-        log.warning("lossless queues polled instead of watched in the kernel: %s", exc)
-        return None, str(exc)
-
-
-def mark_ecn(shaper: Shaper, spec: QosSpec) -> KernelQueues:
-    """The shaper's lossless queues watched in the kernel, with ECN marking at every switch port (spec.ecn):
-    RED on each lossless queue's backlog, its thresholds from the port's XOFF unless given."""
-    from .kqueues import Red
-
-    kq, _ = watch_queues(shaper, "kernel")
-    try:
-        step = spec.cc == "dctcp" and spec.ecn.kmax_bytes is None
-        red = {(p.key, c.priority): Red(*spec.ecn.red(p.plan.lossless[c.priority].xoff, step), spec.ecn.pmax)
-               for p in shaper.ports.values() if not p.is_host for c in spec.lossless}
-        kq.mark_ecn(red, {c.dscp: c.priority for c in spec.lossless})
-    except BaseException:
-        kq.close()
-        raise
-    return kq
 
 
 def _realtime() -> bool:
