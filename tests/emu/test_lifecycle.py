@@ -162,8 +162,12 @@ def test_ctrl_c_or_kill_at_any_point_then_clean_and_up_again(no_leftovers, take_
     for at in points:
         p = _interrupt(argv, tmp_path, at, signal.SIGINT, as_from_a_terminal)
         left = left_behind()
-        # a message as text, not a tuple: pytest cuts a tuple's repr short, and the traceback is what tells why
-        assert p.returncode == 130 and not left, f"at {at} s: exit {p.returncode}, left {left}\n{p.stderr[-4000:]}"
+        # A shell reports both 130 and death by SIGINT as $? = 130. The latter is what a Ctrl-C that lands once the
+        # work is done gets: CPython restores SIGINT's default action while the interpreter finalizes (CI: `up`
+        # at 3.8 s, nothing left, empty stderr; reproduced with a slow __del__).
+        # A message as text, not a tuple: pytest cuts a tuple's repr short, and the traceback is what tells why.
+        assert p.returncode in (130, -signal.SIGINT) and not left, \
+            f"at {at} s: exit {p.returncode}, left {left}\n{p.stderr[-4000:]}"
         assert "Traceback" not in p.stderr, f"at {at} s:\n{p.stderr[-4000:]}"
     for at in points:
         _interrupt(argv, tmp_path, at, signal.SIGKILL, None)
