@@ -200,6 +200,9 @@ class SplitPfc:
         self._each(lambda item: item[1].pfc_stop())
         self.wire.close()
 
+    def close(self) -> None:
+        """Nothing is left once stopped: every agent is a thread of its server's own process."""
+
     def report(self, since: float | None = None) -> dict:
         ago = None if since is None else time.monotonic() - since
         reports = {self.cluster.master: self.agent.report(since)}

@@ -94,7 +94,7 @@ class Network:
         self._controller: ControllerProcess | None = None
         self.qos = None  # testbed.qos.shaper.Shaper, while links are shaped
         self.scale_choice = None  # testbed.qos.scale.ScaleChoice, when the spec said scale auto
-        self.pfc = None  # testbed.qos.pfc.PfcAgent, while it runs
+        self.pfc = None  # testbed.qos.pfc_process.PfcProcess (SplitPfc over several servers), while it runs
         self.kqueues = None  # testbed.qos.kqueues.KernelQueues, when ECN marks (the PFC agent reads them too)
         self.cc = None  # testbed.qos.cc.Dctcp, registered while the network runs with qos.cc dctcp
         self.progress = progress or (lambda stage: None)  # told each start-up stage (a 128-host start takes minutes)
@@ -178,7 +178,7 @@ class Network:
         from testbed.cluster.pauses import SplitPfc
         from testbed.cluster.shaping import split_shaper
         from testbed.qos.kqueues import mark_ecn
-        from testbed.qos.pfc import PfcAgent
+        from testbed.qos.pfc_process import PfcProcess
         from testbed.qos.ports import egress_ports, resolve
         from testbed.qos.shaper import Shaper
         from testbed.qos.show import write_ports
@@ -204,8 +204,8 @@ class Network:
         self._host_cc(spec.cc)
         if spec.pfc.enabled:
             state_file = RUN_DIR / f"{self.owner.run_id}.pfc.json"
-            self.pfc = (PfcAgent(self.qos, state_file, kernel=self.kqueues) if self.cluster is None else
-                        SplitPfc(self.cluster, self.qos, state_file))
+            self.pfc = (PfcProcess(self.qos, state_file, self.owner, kernel=self.kqueues) if self.cluster is None
+                        else SplitPfc(self.cluster, self.qos, state_file))
             self.pfc.start()
         self.timings["qos_s"] = time.monotonic() - t
 
@@ -242,9 +242,12 @@ class Network:
         (its poll statistics from the monotonic time `since` on, if given)."""
         report = None
         if self.pfc is not None:
-            self.pfc.stop()
-            report = self.pfc.report(since)
-            self.pfc = None
+            pfc, self.pfc = self.pfc, None
+            try:
+                pfc.stop()
+                report = pfc.report(since)
+            finally:
+                pfc.close()
         if self.kqueues is not None:  # after the agent that read them, before the qdiscs they watch go
             self.kqueues.close()
             self.kqueues = None

@@ -19,6 +19,7 @@ lossless packets CE from the same figures (RED, or DCTCP's step).
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -91,32 +92,26 @@ def netns_inode(netns: str | None) -> int:
     return os.stat(netns or "/proc/self/ns/net").st_ino
 
 
-class KernelQueues:
-    """The programs loaded and attached for these ports; `close()` takes them out of the kernel."""
+class QueueMaps:
+    """The watched queues as their maps show them: thresholds set, crossings read, figures read. The process
+    that loaded the programs has one (KernelQueues); the PFC agent's own process gets one over the same maps
+    from their descriptors (`handoff`, `from_handoff`), so both see the same memory and the programs stay the
+    loader's to take out."""
 
-    def __init__(self, ports: list[Port], priorities: list[int]):
-        """priorities: the lossless ones (every port has a queue for each). Every queue is watched for depth;
-        `pause_at` gives some thresholds, `mark_ecn` some marking."""
-        self.keys = [p.key for p in ports]
-        self._slot = {k: i for i, k in enumerate(self.keys)}
-        self.ports = {p.key: p for p in ports}
+    def __init__(self, keys: list[str], priorities: list[int], mem: mmap.mmap, events_fd: int):
+        self.keys = keys
+        self._slot = {k: i for i, k in enumerate(keys)}
         self.priorities = priorities
+        self._mem = mem
+        self._events_fd = events_fd
+        self._ring: RingBuffer | None = None  # made by the first reader: one consumer of the crossings only
         self._events: list[Crossing] = []
-        n = max(1, len(ports))
-        self.obj = BpfObject(build(SOURCE, {"LOSSLESS_MINOR": LOSSLESS_MINOR}),
-                             {"ports": n, "queues": n * PRIORITIES, "marking_ports": n}, tc=("mark_ecn",))
-        try:
-            self._mem = self.obj.mmap("queues")
-            for i in range(len(ports)):
-                for prio in priorities:
-                    _QUEUE.pack_into(self._mem, self._at(i, prio), 1, *[0] * _READ_NS)  # watched; all else 0
-            # every slot is in place before any packet can find its port
-            for i, p in enumerate(ports):
-                self.obj.update("ports", _PORT_KEY.pack(netns_inode(p.netns), p.ifindex), _U32.pack(i))
-            self.ring = RingBuffer(self.obj, "events", self._on_event)
-        except BaseException:
-            self.obj.close()
-            raise
+
+    @classmethod
+    def from_handoff(cls, handoff: dict) -> QueueMaps:
+        """Over the maps of another process's KernelQueues.handoff(), whose descriptors this process inherited."""
+        return cls(handoff["keys"], handoff["priorities"], mmap.mmap(handoff["queues_fd"], handoff["queues_size"]),
+                   handoff["events_fd"])
 
     def _set(self, key: str, priority: int, **fields: int) -> None:
         """Only the named fields (u32s ahead of the u64s): the kernel writes the others meanwhile."""
@@ -129,6 +124,76 @@ class KernelQueues:
         as events."""
         for (key, prio), (xoff, xon) in thresholds.items():
             self._set(key, prio, xon=xon, xoff=xoff)  # XON first: a crossing is judged with both in place
+
+    @staticmethod
+    def _at(port: int, priority: int) -> int:
+        return (port * PRIORITIES + priority) * _QUEUE.size
+
+    def _on_event(self, raw: bytes) -> None:
+        t_ns, index, backlog, kind, _ = _EVENT.unpack_from(raw)
+        port, prio = divmod(index, PRIORITIES)
+        self._events.append(Crossing(t_ns, self.keys[port], prio, backlog, kind == XOFF))
+
+    @property
+    def ring(self) -> RingBuffer:
+        if self._ring is None:
+            self._ring = RingBuffer(self._events_fd, self._on_event)
+        return self._ring
+
+    def fileno(self) -> int:
+        """Readable when crossings wait (an epoll descriptor: select and poll take it)."""
+        return self.ring.fileno()
+
+    def crossings(self) -> list[Crossing]:
+        """The crossings since the last call, oldest first."""
+        self.ring.consume()
+        out, self._events = self._events, []
+        return out
+
+    def figures(self, key: str, priority: int) -> QueueFigures:
+        v = _QUEUE.unpack_from(self._mem, self._at(self._slot[key], priority))
+        return QueueFigures(v[_BACKLOG], v[_MAX], v[_XOFF_EVENTS], v[_READ_NS], v[_MARKS])
+
+    def snapshot(self) -> dict[tuple[str, int], QueueFigures]:
+        """Every watched queue's figures now."""
+        return {(key, prio): self.figures(key, prio) for key in self.keys for prio in self.priorities}
+
+    def close(self) -> None:
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
+        self._mem.close()
+
+
+class KernelQueues(QueueMaps):
+    """The programs loaded and attached for these ports; `close()` takes them out of the kernel."""
+
+    def __init__(self, ports: list[Port], priorities: list[int]):
+        """priorities: the lossless ones (every port has a queue for each). Every queue is watched for depth;
+        `pause_at` gives some thresholds, `mark_ecn` some marking."""
+        self.ports = {p.key: p for p in ports}
+        n = max(1, len(ports))
+        self.obj = BpfObject(build(SOURCE, {"LOSSLESS_MINOR": LOSSLESS_MINOR}),
+                             {"ports": n, "queues": n * PRIORITIES, "marking_ports": n}, tc=("mark_ecn",))
+        try:
+            super().__init__([p.key for p in ports], priorities, self.obj.mmap("queues"), self.obj.map_fd("events"))
+            for i in range(len(ports)):
+                for prio in priorities:
+                    _QUEUE.pack_into(self._mem, self._at(i, prio), 1, *[0] * _READ_NS)  # watched; all else 0
+            # every slot is in place before any packet can find its port
+            for i, p in enumerate(ports):
+                self.obj.update("ports", _PORT_KEY.pack(netns_inode(p.netns), p.ifindex), _U32.pack(i))
+        except BaseException:
+            if hasattr(self, "_mem"):
+                self._mem.close()
+            self.obj.close()
+            raise
+
+    def handoff(self) -> dict:
+        """What another process needs for a QueueMaps over these maps; it must inherit the descriptors named
+        `*_fd` (subprocess pass_fds)."""
+        return {"keys": self.keys, "priorities": self.priorities, "queues_fd": self.obj.map_fd("queues"),
+                "queues_size": len(self._mem), "events_fd": self._events_fd}
 
     def mark_ecn(self, red: dict[tuple[str, int], Red], dscp_priority: dict[int, int]) -> None:
         """ECN marking at the egress of these (switch) ports, for packets whose DSCP maps to a lossless
@@ -144,41 +209,13 @@ class KernelQueues:
             self.obj.update("marking_ports", _U32.pack(p.ifindex), _U32.pack(self._slot[key]))
             self.obj.attach_tc("mark_ecn", p.ifindex)
 
-    @staticmethod
-    def _at(port: int, priority: int) -> int:
-        return (port * PRIORITIES + priority) * _QUEUE.size
-
-    def _on_event(self, raw: bytes) -> None:
-        t_ns, index, backlog, kind, _ = _EVENT.unpack_from(raw)
-        port, prio = divmod(index, PRIORITIES)
-        self._events.append(Crossing(t_ns, self.keys[port], prio, backlog, kind == XOFF))
-
-    def fileno(self) -> int:
-        """Readable when crossings wait (an epoll descriptor: select and poll take it)."""
-        return self.ring.fileno()
-
-    def crossings(self) -> list[Crossing]:
-        """The crossings since the last call, oldest first."""
-        self.ring.consume()
-        out, self._events = self._events, []
-        return out
-
     def counter(self, which: int) -> int:
         """LOST: crossings the ring buffer had no room for; NO_LEAF: lossless classes not found under a
         watched port's root (a port shaped otherwise than shaper.py does)."""
         return _U64.unpack(self.obj.lookup("counters", _U32.pack(which), 8))[0]
 
-    def figures(self, key: str, priority: int) -> QueueFigures:
-        v = _QUEUE.unpack_from(self._mem, self._at(self._slot[key], priority))
-        return QueueFigures(v[_BACKLOG], v[_MAX], v[_XOFF_EVENTS], v[_READ_NS], v[_MARKS])
-
-    def snapshot(self) -> dict[tuple[str, int], QueueFigures]:
-        """Every watched queue's figures now."""
-        return {(key, prio): self.figures(key, prio) for key in self.keys for prio in self.priorities}
-
     def close(self) -> None:
-        self.ring.close()
-        self._mem.close()
+        super().close()
         self.obj.close()
 
 

@@ -136,6 +136,12 @@ class Shaper:
                 sender.send(buf)
             finally:
                 sender.close()
+        self.attach()
+        log.info("qos: %d egress ports shaped (scale 1/%g)", len(self.ports), self.spec.scale)
+
+    def attach(self) -> None:
+        """Ready to pause and resume the planned ports, already shaped (by `apply`, here or in the process that
+        handed them over: their ifindex is known); nothing on them changes."""
         for p in self.planned:
             self.ports[p.key] = p
             for c in self.spec.lossless:
@@ -145,7 +151,6 @@ class Shaper:
                     for paused in (False, True))
             if p.netns not in self._switches:
                 self._switches[p.netns] = in_netns(p.netns, ClassSwitch)
-        log.info("qos: %d egress ports shaped (scale 1/%g)", len(self.ports), self.spec.scale)
 
     def _class_args(self, p: Port, cls: str, paused: bool = False) -> dict:
         """htb_class_message's arguments for one class of a port, running or paused."""

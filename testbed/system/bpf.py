@@ -250,17 +250,17 @@ class RingBuffer:
     """A BPF ring buffer map read through libbpf: `fileno()` is readable when records wait; `consume()`
     hands each to `on_record(bytes)` and returns how many it handed."""
 
-    def __init__(self, obj: BpfObject, name: str, on_record: Callable[[bytes], None]):
-        self._lib = obj._lib
+    def __init__(self, map_fd: int, on_record: Callable[[bytes], None]):
+        """map_fd: the ring buffer map's descriptor (BpfObject.map_fd, or one handed to this process)."""
+        self._lib = _lib()
 
         def sample(_ctx, data, size):
             on_record(ctypes.string_at(data, size))
             return 0
 
         self._callback = _SAMPLE(sample)  # kept referenced: libbpf calls it for as long as the buffer lives
-        self._rb = self._lib.ring_buffer__new(obj.map_fd(name), ctypes.cast(self._callback, ctypes.c_void_p),
-                                              None, None)
-        _check(bool(self._rb), f"opening ring buffer {name}")
+        self._rb = self._lib.ring_buffer__new(map_fd, ctypes.cast(self._callback, ctypes.c_void_p), None, None)
+        _check(bool(self._rb), f"opening ring buffer (map descriptor {map_fd})")
 
     def fileno(self) -> int:
         return self._lib.ring_buffer__epoll_fd(self._rb)

@@ -47,6 +47,7 @@ def test_pauses_cross_between_two_servers_agents_and_nothing_is_lost(no_leftover
                         stream=i, tos=DSCP26) for i in range(4)]  # see PPS
     with Network(topo, qos=QosSpec()) as net:
         net.pfc.stop()  # the one-machine agent makes way for one per server
+        net.pfc.close()
         net.pfc = None
         key = secrets.token_bytes(32)
         shares = {s: ServerShare(net.qos, {k for k, p in net.qos.ports.items() if placement.server_of[p.node] == s})

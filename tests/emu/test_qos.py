@@ -145,6 +145,7 @@ def test_stopping_qos_restores_interface_defaults(no_leftovers):
         assert all(kinds == ["htb"] for kinds in roots.values())
         assert len(ports) == 2 * len(net.topo.links)
         net.pfc.stop()
+        net.pfc.close()  # its process ended, the kernel's queue watch taken out
         removed = net.qos.remove()
         assert removed == len(ports)
         from testbed.qos.shaper import Shaper

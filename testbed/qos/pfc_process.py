@@ -1,0 +1,191 @@
+"""The PFC agent in a process of its own, so nothing else can hold it up.
+
+    python -m testbed.qos.pfc_process        (started by PfcProcess; not a command for users)
+
+In the hpnlab process the agent was a thread, and any other thread there (the
+coordinator, the samplers, a test's own checks) held it behind Python's GIL:
+in a full test run a thread dumping every qdisc each 20 ms held it for up to
+166 ms, its reaction p99 went from 0.7 to 6 ms and 29 lossless packets were
+dropped. Here it shares its process with nothing but this module's reader of
+requests, which sleeps on its standard input; the agent's loop runs SCHED_FIFO.
+
+The process that shaped the ports keeps everything it made: the qdiscs, and the
+kernel programs that watch the queues (it loads them, and hands this process the
+descriptors of their maps: the same memory, no second copy of the programs). This
+process only pauses and resumes classes, reads the queues and writes the state
+file. Protocol, one JSON line each way:
+
+    first line in:  {"ports": [...], "spec": {...}, "state_file": path|null, "kernel": handoff|null,
+                     "detect_why": str}
+    first line out: {"pid": n, "detect": "kernel"|"poll"}            (the agent is running)
+    then:           {"op": "report", "since": t|null} -> the agent's report (monotonic `since`: one clock
+                                                          for every process of the machine)
+                    {"op": "stop"} -> {} once the agent has stopped and released its pauses
+It stops the agent and exits when its input ends: the parent closed it, or died (kill -9 included), so it never
+outlives its run; SIGTERM does the same. It ignores SIGINT: a terminal's Ctrl-C is the parent's to act on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from testbed.system.ownership import exit_cleanly_on_signals
+
+from .kqueues import KernelQueues, QueueMaps, watch_queues
+from .pfc import PfcAgent
+from .ports import ports_from_json, ports_to_json
+from .shaper import Shaper
+from .spec import QosSpec
+
+if TYPE_CHECKING:
+    from testbed.system.ownership import Ownership
+
+log = logging.getLogger(__name__)
+
+READY_S = 60  # for the process to import, attach to the ports and start the agent (a 128-host fabric, loaded)
+
+
+class PfcProcess:
+    """Starts, asks and stops the agent process; the same start/stop/report as PfcAgent."""
+
+    def __init__(self, shaper: Shaper, state_file: Path | None, owner: Ownership,
+                 kernel: KernelQueues | None = None):
+        """kernel: queues the network already watches (ECN); without one, they are watched here when
+        `pfc.detect` allows, and taken out at close()."""
+        self.shaper, self.state_file, self.owner = shaper, state_file, owner
+        self.kernel = kernel
+        self._own_kernel: KernelQueues | None = None
+        self.proc: subprocess.Popen | None = None
+        self.detect = "poll"
+        self.detect_why = ""
+        self._final: dict | None = None
+
+    def start(self) -> None:
+        spec = self.shaper.spec
+        if self.kernel is None:
+            self.kernel, self.detect_why = watch_queues(self.shaper, spec.pfc.detect)
+            self._own_kernel = self.kernel
+        if self.kernel is None:  # decided here: the process must not try again
+            spec = spec.model_copy(update={"pfc": spec.pfc.model_copy(update={"detect": "poll"})})
+        handoff = self.kernel.handoff() if self.kernel is not None else None
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            pass_fds=[handoff["queues_fd"], handoff["events_fd"]] if handoff else [], start_new_session=True)
+        self.owner.process(self.proc.pid, "hpnlab PFC agent")
+        ready = self._call({"ports": ports_to_json(list(self.shaper.ports.values())),
+                            "spec": spec.model_dump(mode="json"),
+                            "state_file": None if self.state_file is None else str(self.state_file),
+                            "kernel": handoff, "detect_why": self.detect_why}, READY_S)
+        if ready is None:
+            raise RuntimeError(f"the PFC agent's process did not start (exit {self.proc.poll()}); see its error "
+                               "above")
+        self.detect = ready["detect"]
+        log.info("PFC agent in process %d, detecting crossings by %s", ready["pid"], self.detect)
+
+    def _call(self, request: dict, timeout: float = 30) -> dict | None:
+        """One request and its answer; None when the process is gone or does not answer in time (the report
+        is then missing, and the verdict says "unknown")."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            if not select.select([self.proc.stdout], [], [], timeout)[0]:
+                log.error("the PFC agent's process did not answer %s in %.0f s", request.get("op", "start"),
+                          timeout)
+                return None
+            line = self.proc.stdout.readline()
+        except (BrokenPipeError, ValueError):  # its end closed; ValueError: ours already closed
+            line = ""
+        if not line:
+            log.error("the PFC agent's process ended (exit %s)", self.proc.poll())
+            return None
+        return json.loads(line)
+
+    def report(self, since: float | None = None) -> dict | None:
+        return self._call({"op": "report", "since": since})
+
+    def stop(self) -> None:
+        """The agent stops and releases every pause it holds; its reports stay to be asked for until close()."""
+        self._call({"op": "stop"})
+
+    def close(self) -> None:
+        """The process ended (its input closed: it stops the agent first if stop() did not) and what this
+        loaded taken out of the kernel."""
+        p, self.proc = self.proc, None
+        if p is not None:
+            try:
+                p.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log.warning("the PFC agent's process did not end in 10 s: killed")
+                p.kill()
+                p.wait()
+            p.stdout.close()
+        if self._own_kernel is not None:
+            self._own_kernel.close()
+            self._own_kernel = None
+        self.kernel = None
+
+
+def _agent(conf: dict) -> tuple[PfcAgent, Shaper, QueueMaps | None]:
+    spec = QosSpec.model_validate(conf["spec"])
+    shaper = Shaper(ports_from_json(conf["ports"]), spec)
+    shaper.attach()
+    maps = QueueMaps.from_handoff(conf["kernel"]) if conf["kernel"] else None
+    state_file = Path(conf["state_file"]) if conf["state_file"] else None
+    return PfcAgent(shaper, state_file, kernel=maps), shaper, maps
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_cleanly_on_signals()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s hpnlab PFC agent: %(message)s")
+    answers = os.fdopen(os.dup(1), "w")  # the protocol's own descriptor: a library's print goes to stderr
+    os.dup2(2, 1)
+    requests = sys.stdin
+    conf = json.loads(requests.readline() or "null")
+    if conf is None:
+        return
+    agent, shaper, maps = _agent(conf)
+    stopped = False
+    try:
+        agent.start()
+        if conf["detect_why"]:
+            agent.detect_why = conf["detect_why"]
+        _answer(answers, {"pid": os.getpid(), "detect": agent.detect})
+        for line in requests:
+            req = json.loads(line)
+            if req["op"] == "report":
+                _answer(answers, agent.report(req["since"]))
+            elif req["op"] == "stop":
+                if not stopped:
+                    agent.stop()
+                    stopped = True
+                _answer(answers, {})
+    finally:
+        if not stopped:
+            agent.stop()
+        shaper.close()
+        if maps is not None:
+            maps.close()
+
+
+def _answer(out, data: dict) -> None:
+    out.write(json.dumps(data) + "\n")
+    out.flush()
+
+
+if __name__ == "__main__":
+    main()

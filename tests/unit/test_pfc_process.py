@@ -1,0 +1,86 @@
+"""The PFC agent in its own process (testbed/qos/pfc_process.py): asked for reports over its pipe, stopped, ended
+with its input (so it never outlives the run that started it), and a process that died gives no report, which
+the verdict takes as "unknown"."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from testbed.experiment.fidelity import verdict
+from testbed.qos.pfc_process import PfcProcess
+from testbed.qos.shaper import Shaper
+from testbed.qos.spec import QosSpec
+
+QUIET = [{"cpu_idle": 0.4, "steal": 0.0, "ovs_thread": 0.3}]
+
+
+class _Owner:
+    def __init__(self):
+        self.processes: list[tuple[int, str]] = []
+
+    def process(self, pid: int, what: str) -> None:
+        self.processes.append((pid, what))
+
+
+def _started(detect: str = "poll") -> tuple[PfcProcess, _Owner]:
+    owner = _Owner()
+    agent = PfcProcess(Shaper([], QosSpec(pfc={"enabled": True, "poll_ms": 5, "detect": detect})), None, owner)
+    agent.start()
+    return agent, owner
+
+
+def test_the_agent_runs_in_its_own_process_answers_and_ends_with_its_input():
+    since = time.monotonic()
+    agent, owner = _started()
+    try:
+        pid = agent.proc.pid
+        assert pid != os.getpid() and owner.processes == [(pid, "hpnlab PFC agent")]  # recorded for clean
+        time.sleep(0.3)
+        running = agent.report(since)
+        assert running["polls_in_window"] > 20 and running["error"] is None and running["detect"] == "poll"
+        agent.stop()
+        final = agent.report(since)
+        assert final["polls"] >= running["polls"] and final["last_poll_age_ms"] < 100
+        assert verdict(QUIET, final, pfc_enabled=True)["faithful"]
+    finally:
+        proc = agent.proc
+        agent.close()
+    assert proc.returncode == 0 and agent.proc is None
+
+
+def test_the_agent_process_ends_when_its_parent_goes_without_a_word():
+    """Its input closing is all it needs (the parent killed with -9 closes it the same way)."""
+    agent, _ = _started()
+    proc = agent.proc
+    proc.stdin.close()
+    assert proc.wait(timeout=10) == 0
+    agent.close()
+
+
+def test_a_killed_agent_process_gives_no_report_and_the_verdict_is_unknown():
+    agent, _ = _started()
+    try:
+        os.kill(agent.proc.pid, signal.SIGKILL)
+        agent.proc.wait(timeout=10)
+        agent.stop()  # does not raise: the teardown goes on
+        report = agent.report()
+        assert report is None
+        v = verdict(QUIET, report, pfc_enabled=True)
+        assert v["status"] == "unknown" and not v["faithful"]
+    finally:
+        agent.close()
+
+
+def test_the_agent_process_ignores_a_terminals_ctrl_c_and_ends_on_sigterm():
+    """Ctrl-C is the run's to act on (it stops the agent through the pipe); SIGTERM ends it cleanly."""
+    agent, _ = _started()
+    try:
+        os.kill(agent.proc.pid, signal.SIGINT)
+        time.sleep(0.2)
+        assert agent.report() is not None
+        os.kill(agent.proc.pid, signal.SIGTERM)
+        assert agent.proc.wait(timeout=10) == 128 + signal.SIGTERM
+    finally:
+        agent.close()
