@@ -259,6 +259,9 @@ class Experiment(_Strict):
 
     @model_validator(mode="after")
     def _workload_or_jobs(self) -> Experiment:
+        if self.qos.dilated_by != 1:
+            raise InputError("qos.dilated_by is set by the runner from time.dilation", "leave it out and give "
+                             "time: {dilation: D}", field="qos.dilated_by", value=self.qos.dilated_by)
         if (self.workload is None) == (not self.jobs):
             raise InputError("give either workload or jobs", "e.g. workload: {collective: {op: allreduce}}",
                              field="workload", value=None)

@@ -201,6 +201,7 @@ class Network:
         write_ports(self.owner.run_id, self.qos.local_ports() if self.cluster else self.qos.ports.values())
         if spec.ecn.enabled:  # marking reads the queues the kernel watches; PFC, when on, acts on the same
             self.kqueues = mark_ecn(self.qos, spec)
+            self.kqueues.publish(RUN_DIR / f"{self.owner.run_id}.ecn.json")  # marks for qos show and the web view
         self._host_cc(spec.cc)
         if spec.pfc.enabled:
             state_file = RUN_DIR / f"{self.owner.run_id}.pfc.json"

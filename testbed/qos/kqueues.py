@@ -18,6 +18,7 @@ lossless packets CE from the same figures (RED, or DCTCP's step).
 
 from __future__ import annotations
 
+import json
 import logging
 import mmap
 import os
@@ -25,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.system.bpf import BpfObject, BpfUnavailable, RingBuffer, build
+from testbed.system.bpf import BpfObject, BpfUnavailable, RingBuffer, build, mmap_by_id
 
 from .ports import Port
 from .shaper import Shaper
@@ -98,7 +99,7 @@ class QueueMaps:
     from their descriptors (`handoff`, `from_handoff`), so both see the same memory and the programs stay the
     loader's to take out."""
 
-    def __init__(self, keys: list[str], priorities: list[int], mem: mmap.mmap, events_fd: int):
+    def __init__(self, keys: list[str], priorities: list[int], mem: mmap.mmap, events_fd: int | None):
         self.keys = keys
         self._slot = {k: i for i, k in enumerate(keys)}
         self.priorities = priorities
@@ -112,6 +113,13 @@ class QueueMaps:
         """Over the maps of another process's KernelQueues.handoff(), whose descriptors this process inherited."""
         return cls(handoff["keys"], handoff["priorities"], mmap.mmap(handoff["queues_fd"], handoff["queues_size"]),
                    handoff["events_fd"])
+
+    @classmethod
+    def published(cls, path: Path) -> QueueMaps:
+        """Read-only, the figures of a run's queues that KernelQueues.publish() named (`hpnlab qos show`, the web
+        view: other processes); BpfUnavailable when they are gone."""
+        d = json.loads(path.read_text())
+        return cls(d["keys"], d["priorities"], mmap_by_id(d["map_id"], "queues"), None)
 
     def _set(self, key: str, priority: int, **fields: int) -> None:
         """Only the named fields (u32s ahead of the u64s): the kernel writes the others meanwhile."""
@@ -172,6 +180,7 @@ class KernelQueues(QueueMaps):
         """priorities: the lossless ones (every port has a queue for each). Every queue is watched for depth;
         `pause_at` gives some thresholds, `mark_ecn` some marking."""
         self.ports = {p.key: p for p in ports}
+        self._published: Path | None = None
         n = max(1, len(ports))
         self.obj = BpfObject(build(SOURCE, {"LOSSLESS_MINOR": LOSSLESS_MINOR}),
                              {"ports": n, "queues": n * PRIORITIES, "marking_ports": n}, tc=("mark_ecn",))
@@ -188,6 +197,13 @@ class KernelQueues(QueueMaps):
                 self._mem.close()
             self.obj.close()
             raise
+
+    def publish(self, path: Path) -> None:
+        """Where other processes find these queues' figures (QueueMaps.published): the map's id, the queues'
+        keys and priorities; removed by close()."""
+        path.write_text(json.dumps({"map_id": self.obj.map_id("queues"), "keys": self.keys,
+                                    "priorities": self.priorities}))
+        self._published = path
 
     def handoff(self) -> dict:
         """What another process needs for a QueueMaps over these maps; it must inherit the descriptors named
@@ -215,6 +231,8 @@ class KernelQueues(QueueMaps):
         return _U64.unpack(self.obj.lookup("counters", _U32.pack(which), 8))[0]
 
     def close(self) -> None:
+        if self._published is not None:
+            self._published.unlink(missing_ok=True)
         super().close()
         self.obj.close()
 

@@ -66,7 +66,7 @@ class PfcProcess:
         self.proc: subprocess.Popen | None = None
         self.detect = "poll"
         self.detect_why = ""
-        self._final: dict | None = None
+        self._owed = 0  # answers the process still owes (one per request sent)
 
     def start(self) -> None:
         spec = self.shaper.spec
@@ -92,23 +92,31 @@ class PfcProcess:
 
     def _call(self, request: dict, timeout: float = 30) -> dict | None:
         """One request and its answer; None when the process is gone or does not answer in time (the report
-        is then missing, and the verdict says "unknown")."""
+        is then missing, and the verdict says "unknown"). An answer still owed to a request cut short (a Ctrl-C
+        while the process started) is read first, so each answer meets its own request."""
         if self.proc is None or self.proc.poll() is not None:
             return None
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
-            if not select.select([self.proc.stdout], [], [], timeout)[0]:
-                log.error("the PFC agent's process did not answer %s in %.0f s", request.get("op", "start"),
-                          timeout)
-                return None
-            line = self.proc.stdout.readline()
+            self._owed += 1
+            while self._owed:
+                line = self._answer(request.get("op", "start"), timeout)
+                if line is None:
+                    return None
+                self._owed -= 1
         except (BrokenPipeError, ValueError):  # its end closed; ValueError: ours already closed
             line = ""
         if not line:
             log.error("the PFC agent's process ended (exit %s)", self.proc.poll())
             return None
         return json.loads(line)
+
+    def _answer(self, op: str, timeout: float) -> str | None:
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            log.error("the PFC agent's process did not answer %s in %.0f s", op, timeout)
+            return None
+        return self.proc.stdout.readline()
 
     def report(self, since: float | None = None) -> dict | None:
         return self._call({"op": "report", "since": since})

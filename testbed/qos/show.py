@@ -2,7 +2,9 @@
 
 Works from another process: a run with QoS writes its port list next to its
 ownership record (RUN_DIR/<run>.qos.json) and the PFC agent its pause state
-(<run>.pfc.json); the queue counters are read live from the kernel.
+(<run>.pfc.json); the queue counters are read live from the kernel, and with ECN
+marking the packets marked CE per lossless queue from the kernel programs' own
+map (named by <run>.ecn.json; kqueues.py).
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from testbed.system.bpf import BpfUnavailable
 from testbed.system.ownership import RUN_DIR, live_runs
 
+from .kqueues import QueueMaps
 from .netlink import dumper_in
 from .pfc import queue_key
 from .spec import class_of_minor, lossless_class
@@ -39,6 +43,7 @@ def snapshot(run_id: str | None = None, node: str | None = None) -> list[dict]:
     pfc_file = RUN_DIR / f"{run_id}.pfc.json"
     paused = set(json.loads(pfc_file.read_text())["paused"]) if pfc_file.exists() else set()
     events = json.loads(pfc_file.read_text())["pause_events"] if pfc_file.exists() else {}
+    marks = ecn_marks(run_id)
     if node is not None:
         ports = [p for p in ports if p["key"].split(":")[0] == node]
     by_ns: dict[str | None, dict[int, dict]] = {}
@@ -61,6 +66,21 @@ def snapshot(run_id: str | None = None, node: str | None = None) -> list[dict]:
             rows.append({"port": p["key"], "ifname": p["ifname"], "class": cls, "rate_bps": p["rate_bps"],
                          "sent_bytes": q.bytes, "backlog": q.backlog, "drops": q.drops,
                          "paused": qkey in paused, "pause_events": events.get(qkey, 0),
-                         "xoff": lossless["xoff"] if lossless else None})
+                         "xoff": lossless["xoff"] if lossless else None,
+                         "ecn_marks": None if marks is None or qkey is None else marks.get(qkey, 0)})
     rows.sort(key=lambda r: (r["port"], r["class"]))
     return rows
+
+
+def ecn_marks(run_id: str) -> dict[str, int] | None:
+    """Packets marked CE so far per lossless queue (`port/p<priority>`) of a run that marks; None without
+    marking (or once its programs are gone)."""
+    path = RUN_DIR / f"{run_id}.ecn.json"
+    try:
+        maps = QueueMaps.published(path)
+    except (FileNotFoundError, BpfUnavailable):
+        return None
+    try:
+        return {queue_key(*k): f.marks for k, f in maps.snapshot().items()}
+    finally:
+        maps.close()

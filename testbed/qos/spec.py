@@ -62,6 +62,7 @@ OVS_BURST_FRAMES = 2 * OVS_BATCH
 REACTION_POLLS = 5  # the headroom covers this many poll periods of ingress (see the module's docstring)
 HIGH_MINOR, LOSSLESS_MINOR, DEFAULT_MINOR = 0x10, 0x30, 0x40  # HTB minor ids under 1: (lossless: + priority)
 PARENT_MINOR = 0x1
+MAX_TIME_MS = 10_000  # buffer_ms and delay_ms, as asked (before dilation)
 HTB_LEVELS = 8  # TC_HTB_NUMPRIO: strict scheduling has high, the lossless priorities and default in 8 levels
 
 
@@ -161,7 +162,7 @@ class QosSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     scale: float | Literal["auto"] = Field(10_000.0, description="emulated rate = topology rate / scale; auto: "
                                                               "from the offered load and this machine's budget")
-    buffer_ms: float = Field(20.0, gt=0, le=10_000, description="lossy queue limit, in ms at the port rate")
+    buffer_ms: float = Field(20.0, gt=0, description="lossy queue limit, in ms at the port rate (at most 10 s)")
     min_buffer_bytes: int = Field(16 * MTU, gt=0, le=1 << 30)
     scheduling: Literal["strict", "weighted"] = "strict"
     weights: dict[str, float] = Field(default_factory=lambda: {"high": 10, "lossless": 60, "default": 30})
@@ -173,13 +174,17 @@ class QosSpec(BaseModel):
     roce_udp_port: int = Field(4791, ge=1, le=65535)
     ack_priority: bool = Field(True, description="TCP pure ACKs (segments without payload) and the agents' one-byte "
                                                      "acknowledgements ride the high class")
-    delay_ms: float | None = Field(None, gt=0, le=10_000, description="needs netem")
+    delay_ms: float | None = Field(None, gt=0, description="needs netem (at most 10 s)")
     loss_pct: float | None = Field(None, gt=0, le=100, description="needs netem")
     pfc: PfcSpec = Field(default_factory=PfcSpec)
     ecn: EcnSpec = Field(default_factory=EcnSpec)
     cc: Literal["none", "ecn", "dctcp"] = Field(
         "none", description="congestion control at the hosts (tcp transport, testbed/qos/cc.py): none, classic "
                             "ECN, or DCTCP; any but none turns ECN marking on unless ecn says otherwise")
+    # Set by dilated(), not by experiment files (time.dilation is theirs): the scale and the times above are this
+    # many times what was asked, and the bounds apply to what was asked. A dilated spec so stays a valid one
+    # (the PFC agent's process and a server's agent take it as JSON): buffer_ms 20 at D = 1,500 is 30 s.
+    dilated_by: float = Field(1.0, ge=1, description="set by the runner from time.dilation")
 
     @model_validator(mode="after")
     def _check(self) -> QosSpec:
@@ -189,9 +194,14 @@ class QosSpec(BaseModel):
                                  "set qos.ecn.enabled: true (or leave it out), or cc: none", field="qos.cc",
                                  value=self.cc)
             self.ecn = self.ecn.model_copy(update={"enabled": True})
-        if self.scale != "auto" and not 1 <= self.scale <= 1e9:
+        d = self.dilated_by
+        if self.scale != "auto" and not 1 <= self.scale / d <= 1e9:
             raise InputError("scale must be 1 to 1e9 (or auto)", "e.g. scale: 20000, or scale: auto",
-                             field="qos.scale", value=self.scale)
+                             field="qos.scale", value=self.scale / d)
+        for name in ("buffer_ms", "delay_ms"):
+            if (value := getattr(self, name)) is not None and value / d > MAX_TIME_MS:
+                raise InputError(f"{name} must be at most {MAX_TIME_MS:,} ms", f"e.g. {name}: 20", field=f"qos.{name}",
+                                 value=value / d)
         if set(self.weights) != {"high", "lossless", "default"}:
             raise InputError("weights must name exactly the classes high, lossless, default",
                              "e.g. weights: {high: 10, lossless: 60, default: 30}", field="qos.weights",
@@ -223,7 +233,8 @@ class QosSpec(BaseModel):
             return self
         if self.scale == "auto":
             raise ValueError("dilate a numeric scale (resolve 'auto' first)")
-        upd: dict = {"scale": self.scale * dilation, "buffer_ms": self.buffer_ms * dilation}
+        upd: dict = {"scale": self.scale * dilation, "buffer_ms": self.buffer_ms * dilation,
+                     "dilated_by": self.dilated_by * dilation}
         if self.delay_ms:
             upd["delay_ms"] = self.delay_ms * dilation
         return self.model_copy(update=upd)

@@ -115,6 +115,7 @@ def _lib() -> ctypes.CDLL:
                           ("bpf_tc_attach", i, [p, p]), ("bpf_program__type", i, [p]),
                           ("bpf_map__set_map_flags", i, [p, u32]), ("bpf_map__attach_struct_ops", p, [p]),
                           ("bpf_link_create", i, [i, i, i, p]), ("libbpf_major_version", u32, []),
+                          ("bpf_obj_get_info_by_fd", i, [i, p, p]), ("bpf_map_get_fd_by_id", i, [u32]),
                           ("libbpf_minor_version", u32, [])):
         f = getattr(lib, fn)
         f.restype, f.argtypes = res, args
@@ -210,9 +211,12 @@ class BpfObject:
     def mmap(self, name: str) -> mmap.mmap:
         """An array map made with BPF_F_MMAPABLE, shared with the kernel: reads see its writes at once."""
         m = self._map(name)
-        value = (self._lib.bpf_map__value_size(m) + 7) & ~7
-        size = value * self._lib.bpf_map__max_entries(m)
-        return mmap.mmap(self.map_fd(name), (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE)
+        return mmap.mmap(self.map_fd(name), _mmap_size(self._lib.bpf_map__value_size(m),
+                                                        self._lib.bpf_map__max_entries(m)))
+
+    def map_id(self, name: str) -> int:
+        """The kernel's id of a map: another process (root) opens it by this while the map lives."""
+        return map_info(self.map_fd(name)).id
 
     def attach_tc(self, program: str, ifindex: int) -> None:
         """The `tc` program at the egress of interface `ifindex` (of this thread's namespace), before its qdisc:
@@ -244,6 +248,38 @@ class BpfObject:
 
 
 _SAMPLE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+
+
+def _mmap_size(value_size: int, max_entries: int) -> int:
+    """What an mmapable array map spans: values 8-byte aligned, whole pages."""
+    size = ((value_size + 7) & ~7) * max_entries
+    return (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+
+
+class _MapInfo(ctypes.Structure):  # the head of struct bpf_map_info (uapi bpf.h); the kernel fills what fits
+    _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32), ("key_size", ctypes.c_uint32),
+                ("value_size", ctypes.c_uint32), ("max_entries", ctypes.c_uint32), ("map_flags", ctypes.c_uint32),
+                ("name", ctypes.c_char * 16)]
+
+
+def map_info(fd: int) -> _MapInfo:
+    info, size = _MapInfo(), ctypes.c_uint32(ctypes.sizeof(_MapInfo))
+    _check(_lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)) == 0, "reading a map's info")
+    return info
+
+
+def mmap_by_id(map_id: int, name: str) -> mmap.mmap:
+    """Read-only, the mmapable array map with this id, which another process loaded (root needed). An id is
+    reused once its map is gone, so the map's name must be `name`: otherwise BpfUnavailable, as for no map."""
+    fd = _lib().bpf_map_get_fd_by_id(map_id)
+    _check(fd >= 0, f"opening map {map_id}")
+    try:
+        info = map_info(fd)
+        if info.name.decode() != name:
+            raise BpfUnavailable(f"map {map_id} is {info.name.decode()!r}, not {name!r}: its run has ended")
+        return mmap.mmap(fd, _mmap_size(info.value_size, info.max_entries), prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
 
 
 class RingBuffer:

@@ -99,12 +99,15 @@ class FabricProbe:
     def _read_ports(rows: list[dict]) -> dict[str, dict]:
         ports: dict[str, dict] = {}
         for row in rows:
-            p = ports.setdefault(row["port"], {"backlog": 0, "paused": False, "pause_events": 0, "drops": 0})
+            p = ports.setdefault(row["port"], {"backlog": 0, "paused": False, "pause_events": 0, "drops": 0,
+                                               "ecn_marks": 0})
             p["backlog"] += row["backlog"]
             p["paused"] |= row["paused"]
             p["pause_events"] += row["pause_events"]
             p["drops"] += row["drops"]
-        return {k: p for k, p in ports.items() if p["backlog"] or p["paused"] or p["pause_events"] or p["drops"]}
+            p["ecn_marks"] += row.get("ecn_marks") or 0
+        return {k: p for k, p in ports.items()
+                if p["backlog"] or p["paused"] or p["pause_events"] or p["drops"] or p["ecn_marks"]}
 
     def _declared(self, now: float) -> list[dict]:
         if self.controller is None or now - self._flows_at < FLOWS_EVERY_S:

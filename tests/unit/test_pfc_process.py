@@ -84,3 +84,28 @@ def test_the_agent_process_ignores_a_terminals_ctrl_c_and_ends_on_sigterm():
         assert agent.proc.wait(timeout=10) == 128 + signal.SIGTERM
     finally:
         agent.close()
+
+
+def test_a_ctrl_c_while_the_agent_starts_leaves_each_answer_to_its_own_request(monkeypatch):
+    """A Ctrl-C while the run waited for the process to be ready: the teardown's requests that follow get their
+    own answers (the ready line, still owed, is read first), not the one before."""
+    import pytest
+
+    owner = _Owner()
+    agent = PfcProcess(Shaper([], QosSpec(pfc={"enabled": True, "poll_ms": 5, "detect": "poll"})), None, owner)
+    answer = PfcProcess._answer
+
+    def interrupted(self, op, timeout):
+        monkeypatch.setattr(PfcProcess, "_answer", answer)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(PfcProcess, "_answer", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        agent.start()
+    try:
+        report = agent.report()
+        assert report is not None and "polls" in report and "pid" not in report
+        agent.stop()
+        assert agent.report()["last_poll_age_ms"] is not None
+    finally:
+        agent.close()

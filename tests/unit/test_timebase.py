@@ -160,3 +160,22 @@ def test_pfc_pause_times_are_the_fabrics_and_its_poll_figures_the_emulators():
     assert [x["t"] for x in v["samples"]] == [0.0, 0.015] and v["samples"][1]["paused"] == ["x"]
     assert v["poll_period_ms"] == wall["poll_period_ms"] and v["clock"]["dilation"] == 100.0
     assert wall["ports"]["tor-a:1/p3"]["paused_s"] == 2.0  # the agent's own report is left as it was
+
+
+def test_a_dilated_qos_spec_is_still_a_valid_one_and_experiment_files_cannot_set_its_factor():
+    """The PFC agent's process and a server's agent take the shaping spec as JSON: at D = 1,500 its lossy buffer
+    is 30 s and its scale 1/30,000,000, past what a user may ask for; the bounds apply to what was asked (CI:
+    `traffic run --simai microAllReduce --dilation auto` stopped at 'buffer_ms <= 10000' in the agent's
+    process)."""
+    from testbed.experiment.spec import from_dict
+    from testbed.qos.spec import QosSpec
+    from topos.errors import InputError
+
+    slow = QosSpec(scale=20_000).dilated(1500)
+    again = QosSpec.model_validate(slow.model_dump(mode="json"))
+    assert again == slow and again.buffer_ms == 30_000 and again.dilated_by == 1500
+    with pytest.raises(InputError, match="buffer_ms must be at most 10,000 ms"):
+        QosSpec(buffer_ms=20_000)
+    with pytest.raises(InputError, match="qos.dilated_by is set by the runner"):
+        from_dict({"name": "x", "topology": {"name": "hpn"}, "qos": {"dilated_by": 10},
+                   "workload": {"collective": {"op": "allreduce"}}})

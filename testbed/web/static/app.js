@@ -122,8 +122,8 @@ function applyState(state) {
   const ports = Object.entries(state.ports).sort((x, y) => y[1].backlog - x[1].backlog || y[1].pause_events
     - x[1].pause_events).slice(0, 15);
   $('#ports tbody').innerHTML = ports.length ? ports.map(([k, p]) => `<tr><td>${esc(k)}</td><td>${bytes(p.backlog)}` +
-    `</td><td>${p.paused ? '⏸' : ''}</td><td>${p.pause_events}</td><td>${p.drops}</td></tr>`).join('')
-    : '<tr><td colspan="5" class="muted">no queue, pause or drop</td></tr>';
+    `</td><td>${p.paused ? '⏸' : ''}</td><td>${p.pause_events}</td><td>${p.drops}</td><td>${p.ecn_marks || 0}</td>` +
+    '</tr>').join('') : '<tr><td colspan="6" class="muted">no queue, pause, drop or ECN mark</td></tr>';
   $('#ports-age').textContent = state.ports_age_s > 1 ? `(read ${state.ports_age_s.toFixed(0)} s ago)` : '';
   drawFlows(state.flows);
   // what the hosts send: the host-to-ToR direction of every host link
