@@ -34,6 +34,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,6 +68,7 @@ class PfcProcess:
         self.detect = "poll"
         self.detect_why = ""
         self._owed = 0  # answers the process still owes (one per request sent)
+        self._buf = b""  # what it said beyond the last answer taken
 
     def start(self) -> None:
         spec = self.shaper.spec
@@ -77,7 +79,7 @@ class PfcProcess:
             spec = spec.model_copy(update={"pfc": spec.pfc.model_copy(update={"detect": "poll"})})
         handoff = self.kernel.handoff() if self.kernel is not None else None
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             pass_fds=[handoff["queues_fd"], handoff["events_fd"]] if handoff else [], start_new_session=True)
         self.owner.process(self.proc.pid, "hpnlab PFC agent")
         ready = self._call({"ports": ports_to_json(list(self.shaper.ports.values())),
@@ -97,7 +99,7 @@ class PfcProcess:
         if self.proc is None or self.proc.poll() is not None:
             return None
         try:
-            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
             self.proc.stdin.flush()
             self._owed += 1
             while self._owed:
@@ -106,17 +108,30 @@ class PfcProcess:
                     return None
                 self._owed -= 1
         except (BrokenPipeError, ValueError):  # its end closed; ValueError: ours already closed
-            line = ""
+            line = b""
         if not line:
             log.error("the PFC agent's process ended (exit %s)", self.proc.poll())
             return None
         return json.loads(line)
 
-    def _answer(self, op: str, timeout: float) -> str | None:
-        if not select.select([self.proc.stdout], [], [], timeout)[0]:
-            log.error("the PFC agent's process did not answer %s in %.0f s", op, timeout)
-            return None
-        return self.proc.stdout.readline()
+    def _answer(self, op: str, timeout: float) -> bytes | None:
+        """The next line from the process ("" at its end), None if none came in `timeout`. Read from the
+        descriptor into our own buffer: a buffered reader may hold a second answer that select cannot see
+        (two answers owed, both arrived: the second one waited out the timeout)."""
+        end = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        chunks = [self._buf]
+        while b"\n" not in chunks[-1]:  # a report may be megabytes: each chunk is looked at once
+            if not select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+                self._buf = b"".join(chunks)
+                log.error("the PFC agent's process did not answer %s in %.0f s", op, timeout)
+                return None
+            chunks.append(os.read(fd, 1 << 16))
+            if not chunks[-1]:
+                self._buf = b"".join(chunks)
+                return b""
+        line, self._buf = b"".join(chunks).split(b"\n", 1)
+        return line
 
     def report(self, since: float | None = None) -> dict | None:
         return self._call({"op": "report", "since": since})

@@ -109,3 +109,22 @@ def test_a_ctrl_c_while_the_agent_starts_leaves_each_answer_to_its_own_request(m
         assert agent.report()["last_poll_age_ms"] is not None
     finally:
         agent.close()
+
+
+def test_two_answers_that_arrived_together_are_both_read_at_once():
+    """Two answers owed and both in the pipe: the second is taken from what was read with the first, not waited
+    for (a buffered reader held it where select could not see it: ci2 waited out the 30 s for it)."""
+    from types import SimpleNamespace
+
+    r, w = os.pipe()
+    agent = PfcProcess(Shaper([], QosSpec()), None, _Owner())
+    agent.proc = SimpleNamespace(stdout=os.fdopen(r, "rb"))
+    try:
+        os.write(w, b'{"pid": 1}\n{"polls": 2}\n')
+        t = time.monotonic()
+        assert agent._answer("start", 5) == b'{"pid": 1}' and agent._answer("report", 5) == b'{"polls": 2}'
+        assert time.monotonic() - t < 1
+        os.close(w)
+        assert agent._answer("stop", 5) == b""  # its end
+    finally:
+        agent.proc.stdout.close()
