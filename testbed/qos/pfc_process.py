@@ -27,6 +27,7 @@ outlives its run; SIGTERM does the same. It ignores SIGINT: a terminal's Ctrl-C 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -182,6 +183,10 @@ def main() -> None:
     if conf is None:
         return
     agent, shaper, maps = _agent(conf)
+    # What is here now lives as long as the process: out of the collector's sight, so that a full collection
+    # scans only what the agent made since (without this a poll took up to 15-18 ms at times, against 2 ms as
+    # a thread of the hpnlab process, whose many long-lived objects made full collections rare).
+    gc.freeze()
     stopped = False
     try:
         agent.start()
