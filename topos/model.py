@@ -105,25 +105,6 @@ class Topology:
     def links_of(self, node: str) -> Iterator[Link]:
         return (l for l in self.links if node in (l.a, l.b))
 
-    def host_hops(self) -> int:
-        """The most links on a shortest path between two hosts (no host in between): how many store-and-forward
-        hops a frame may cross between ranks."""
-        adj: dict[str, set[str]] = {}
-        for l in self.links:
-            adj.setdefault(l.a, set()).add(l.b)
-            adj.setdefault(l.b, set()).add(l.a)
-        hosts, most = {h.name for h in self.hosts}, 0
-        for src in hosts:
-            seen, frontier, depth = {src}, [src], 0
-            while frontier:
-                depth += 1
-                nxt = [m for n in frontier for m in adj.get(n, ()) if m not in seen]
-                seen.update(nxt)
-                if any(m in hosts for m in nxt):
-                    most = max(most, depth)
-                frontier = [m for m in dict.fromkeys(nxt) if m not in hosts]  # paths do not cross hosts
-        return most
-
     def find_link(self, name: str) -> Link:
         """A link by its name, or by the pair of nodes it joins written `A--B` (either order)."""
         from .errors import InputError

@@ -38,11 +38,11 @@ def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None) -> No
     saved = f", cached in {result['cache']}" if result.get("cache") else " (not saved)"
     if "floor" in result:
         f = result["floor"]
-        probes = "; ".join(f"{p['op']} ({p['steps']} steps) {p['q_s'] * 1000:.1f} ms (median "
-                           f"{p['median_s'] * 1000:.1f})" for p in f["points"])
+        probes = "; ".join(f"{p['op']} ({p['steps']} steps{', full frames' if p.get('frames') else ''}) "
+                           f"{p['q_s'] * 1000:.1f} ms (median {p['median_s'] * 1000:.1f})" for p in f["points"])
         console.print(f"per-op floor: {f['base_s'] * 1000:.1f} ms + {f['per_step_s'] * 1000:.2f} ms per step, from "
-                      f"ops of next to no bytes ({f['quantile']:.0%} of them under: {probes}){saved}",
-                      soft_wrap=True)
+                      f"ops of next to no bytes, + {f['frame_s'] * 1000:.2f} ms per step of full frames (beyond "
+                      f"their ideal time, {f['quantile']:.0%} of them under: {probes}){saved}", soft_wrap=True)
     if only != "floor":
         _budget_table(result, hosts, saved)
 

@@ -18,7 +18,15 @@ to no bytes, so that what they take is the emulator's own: FLOOR_OPS sendrecvs
 between two hosts of different segments (one step) and FLOOR_OPS ring
 all-reduces over every host (2(n-1) steps), undilated; of each, the FLOOR_Q
 quantile after the first FLOOR_WARMUP. The two give the time per op and per
-step (a line through both).
+step (a line through both). A third probe checks what full frames add: the
+same ring with FRAME_STEP_FRAMES full frames per connection and step, at the
+scale `auto` gives this fabric's every host port sending (the rate runs use),
+beyond its ideal time and the line above (`frame_s`, per step; 0 when
+nothing). A frame is not scaled down with the bytes, so a shaped hop that
+stored it whole before sending it on would add its time at the emulated rate
+per hop: 12 ms per step of 4 hops at 4 Mbit/s. Measured here it adds
+nothing (HTB's burst of two frames forwards a frame that arrives paced at
+once): a ring of 14 such steps took 189 ms for 168 ms ideal.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.qos.scale import PROBE_HOSTS, machine_key, save_budget
+from testbed.qos.scale import PROBE_HOSTS, choose_scale, machine_key, offered_load, save_budget
 from topos import build
 from topos.errors import InputError
 
@@ -46,6 +54,10 @@ FLOOR_WARMUP = 5  # the first ops open connections and warm the agents up
 FLOOR_Q = 0.9  # a floor that most ops stay under: the verdict and dilation auto go by it
 FLOOR_SCALE = 1000  # links at 200 Mbit/s: a frame takes microseconds there, so what an op takes is not its bytes
 FLOOR_SIZE = 64 * FLOOR_SCALE  # real bytes: 64 emulated, a few per chunk
+FRAME_STEP_FRAMES = 4  # full frames per connection and ring step in the frames probe (HTB's burst is two)
+FRAME_OPS = 8  # its ops take 0.2 s each at 8 hosts, 6 s at 64 (126 steps at 1 Mbit/s)
+FRAME_WARMUP = 2  # its first op opens the connections; each op has many steps to time already
+MSS = 1448  # TCP payload of a full frame (1,514 bytes with its headers and timestamps)
 
 
 def host_port_gbps(topo) -> float:
@@ -111,33 +123,49 @@ def scales_for(hosts: int) -> list[float]:
     return [s * hosts // PROBE_HOSTS for s in SCALES]
 
 
-def floor_experiment(hosts: int, op: str) -> dict:
-    """FLOOR_OPS ops of FLOOR_SIZE: a sendrecv across the segments, or a ring all-reduce over every host."""
+def floor_experiment(hosts: int, op: str, frames: bool = False) -> dict:
+    """FLOOR_OPS ops of FLOOR_SIZE: a sendrecv across the segments, or a ring all-reduce over every host; with
+    `frames`, FRAME_OPS ring all-reduces of FRAME_STEP_FRAMES full frames per connection and step at the scale
+    auto gives every host port sending."""
     params = hpn_params(hosts)
-    names = [h.name for h in build("hpn", **params).hosts]
+    topo = build("hpn", **params)
+    names = [h.name for h in topo.hosts]
     ranks = [names[0], names[len(names) // 2]] if op == "sendrecv" else names
-    return {"name": f"floor-{op}", "topology": {"name": "hpn", "params": params}, "routing": "precise",
-            "qos": {"scale": FLOOR_SCALE},
-            "workload": {"collective": {"op": op, "size": FLOOR_SIZE, "iters": FLOOR_OPS,
+    scale, size, ops = FLOOR_SCALE, FLOOR_SIZE, FLOOR_OPS
+    if frames:
+        scale = choose_scale(offered_load(topo), hosts=hosts).scale
+        size, ops = FRAME_STEP_FRAMES * MSS * len(ranks) * 2 * int(scale), FRAME_OPS  # a ring step: size / ranks
+    return {"name": f"floor-{op}" + ("-frames" if frames else ""), "topology": {"name": "hpn", "params": params},
+            "routing": "precise", "qos": {"scale": scale}, "channels": 2,
+            "workload": {"collective": {"op": op, "size": size, "iters": ops,
                                         "ranks": ",".join(f"{h}:0" for h in ranks)}}}
 
 
-def floor_point(hosts: int, op: str) -> dict:
-    """One probe: its steps and what its ops took (wall seconds, undilated), the quantile kept."""
-    rec = run_one(f"floor-{op}", from_dict(floor_experiment(hosts, op)), Path.cwd(), None, 0)
-    if rec["halted"] or len(rec["ops"]) < FLOOR_OPS:
-        raise RuntimeError(f"the per-op floor's {op} probe did not finish: {rec['halted']}")
-    secs = sorted(o["seconds"] for o in rec["ops"][FLOOR_WARMUP:])
-    return {"op": op, "steps": len(rec["ops"][0]["step_seconds"]), "median_s": statistics.median(secs),
-            "q_s": secs[min(len(secs) - 1, int(FLOOR_Q * len(secs)))], "fidelity": rec["fidelity"]["status"]}
+def floor_point(hosts: int, op: str, frames: bool = False) -> dict:
+    """One probe: its steps and what its ops took beyond their ideal time (wall seconds, undilated), the
+    quantile kept."""
+    exp = floor_experiment(hosts, op, frames)
+    rec = run_one(exp["name"], from_dict(exp), Path.cwd(), None, 0)
+    ops = exp["workload"]["collective"]["iters"]
+    if rec["halted"] or len(rec["ops"]) < ops:
+        raise RuntimeError(f"the per-op floor's {exp['name']} probe did not finish: {rec['halted']}")
+    warm = FRAME_WARMUP if frames else FLOOR_WARMUP
+    secs = sorted(o["seconds"] * (1 - o["fraction_of_ideal"]) for o in rec["ops"][warm:])
+    return {"op": op, "frames": frames, "steps": len(rec["ops"][0]["step_seconds"]),
+            "median_s": statistics.median(secs), "q_s": secs[min(len(secs) - 1, int(FLOOR_Q * len(secs)))],
+            "fidelity": rec["fidelity"]["status"]}
 
 
 def measure_floor(hosts: int = PROBE_HOSTS) -> dict:
-    """The emulator's own time per op and per step on a fabric of `hosts` (the line through both probes)."""
-    one, ring = floor_point(hosts, "sendrecv"), floor_point(hosts, "allreduce")
+    """The emulator's own time per op and per step on a fabric of `hosts` (the line through the two probes of
+    next to no bytes), and what a step of full frames adds beyond that line."""
+    one, ring, full = floor_point(hosts, "sendrecv"), floor_point(hosts, "allreduce"), \
+        floor_point(hosts, "allreduce", frames=True)
     per_step = max(0.0, (ring["q_s"] - one["q_s"]) / max(1, ring["steps"] - one["steps"]))
     base = max(0.0, one["q_s"] - per_step * one["steps"])
-    return {"base_s": round(base, 6), "per_step_s": round(per_step, 6), "quantile": FLOOR_Q, "points": [one, ring]}
+    frame = max(0.0, (full["q_s"] - base) / full["steps"] - per_step)
+    return {"base_s": round(base, 6), "per_step_s": round(per_step, 6), "frame_s": round(frame, 6),
+            "quantile": FLOOR_Q, "points": [one, ring, full]}
 
 
 def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Callable[[dict], None] | None = None,

@@ -204,7 +204,7 @@ def _ops_latency(ops: list[dict], reasons: list[str], dilation: float, floor: Fl
                        f"{o['label']} {ratio:.{0 if ratio >= 10 else 1}f}x ({o['seconds'] * 1000:.2f} ms against "
                        f"{ideal * 1000:.2f} ms; {floor.of(steps) * 1000:.1f} ms of wall time for its {steps} steps, "
                        f"from {floor.source()}): the emulator, not the fabric, may be what is measured; "
-                       + _advice(floor.dilation_for(ideal, steps), dilation, floor))
+                       + _advice(floor.dilation_for(ideal, steps)))
 
 
 def _emulators(took: float, ideal: float, floor_wall: float, dilation: float, short: bool) -> bool:
@@ -227,19 +227,13 @@ def _iteration_latency(job: str, ops: list[dict], its: list[dict], reasons: list
                        + (f"over {LATENCY_SHARE:.0%}" if emulator > LATENCY_SHARE * took * dilation else
                           f"over {LATENCY_SHARE:.0%} of their ideal, and they took over {MANY_TIMES:g}x it")
                        + "): the emulator, not the fabric, may be what is measured; "
-                       + _advice(emulator / (LATENCY_SHARE * ideal), dilation, floor))
+                       + _advice(emulator / (LATENCY_SHARE * ideal)))
     return sum(1 for o in ops if _short(o, dilation, floor))
 
 
-def _advice(needed: float, dilation: float, floor: Floor) -> str:
-    """What makes the floor LATENCY_SHARE of the ideal time: D dilated to `needed` with the links' wall rate kept.
-    A full frame's store-and-forward is wall time at the emulated rate, so at a fixed bytes scale raising D
-    stretches it as much: the bytes scale has to come down with D for that part to shrink."""
-    d = nice_ceil(needed, FINE)
-    if not floor.frame_s:
-        return f"dilate time (time.dilation >= {d:,g}, or auto)"
-    return (f"dilate time with the bytes scale lowered as much (time.dilation >= {d:,g} and qos.scale "
-            f"{d / dilation:,.3g}x smaller, or both auto): at a fixed scale a frame's hops grow with D")
+def _advice(needed: float) -> str:
+    """What makes the floor LATENCY_SHARE of the ideal time: D dilated to `needed` (the floor is wall time)."""
+    return f"dilate time (time.dilation >= {nice_ceil(needed, FINE):,g}, or auto)"
 
 
 def _too_fast(ops: list[dict], reasons: list[str]) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from controllers.placement import place
 from testbed.qos.scale import (
-    FRAME_BITS,
     DilationChoice,
     IterationLoad,
     OpTime,
@@ -247,27 +246,8 @@ def resolve_time(exp: Experiment, real: list[Job], topo: Topology, channels: int
     if exp.time.skip_compute and all(j.iteration for j in real):  # only ops in flight cost wall time
         busy = min(span, sum(t.ideal_s for it in iterations for t in it.ops) * max(j.iterations for j in real))
     choice = choose_dilation(ops, span, hosts=len(topo.hosts), max_wall_s=exp.time.max_wall_s,
-                             iterations=[it for it in iterations if it.ops], busy_s=busy,
-                             frame_s=_frame_s(exp, real, topo))
+                             iterations=[it for it in iterations if it.ops], busy_s=busy)
     return exp.model_copy(update={"time": exp.time.model_copy(update={"dilation": choice.dilation})}), choice
-
-
-def host_port_bps(topo: Topology) -> float:
-    """The slowest host port's real rate."""
-    return min(l.rate_gbps for l in topo.links if l.kind == "host-tor") * 1e9
-
-
-def _frame_s(exp: Experiment, real: list[Job], topo: Topology):
-    """The wall time a full frame adds per step at dilation D (testbed/qos/scale.py: Floor): the host ports'
-    rate divided by the scale, which auto makes follow D, and by D."""
-    rate, hops, load = host_port_bps(topo), topo.host_hops(), offered(real, topo)
-
-    def at(d: float) -> float:
-        scale = exp.qos.scale if exp.qos.scale != "auto" else choose_scale(load, hosts=len(topo.hosts),
-                                                                           dilation=d).scale
-        return hops * FRAME_BITS * scale * d / rate
-
-    return at
 
 
 def channels_of(exp: Experiment, topo: Topology) -> int:

@@ -51,7 +51,7 @@ from traffic.transports import choose, make
 
 from .failures import Injector, expand
 from .fidelity import verdict
-from .jobs import Auto, Job, channels_of, demand, host_port_bps, items, job_gpus, jobs, offered, resolve_auto
+from .jobs import Auto, Job, channels_of, demand, items, job_gpus, jobs, offered, resolve_auto
 from .measure import Sampler, port_delta
 from .record import RunRecord, bytes_ok
 from .results import RESULTS, write_reports
@@ -276,8 +276,7 @@ def _run_training(job: Job, rp: Replayer, rec: RunRecord) -> None:
 def _fidelity(p: Plan, d: dict) -> dict:
     """The verdict on a finished run, with whether every op delivered exactly the bytes its closed form says."""
     budget = load_budget(hosts=len(p.topo.hosts))
-    floor = load_floor(hosts=len(p.topo.hosts)).with_frames(
-        p.topo.host_hops(), host_port_bps(p.topo) / p.exp.qos.scale / p.exp.time.dilation)
+    floor = load_floor(hosts=len(p.topo.hosts))
     lossless = None if d["drops"]["unread"] else d["drops"]["lossless"]
     v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,
                 offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale / p.exp.time.dilation, budget_bps=budget.bps,

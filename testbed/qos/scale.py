@@ -33,8 +33,7 @@ import json
 import math
 import os
 import platform
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from topos.model import Topology
@@ -98,10 +97,7 @@ PROBE_HOSTS = 8  # the default calibration's fabric (and that of entries saved b
 # measures this machine's): handing the op out and hearing it is done, and each dependent step after that.
 DEFAULT_FLOOR_S = (0.005, 0.003)  # (base, per step): see Floor; 8 hosts here: 3-7 ms + 2.6-3.2 ms
 LATENCY_SHARE = 0.05  # the floor may be at most this share of an op's ideal time
-FRAME_BITS = 1514 * 8  # a full Ethernet frame: what each store-and-forward hop holds before sending on
 DEFAULT_MAX_WALL_S = 600.0
-LADDER_TRIES = 40  # dilation auto's search up the ladder (it converges in 1-3 when the scale follows D)
-FINE_STEP_UP = 1.01  # what dilation auto may make a run's traffic take, unless told otherwise
 
 
 @dataclass(frozen=True)
@@ -109,10 +105,9 @@ class Floor:
     """What an op of no bytes takes in wall time: `base_s` (the op handed to the ranks, its end heard) plus
     `per_step_s` for each step that waits for the one before (an agent's turn, a hop through userspace OVS).
 
-    `frame_s`: what a step's last frame adds on its way, in wall time: each shaped hop stores it whole before
-    sending it on, at the emulated rate (a frame is not scaled down with the bytes: at 1/200 of the bytes
-    and time dilated 300x, one 1,514-byte frame across 4 hops of a 400 Gbit/s fabric took 24 us of the
-    fabric's time per step, 200 times a real hop's; a ring step of 84 us then ran 25% over its ideal)."""
+    `frame_s`: what a step of full frames adds beyond that, in wall time, as `hpnlab calibrate` measured it at
+    the rate runs use (testbed/experiment/calibration.py; 0 on the development machine: HTB's burst forwards a
+    paced frame at once, so a frame is not stored whole at every hop)."""
 
     base_s: float
     per_step_s: float
@@ -123,10 +118,6 @@ class Floor:
     def of(self, steps: int) -> float:
         return self.base_s + (self.per_step_s + self.frame_s) * max(1, steps)
 
-    def with_frames(self, hops: int, wall_bps: float) -> Floor:
-        """This floor for a run whose paths have `hops` shaped hops at `wall_bps` (the emulated rate)."""
-        return replace(self, frame_s=hops * FRAME_BITS / wall_bps)
-
     def dilation_for(self, ideal_s: float, steps: int) -> float:
         """The dilation that makes this floor LATENCY_SHARE of an op whose ideal time in the fabric is ideal_s."""
         return self.of(steps) / (LATENCY_SHARE * ideal_s) if ideal_s > 0 else math.inf
@@ -135,8 +126,7 @@ class Floor:
         said = ("the default floor (not calibrated here: run 'hpnlab calibrate')" if not self.calibrated
                 else _measured_on(self.at_hosts, hosts))
         if self.frame_s:
-            said += f", plus {self.frame_s * 1000:.1f} ms per step for a full frame across the path at the emulated " \
-                    "rate"
+            said += f", plus {self.frame_s * 1000:.1f} ms per step of full frames"
         return said
 
     def as_dict(self) -> dict:
@@ -195,7 +185,6 @@ class DilationChoice:
     max_wall_s: float
     hosts: int | None = None
     busy_s: float | None = None  # the part of virtual_s that costs wall time (compute skipping), if less
-    by_frames: int = 0  # ops and iterations whose frames' hops alone are over LATENCY_SHARE of them at any D
 
     @property
     def wall_s(self) -> float:
@@ -209,62 +198,31 @@ class DilationChoice:
         skipped = "" if self.busy_s is None else f" (compute skipped: {self.busy_s:.3g} s of it with ops in flight)"
         cost = (f"; {self.virtual_s:.3g} s of the fabric's time{skipped} will take {self.wall_s:,.0f} s or more of "
                 "wall time")
-        frames = ""
-        if self.by_frames:
-            frames = (f"; {self.by_frames} of {self.ops} ops or iterations stay latency-bound at any dilation: at "
-                      "this bytes scale a full frame's store-and-forward across the path alone is over "
-                      f"{LATENCY_SHARE:.0%} of them (a frame is not scaled down with the bytes; lower qos.scale, or "
-                      "make it auto so that it follows D)")
-        if self.bound <= self.by_frames:
-            return head + cost + frames
+        if not self.bound:
+            return head + cost
         return (head + cost + f"; capped at {self.max_wall_s:,.0f} s of wall time (or at the largest dilation, "
-                f"{MAX_DILATION:,.0f}): {self.bound - self.by_frames} of {self.ops} ops or iterations stay "
-                "latency-bound and the verdict will say so" + frames)
+                f"{MAX_DILATION:,.0f}): {self.bound} of {self.ops} ops or iterations stay latency-bound and the "
+                "verdict will say so")
 
 
 def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = None, hosts: int | None = None,
                     max_wall_s: float | None = None, iterations: list[IterationLoad] = (),
-                    busy_s: float | None = None, frame_s: Callable[[float], float] | None = None) -> DilationChoice:
+                    busy_s: float | None = None) -> DilationChoice:
     """The least dilation that makes the floor small against every op and every iteration's ops together,
-    within the wall-time cap (on `busy_s` when compute is skipped, else on `virtual_s`). `frame_s(D)`: the wall
-    time a full frame adds per step at dilation D (its bytes scale may follow D), part of the floor.
-
-    At a fixed bytes scale the frames' part of the floor is the same in the fabric's time at every D: an op
-    whose frames alone are over LATENCY_SHARE of it is left out of the climb (no D helps it, and chasing it
-    would run the clock to the cap) and counted as bound, with why (`by_frames`)."""
+    within the wall-time cap (on `busy_s` when compute is skipped, else on `virtual_s`)."""
     floor = floor or load_floor(hosts=hosts)
     cap = DEFAULT_MAX_WALL_S if max_wall_s is None else max_wall_s
-
-    def at(d: float) -> Floor:
-        return floor if frame_s is None else replace(floor, frame_s=frame_s(d))
-
     items = [o for o in ops if o.ideal_s > 0] + list(iterations)
     if not items:
         raise ValueError("no op with bytes to weigh: dilation auto has nothing to go by")
-    frames_only = replace(at(MAX_DILATION), base_s=0.0, per_step_s=0.0)
-    by_frames = [it.need(frames_only) > MAX_DILATION for it in items]  # per item: no D shrinks its frames
-    unframed = replace(floor, frame_s=0.0)
-
-    def needs(d: float) -> list[float]:  # what D can shrink, per item: all of the floor, or all but the frames
-        f = at(d)
-        return [it.need(unframed if stuck else f) for it, stuck in zip(items, by_frames, strict=True)]
-
-    d = 1.0
-    for _ in range(LADDER_TRIES):  # the least D on the ladder that its own floor asks for (frames may grow with D)
-        needed = max(needs(d))
-        if needed <= d or d >= MAX_DILATION:
-            break
-        d = min(nice_ceil(max(needed, d * FINE_STEP_UP), FINE), MAX_DILATION)
-    else:
-        d = MAX_DILATION
+    needs = [it.need(floor) for it in items]  # the floor is wall time: D shrinks all of it
+    d = min(nice_ceil(max(needs), FINE), MAX_DILATION)
     costly = virtual_s if busy_s is None else busy_s
     if costly * d > cap:
         d = max(1.0, nice_floor(cap / costly, FINE))
-    needed, worst = max(zip(needs(d), items, strict=True), key=lambda x: x[0])
-    f = at(d)
-    bound = sum(1 for it in items if it.need(f) > d)
-    return DilationChoice(d, max(1.0, needed), virtual_s, f, worst, bound, len(items), cap, hosts, busy_s,
-                          sum(by_frames))
+    needed, worst = max(zip(needs, items, strict=True), key=lambda x: x[0])
+    return DilationChoice(d, max(1.0, needed), virtual_s, floor, worst, sum(1 for n in needs if n > d), len(items),
+                          cap, hosts, busy_s)
 
 
 def _read(path: Path) -> dict:
@@ -291,14 +249,17 @@ def calibrations(path: Path | None = None) -> dict[int, float]:
             and str(hosts).isdigit()}
 
 
-def floors(path: Path | None = None) -> dict[int, tuple[float, float]]:
-    """{probe hosts: (base, per step) seconds} of the per-op floors measured on this machine."""
+def floors(path: Path | None = None) -> dict[int, tuple[float, float, float]]:
+    """{probe hosts: (base, per step, full frames per step) seconds} of the per-op floors measured on this
+    machine (a floor saved before the frames were measured adds none; one edited into nonsense is left out)."""
     out = {}
     for hosts, result in _by_hosts(_read(path or CACHE)).items():
         f = result.get("floor") if isinstance(result, dict) else None
-        if str(hosts).isdigit() and isinstance(f, dict) and all(
-                isinstance(f.get(k), (int, float)) and f[k] >= 0 for k in ("base_s", "per_step_s")):
-            out[int(hosts)] = (float(f["base_s"]), float(f["per_step_s"]))
+        if not (str(hosts).isdigit() and isinstance(f, dict) and "base_s" in f and "per_step_s" in f):
+            continue
+        figures = tuple(f.get(k, 0.0) for k in ("base_s", "per_step_s", "frame_s"))
+        if all(isinstance(x, (int, float)) and x >= 0 for x in figures):
+            out[int(hosts)] = tuple(float(x) for x in figures)
     return out
 
 
@@ -324,7 +285,8 @@ def load_floor(path: Path | None = None, hosts: int | None = None) -> Floor:
     if not known:
         return Floor(*DEFAULT_FLOOR_S)
     at = _probe_for(known, hosts)
-    return Floor(*known[at], calibrated=True, at_hosts=at)
+    base, per_step, frame = known[at]
+    return Floor(base, per_step, calibrated=True, at_hosts=at, frame_s=frame)
 
 
 def save_budget(result: dict, path: Path | None = None, hosts: int = PROBE_HOSTS) -> Path:

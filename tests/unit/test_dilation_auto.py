@@ -58,6 +58,9 @@ def test_the_floor_is_cached_beside_the_budget_and_each_keeps_the_other(tmp_path
     assert sc.load_budget(path).bps == 1.6e8 and sc.load_floor(path) == Floor(0.02, 0.002, True, 8)
     sc.save_budget({"budget_bps": 1.8e8, "points": []}, path, hosts=8)  # calibrate --only budget
     assert sc.load_floor(path, hosts=64) == Floor(0.02, 0.002, True, 8) and sc.load_budget(path).bps == 1.8e8
+    sc.save_budget({"floor": {"base_s": 0.02, "per_step_s": 0.002, "frame_s": 0.001}}, path, hosts=8)
+    assert sc.load_floor(path).frame_s == 0.001
+    assert "plus 1.0 ms per step of full frames" in sc.load_floor(path).source()
     assert "calibrate --hosts 64" in sc.load_floor(path, hosts=64).source(64)
     data = json.loads(path.read_text())
     data[sc.machine_key()]["by_hosts"]["8"]["floor"] = {"base_s": -1, "per_step_s": "x"}  # edited by hand
@@ -71,18 +74,14 @@ def test_resolve_chooses_the_dilation_then_the_scale_that_fits_at_it(tmp_path, m
     exp = from_dict({"name": "x", "qos": {"scale": "auto"}, "time": {"dilation": "auto"},
                      "workload": {"collective": {"op": "allreduce", "size": "16MB", "ranks": "rail0", "iters": 3}}})
     resolved, auto = resolve_auto(exp, tmp_path, build("hpn"))
-    # 8 ranks on both ports of NIC 0 (2 x 200 Gbit/s): 2 x 7/8 x 16 MB in 0.56 ms. Its floor at D = 6,000, where
-    # the scale is 5 (3.2 Tbit/s over 128 Mbit/s x 6,000, on the coarse ladder): 10 ms + 14 steps x (1 ms + a
-    # 1,514-byte frame across 4 hops at 200 Gbit/s / 30,000 = 7.27 ms) = 126 ms, 4,490x 5% of 0.56 ms -> 6,000.
-    # (Without the frames 24 ms would ask for 857x -> 1,000, where the scale is 25 and a frame's 4 hops add
-    # 6 ms to each of the 14 steps: a floor of 108 ms, not 24.)
+    # 8 ranks on both ports of NIC 0 (2 x 200 Gbit/s): 2 x 7/8 x 16 MB in 0.56 ms; its floor 10 ms + 14 steps x
+    # 1 ms = 24 ms asks for 857x -> 1,000, where the scale is 25 (3.2 Tbit/s over 128 Mbit/s x 1,000)
     assert auto.time.worst.ideal_s == pytest.approx(1.75 * 16e6 * 8 / 400e9)
-    assert resolved.time.dilation == auto.time.dilation == 6000
-    assert auto.time.needed == pytest.approx((0.010 + 14 * (0.001 + 4 * 1514 * 8 * 30_000 / 200e9)) / (0.05 * 0.00056))
-    assert auto.time.virtual_s == pytest.approx(3 * 0.00056) and auto.time.wall_s == pytest.approx(3 * 0.00056 * 6000)
-    assert resolved.qos.scale == auto.scale.scale == 5
-    assert len(auto.lines()) == 2 and auto.lines()[0].startswith("dilation auto = 6,000")
-    assert "plus 7.3 ms per step for a full frame" in auto.lines()[0]
+    assert resolved.time.dilation == auto.time.dilation == 1000
+    assert auto.time.needed == pytest.approx(0.024 / (0.05 * 0.00056))
+    assert auto.time.virtual_s == pytest.approx(3 * 0.00056) and auto.time.wall_s == pytest.approx(3 * 0.00056 * 1000)
+    assert resolved.qos.scale == auto.scale.scale == 25
+    assert len(auto.lines()) == 2 and auto.lines()[0].startswith("dilation auto = 1,000")
 
 
 def test_time_is_checked_with_the_field_and_the_fix():
@@ -96,19 +95,29 @@ def test_time_is_checked_with_the_field_and_the_fix():
     assert from_dict({**base, "time": {"dilation": "auto", "max_wall_s": 60}}).time.max_wall_s == 60
 
 
-def test_the_floor_is_the_line_through_a_one_step_and_a_ring_probe(monkeypatch):
+def test_the_floor_is_the_line_through_a_one_step_and_a_ring_probe(monkeypatch, tmp_path):
     from testbed.experiment import calibration as cal
 
-    probes = {"sendrecv": {"op": "sendrecv", "steps": 1, "q_s": 0.006},
-              "allreduce": {"op": "allreduce", "steps": 14, "q_s": 0.045}}
-    monkeypatch.setattr(cal, "floor_point", lambda hosts, op: probes[op])
+    monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")  # the default budget
+    probes = {("sendrecv", False): {"op": "sendrecv", "steps": 1, "q_s": 0.006},
+              ("allreduce", False): {"op": "allreduce", "steps": 14, "q_s": 0.045},
+              ("allreduce", True): {"op": "allreduce", "steps": 14, "q_s": 0.030}}
+    monkeypatch.setattr(cal, "floor_point", lambda hosts, op, frames=False: probes[op, frames])
     f = cal.measure_floor(8)
     assert (f["base_s"], f["per_step_s"]) == (0.003, 0.003)  # 6 ms = 3 + 3 x 1; 45 ms = 3 + 3 x 14
-    probes["sendrecv"]["q_s"] = 0.001  # a lucky one-step probe: the base is not made negative
+    assert f["frame_s"] == 0.0  # full frames added less beyond their ideal than the line: nothing
+    probes["allreduce", True]["q_s"] = 0.087  # 3 ms + 14 x (3 + 3) ms: each step's frames added 3 ms
+    assert cal.measure_floor(8)["frame_s"] == pytest.approx(0.003)
+    probes["sendrecv", False]["q_s"] = 0.001  # a lucky one-step probe: the base is not made negative
     assert cal.measure_floor(8)["base_s"] == 0.0
     exp = cal.floor_experiment(8, "sendrecv")
     assert exp["workload"]["collective"]["ranks"] == "h0:0,h4:0"  # across the segments
     assert cal.floor_experiment(16, "allreduce")["workload"]["collective"]["ranks"].count(":0") == 16
+    # the frames probe runs at the rate runs use (scale auto with every host port sending: 6.4 Tbit/s over the
+    # default 128 Mbit/s) with 4 full frames per connection and ring step
+    full = cal.floor_experiment(8, "allreduce", frames=True)
+    assert full["qos"]["scale"] == 50_000 and full["channels"] == 2
+    assert full["workload"]["collective"]["size"] == 4 * 1448 * 8 * 2 * 50_000
 
 
 def test_a_sweep_that_found_nothing_keeps_the_cached_budget_and_its_points(monkeypatch, tmp_path):
@@ -123,18 +132,3 @@ def test_a_sweep_that_found_nothing_keeps_the_cached_budget_and_its_points(monke
     saved = json.loads(sc.CACHE.read_text())[sc.machine_key()]["by_hosts"]["8"]
     assert saved["budget_bps"] == 1.6e8 and saved["points"] == [{"scale": 20_000}]
     assert sc.load_floor(hosts=8) == Floor(0.004, 0.003, True, 8)
-
-
-def test_at_a_fixed_bytes_scale_frames_no_dilation_shrinks_are_said_not_chased():
-    """The failover experiments' 1.4 s ring all-reduce (14 steps) at scale 1/25,000: a full frame across its 4
-    hops is 6.1 ms of the fabric's time per step at every D (the frame's wall time grows with D as the rate
-    falls), 6.1% of the op. auto used to climb to the cap for it (60-100x); now it takes what shrinks the rest
-    of the floor and says the op stays latency-bound and why. With the scale following D the frames' wall
-    time stays put and D = 2 makes the whole floor 5%."""
-    op = OpTime("allreduce/ring of 20 GB", 1.4, 14)
-    fixed = choose_dilation([op], 1.4, Floor(0.005, 0.003), frame_s=lambda d: 0.0061 * d)
-    assert (fixed.dilation, fixed.bound, fixed.by_frames) == (1, 1, 1)
-    assert "1 of 1 ops or iterations stay latency-bound at any dilation" in fixed.why()
-    assert "lower qos.scale, or make it auto" in fixed.why() and "capped" not in fixed.why()
-    follows = choose_dilation([op], 1.4, Floor(0.005, 0.003), frame_s=lambda d: 0.0061)
-    assert (follows.dilation, follows.bound, follows.by_frames) == (2, 0, 0)
