@@ -1,7 +1,7 @@
 """Scale benchmark: HPN at 8 to 128 hosts, hpnlab beside Mininet's own API with TCLink on the same graph.
 
     sudo .venv/bin/python -m bench.scale_bench [--hosts 8 16 32 64 128] [--out results/bench/scale.json]
-        [--dilation 1 8] [--allreduce-only] [--from results/bench/scale.json]
+        [--dilation 1 8] [--floor] [--allreduce-only] [--from results/bench/scale.json]
 
 Per size: start (built, routed, shaped) and teardown time, all-pairs ping time
 and loss, memory per host (MemAvailable before and after start), a ring
@@ -10,7 +10,9 @@ fidelity verdict, what the PFC agent cost and how fast it acted), and the peer
 baseline: the same hosts, switches and links at the same rates started and
 stopped with Mininet's API and TCLink. With
 `--dilation D ...`, the all-reduce again at that scale with time dilated D: the
-same bytes at 1/D of the per-port wall-clock load, timed in the fabric's time.
+same bytes at 1/D of the per-port wall-clock load, timed in the fabric's time. With `--floor`, the emulator's
+per-op floor is measured on each size first (`hpnlab calibrate --only floor --hosts N`, cached where
+HPNLAB_CACHE says), so that the verdict weighs each size's ops by its own floor, not the 8-host one.
 A run over the default sizes writes README's scale table (between its markers); `--from FILE` writes it
 from a saved run without running anything.
 """
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 from bench.readme import ROOT, replace_block, table
-from testbed.experiment.calibration import hpn_params
+from testbed.experiment.calibration import calibrate, hpn_params
 from testbed.experiment.fidelity import line as fidelity_line
 from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.runner import run_one
@@ -47,15 +49,13 @@ def hpnlab_lifecycle(hosts: int) -> dict:
     topo = build("hpn", **hpn_params(hosts))
     scale = choose_scale(offered_load(topo), hosts=hosts).scale
     m0, t0 = mem_available(), time.monotonic()
-    net = Network(topo, routing="static", qos=QosSpec(scale=scale))
-    net.start()
-    up = time.monotonic() - t0
-    mem = (m0 - mem_available()) / hosts
-    t1 = time.monotonic()
-    ping = net.pingall()
-    ping_s = time.monotonic() - t1
-    t2 = time.monotonic()
-    net.stop()
+    with Network(topo, routing="static", qos=QosSpec(scale=scale)) as net:  # a start that fails is undone too
+        up = time.monotonic() - t0
+        mem = (m0 - mem_available()) / hosts
+        t1 = time.monotonic()
+        ping = net.pingall()
+        ping_s = time.monotonic() - t1
+        t2 = time.monotonic()
     return {"switches": len(topo.switches), "links": len(topo.links), "up_s": round(up, 2),
             "down_s": round(time.monotonic() - t2, 2), "pingall_s": round(ping_s, 2),
             "ping_sent": ping.sent, "ping_received": ping.received, "mem_per_host_mb": round(mem / 2**20, 1),
@@ -181,6 +181,7 @@ def main() -> None:
                     help="Also run the all-reduce with time dilated by each D at the scale D = 1 chose (1/D of "
                          "the per-port wall-clock load).")
     ap.add_argument("--allreduce-only", action="store_true", help="Skip the start/stop and pingall figures.")
+    ap.add_argument("--floor", action="store_true", help="Measure and cache each size's per-op floor first.")
     ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
@@ -192,6 +193,8 @@ def main() -> None:
         row = {"hosts": n} if a.allreduce_only else {"hosts": n, "hpnlab": hpnlab_lifecycle(n)}
         if not (a.no_mininet or a.allreduce_only):
             row["mininet_tclink"] = mininet_lifecycle(n)
+        if a.floor:
+            row["floor"] = calibrate(hosts=n, budget=False)["floor"]
         row["allreduce"] = allreduce(n, a.iters)
         row["dilated"] = [allreduce(n, a.iters, d, row["allreduce"]["scale"]) for d in a.dilation if d != 1]
         rows.append(row)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import subprocess
 import threading
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from testbed.net.network import Network
 from testbed.qos.shaper import ROOT
+from testbed.system.poll import readable
 from topos.addressing import nic_address
 from traffic.timebase import Clock, stamp
 
@@ -51,7 +51,7 @@ def start_receiver(net: Network, host: str, port: int, duration: float, gap_ms: 
     seconds under TCG, and the packets sent before it binds are lost."""
     p = net.python(host, "traffic.udpstream", "recv", "--port", str(port), "--duration", str(duration),
                    "--gap-ms", str(gap_ms), "--ready", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    said = p.stderr.readline() if select.select([p.stderr], [], [], READY_S)[0] else ""
+    said = p.stderr.readline() if readable([p.stderr], READY_S) else ""
     if said.strip() != "ready":
         p.kill()
         _, err = p.communicate(timeout=10)

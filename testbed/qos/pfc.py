@@ -45,13 +45,13 @@ import contextlib
 import json
 import logging
 import os
-import select
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from testbed.system.poll import readable
 from traffic.timebase import Timebase
 
 from .netlink import QdiscDumper, dumper_in
@@ -266,7 +266,7 @@ class PfcAgent:
         waits = [self.kernel] + ([self.remote] if self.remote is not None else [])
         last = next_sample = time.monotonic()
         while not self._stop.is_set():
-            ready = select.select(waits, [], [], KERNEL_WAKE_S)[0]
+            ready = readable(waits, KERNEL_WAKE_S)
             now = time.monotonic()
             self.period_samples.append((now, now - last))
             last = now
@@ -332,7 +332,7 @@ class PfcAgent:
             return
         end = time.monotonic() + delay
         while (left := end - time.monotonic()) > 0 and not self._stop.is_set():
-            if select.select([self.remote], [], [], left)[0]:
+            if readable([self.remote], left):
                 self.take_remote()
 
     def take_remote(self) -> None:

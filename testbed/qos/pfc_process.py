@@ -31,7 +31,6 @@ import gc
 import json
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed.system.ownership import exit_cleanly_on_signals
+from testbed.system.poll import readable
 
 from .kqueues import KernelQueues, QueueMaps, watch_queues
 from .pfc import PfcAgent
@@ -111,7 +111,11 @@ class PfcProcess:
         except (BrokenPipeError, ValueError):  # its end closed; ValueError: ours already closed
             line = b""
         if not line:
-            log.error("the PFC agent's process ended (exit %s)", self.proc.poll())
+            try:  # its exit status, if it is ending: what the error says
+                code = self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                code = None
+            log.error("the PFC agent's process ended its output (exit %s)", code)
             return None
         return json.loads(line)
 
@@ -123,7 +127,7 @@ class PfcProcess:
         fd = self.proc.stdout.fileno()
         chunks = [self._buf]
         while b"\n" not in chunks[-1]:  # a report may be megabytes: each chunk is looked at once
-            if not select.select([fd], [], [], max(0.0, end - time.monotonic()))[0]:
+            if not readable([fd], end - time.monotonic()):
                 self._buf = b"".join(chunks)
                 log.error("the PFC agent's process did not answer %s in %.0f s", op, timeout)
                 return None
@@ -192,16 +196,16 @@ def main() -> None:
         agent.start()
         if conf["detect_why"]:
             agent.detect_why = conf["detect_why"]
-        _answer(answers, {"pid": os.getpid(), "detect": agent.detect})
+        _say(answers, {"pid": os.getpid(), "detect": agent.detect})
         for line in requests:
             req = json.loads(line)
             if req["op"] == "report":
-                _answer(answers, agent.report(req["since"]))
+                _say(answers, agent.report(req["since"]))
             elif req["op"] == "stop":
                 if not stopped:
                     agent.stop()
                     stopped = True
-                _answer(answers, {})
+                _say(answers, {})
     finally:
         if not stopped:
             agent.stop()
@@ -210,7 +214,7 @@ def main() -> None:
             maps.close()
 
 
-def _answer(out, data: dict) -> None:
+def _say(out, data: dict) -> None:
     out.write(json.dumps(data) + "\n")
     out.flush()
 
