@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.system.bpf import BpfObject, BpfUnavailable, RingBuffer, build, mmap_by_id
+from testbed.system.bpf import BpfObject, BpfUnavailable, RingBuffer, build, mmap_by_id, mmap_fd
 
 from .ports import Port
 from .shaper import Shaper
@@ -111,8 +111,7 @@ class QueueMaps:
     @classmethod
     def from_handoff(cls, handoff: dict) -> QueueMaps:
         """Over the maps of another process's KernelQueues.handoff(), whose descriptors this process inherited."""
-        return cls(handoff["keys"], handoff["priorities"], mmap.mmap(handoff["queues_fd"], handoff["queues_size"]),
-                   handoff["events_fd"])
+        return cls(handoff["keys"], handoff["priorities"], mmap_fd(handoff["queues_fd"]), handoff["events_fd"])
 
     @classmethod
     def published(cls, path: Path) -> QueueMaps:
@@ -209,7 +208,7 @@ class KernelQueues(QueueMaps):
         """What another process needs for a QueueMaps over these maps; it must inherit the descriptors named
         `*_fd` (subprocess pass_fds)."""
         return {"keys": self.keys, "priorities": self.priorities, "queues_fd": self.obj.map_fd("queues"),
-                "queues_size": len(self._mem), "events_fd": self._events_fd}
+                "events_fd": self._events_fd}
 
     def mark_ecn(self, red: dict[tuple[str, int], Red], dscp_priority: dict[int, int]) -> None:
         """ECN marking at the egress of these (switch) ports, for packets whose DSCP maps to a lossless

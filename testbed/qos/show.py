@@ -41,8 +41,8 @@ def snapshot(run_id: str | None = None, node: str | None = None) -> list[dict]:
         run_id = runs[0].run_id
     ports = json.loads((RUN_DIR / f"{run_id}.qos.json").read_text())
     pfc_file = RUN_DIR / f"{run_id}.pfc.json"
-    paused = set(json.loads(pfc_file.read_text())["paused"]) if pfc_file.exists() else set()
-    events = json.loads(pfc_file.read_text())["pause_events"] if pfc_file.exists() else {}
+    pfc = json.loads(pfc_file.read_text()) if pfc_file.exists() else {}
+    paused, events = set(pfc.get("paused", ())), pfc.get("pause_events", {})
     marks = ecn_marks(run_id)
     if node is not None:
         ports = [p for p in ports if p["key"].split(":")[0] == node]

@@ -210,9 +210,7 @@ class BpfObject:
 
     def mmap(self, name: str) -> mmap.mmap:
         """An array map made with BPF_F_MMAPABLE, shared with the kernel: reads see its writes at once."""
-        m = self._map(name)
-        return mmap.mmap(self.map_fd(name), _mmap_size(self._lib.bpf_map__value_size(m),
-                                                        self._lib.bpf_map__max_entries(m)))
+        return mmap_fd(self.map_fd(name))
 
     def map_id(self, name: str) -> int:
         """The kernel's id of a map: another process (root) opens it by this while the map lives."""
@@ -268,16 +266,22 @@ def map_info(fd: int) -> _MapInfo:
     return info
 
 
+def mmap_fd(fd: int, prot: int = mmap.PROT_READ | mmap.PROT_WRITE) -> mmap.mmap:
+    """The mmapable array map behind this descriptor (one handed to this process, or opened by id), whole."""
+    info = map_info(fd)
+    return mmap.mmap(fd, _mmap_size(info.value_size, info.max_entries), prot=prot)
+
+
 def mmap_by_id(map_id: int, name: str) -> mmap.mmap:
     """Read-only, the mmapable array map with this id, which another process loaded (root needed). An id is
     reused once its map is gone, so the map's name must be `name`: otherwise BpfUnavailable, as for no map."""
     fd = _lib().bpf_map_get_fd_by_id(map_id)
     _check(fd >= 0, f"opening map {map_id}")
     try:
-        info = map_info(fd)
-        if info.name.decode() != name:
-            raise BpfUnavailable(f"map {map_id} is {info.name.decode()!r}, not {name!r}: its run has ended")
-        return mmap.mmap(fd, _mmap_size(info.value_size, info.max_entries), prot=mmap.PROT_READ)
+        found = map_info(fd).name.decode()
+        if found != name:
+            raise BpfUnavailable(f"map {map_id} is {found!r}, not {name!r}: its run has ended")
+        return mmap_fd(fd, mmap.PROT_READ)
     finally:
         os.close(fd)
 
