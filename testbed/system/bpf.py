@@ -104,7 +104,6 @@ def _lib() -> ctypes.CDLL:
                           ("bpf_object__next_program", p, [p, p]), ("bpf_program__name", ctypes.c_char_p, [p]),
                           ("bpf_program__attach", p, [p]), ("bpf_link__destroy", i, [p]),
                           ("bpf_map__fd", i, [p]), ("bpf_map__set_max_entries", i, [p, u32]),
-                          ("bpf_map__value_size", u32, [p]), ("bpf_map__max_entries", u32, [p]),
                           ("bpf_map_update_elem", i, [i, p, p, ctypes.c_uint64]),
                           ("bpf_map_lookup_elem", i, [i, p, p]),
                           ("ring_buffer__new", p, [i, p, p, p]), ("ring_buffer__free", None, [p]),
