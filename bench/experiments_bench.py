@@ -25,7 +25,7 @@ import yaml
 from bench.readme import replace_block
 from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.results import cluster_summary
-from testbed.net.balance import cross_segment_bytes, describe, links_used, nic_balance, ratio_text
+from testbed.net.balance import cross_segment_bytes, describe, links_used, nic_balance, nic_port_queue, ratio_text
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "experiments" / "README.md"
@@ -61,15 +61,44 @@ def _deepest(data: dict, variant: str) -> float:
     return max((n.deepest_queue for n in nic_balance(_runs(data, variant)[0], min_bytes=1 << 20)), default=0) / 1e3
 
 
+def _standing(d: dict, variant: str) -> float | None:
+    """The median over a variant's first run of the deepest NIC-facing ToR queue, KB (None: not sampled)."""
+    q = nic_port_queue(_runs(d, variant)[0]) if _runs(d, variant) else None
+    return q.p50 / 1e3 if q else None
+
+
+def _cut(worse: float | None, better: float | None) -> str:
+    if not worse or better is None:
+        return "no data"
+    return f"{worse:.0f} KB vs {better:.0f} KB ({better / worse - 1:+.0%})"
+
+
 def _hash_polarization(d: dict) -> str:
     single, dual = _deepest(d, "single-plane"), _deepest(d, "dual-plane")
+    cc_single, cc_dual = _standing(d, "single-plane-dctcp"), _standing(d, "dual-plane-dctcp")
+    cut = bool(cc_single and cc_dual is not None and cc_dual <= 0.2 * cc_single)
     return (f"worst NIC {_worst_nic(d, 'single-plane')} single-plane vs {_worst_nic(d, 'dual-plane')} dual-plane; "
             f"aggregation-to-ToR links used {links_used(_runs(d, 'single-plane')[0])[0]} (one seed) vs "
             f"{links_used(_runs(d, 'dual-plane')[0])[0]}; deepest queue at a NIC's ToR ports {single:.0f} KB vs "
-            f"{dual:.0f} KB ({(dual / single - 1) if single else 0:+.0%}): "
-            + ("queue cut reproduced" if single and dual < 0.2 * single else
-               "the queue cut is NOT reproduced: without DCQCN every connection fills its bottleneck up to XOFF "
-               "(TCP over a lossless class here), and with dual planes that bottleneck is the NIC's own port"))
+            f"{dual:.0f} KB ({(dual / single - 1) if single else 0:+.0%}) without end-to-end control (every "
+            f"connection fills its bottleneck up to XOFF); with DCTCP the queue standing there (median over the "
+            f"run) {_cut(cc_single, cc_dual)}: "
+            + ("queue cut reproduced" if cut else
+               "the queue cut is NOT reproduced: DCTCP holds both near Kmin, because in the dual plane too the "
+               "NIC-facing port is where the ring's traffic waits: it runs at the sender's own rate, and userspace "
+               "OVS forwards in bursts, so a queue that forms there drains only when marks slow the sender"))
+
+
+def _cc_incast(d: dict) -> str:
+    parts = []
+    for v in dict.fromkeys(r["variant"] for r in d["runs"]):
+        r = _runs(d, v)[0]
+        q = nic_port_queue(r)
+        pauses = sum(t.get("pause_events", 0) for t in ((r.get("pfc") or {}).get("pauses_by_tier") or {}).values())
+        queue = f"median {q.p50 / 1e3:.0f} KB, p90 {q.p90 / 1e3:.0f} KB" if q else "not sampled (no PFC agent)"
+        parts.append(f"{v}: {frac(d, v):.1%} of ideal, lossless drops {r['drops']['lossless']:,}, pauses {pauses:,}, "
+                     f"marks {(r.get('ecn') or {}).get('total') or 0:,}, queue at the receiver's ToR ports {queue}")
+    return "; ".join(parts)
 
 
 def _dual_tor(d: dict) -> str:
@@ -105,11 +134,14 @@ def _placement(d: dict) -> str:
 COMPARE: dict[str, Callable[[dict], str]] = {
     "precise_vs_ecmp": lambda d: _gain(d, "hpn-precise", "hpn-ecmp"),
     "dual_plane_allreduce": lambda d: _gain(d, "dual-plane", "single-plane"),
-    "multi_job_precise": lambda d: _gain(d, "precise-host", "ecmp") + "; with PFC and no DCQCN: "
-                                   + _gain(d, "precise-host-pfc", "ecmp-pfc"),
+    "multi_job_precise": lambda d: _gain(d, "precise-host", "ecmp") + "; with PFC and nothing end to end: "
+                                   + _gain(d, "precise-host-pfc", "ecmp-pfc") + "; lossless ECMP against lossy: "
+                                   + _gain(d, "ecmp-pfc", "ecmp") + ", with DCTCP: "
+                                   + _gain(d, "ecmp-pfc-dctcp", "ecmp"),
     "hash_polarization": _hash_polarization,
     "dual_tor_failover": _dual_tor,
     "pfc_incast": _pfc_incast,
+    "cc_incast": _cc_incast,
     "crux_multi_job": _crux,
     "placement": _placement,
 }

@@ -313,7 +313,9 @@ class Experiment(_Strict):
         if not self.variants:
             return [(self.routing, self)]
         out = []
-        base = self.model_dump(by_alias=True, exclude={"variants"})
+        # what the file says, not every default: a default dumped here would read as the user's own choice
+        # (a variant with cc: dctcp would meet an explicit ecn.enabled: false)
+        base = self.model_dump(by_alias=True, exclude={"variants"}, exclude_unset=True)
         seen: set[str] = set()
         for i, v in enumerate(self.variants):
             label = v.get("label", f"variant{i}")

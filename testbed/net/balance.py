@@ -49,6 +49,28 @@ def nic_balance(rec: dict, min_bytes: int = 1) -> list[NicBalance]:
     return sorted(out, key=lambda n: -sum(n.port_bytes))
 
 
+@dataclass(frozen=True)
+class QueueOverTime:
+    """The deepest NIC-facing ToR port's lossless backlog at each of the PFC agent's samples (bytes)."""
+    samples: int  # samples with anything queued anywhere: the run's traffic, not the idle start and end
+    p50: int
+    p90: int
+    peak: int
+
+
+def nic_port_queue(rec: dict) -> QueueOverTime | None:
+    """Over the run: how deep the queue at the ToR ports facing the NICs stood, sample by sample (a peak alone
+    is the connections' first window, arriving at once; HPN Fig. 14 is about the queue that stands). None when
+    the run has no samples (PFC off: no agent watched the queues)."""
+    ports = set(rec.get("host_port_tor", {}).values())
+    samples = [s["backlog"] for s in (rec.get("pfc") or {}).get("samples") or [] if s["backlog"]]
+    if not ports or not samples:
+        return None
+    deepest = sorted(max((b for k, b in s.items() if k.split("/")[0] in ports), default=0) for s in samples)
+    at = lambda f: deepest[min(len(deepest) - 1, int(f * len(deepest)))]  # noqa: E731
+    return QueueOverTime(len(deepest), at(0.5), at(0.9), deepest[-1])
+
+
 def links_used(rec: dict, from_role: str = "agg", to_role: str = "tor") -> tuple[int, int]:
     """(links that carried traffic, links into switches that received any from that tier), one direction:
     from `from_role` switches to `to_role` switches, by name prefix."""

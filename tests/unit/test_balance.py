@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed.net.balance import NicBalance, links_used, nic_balance, ratio_text
+from testbed.net.balance import NicBalance, QueueOverTime, links_used, nic_balance, nic_port_queue, ratio_text
 
 
 def record() -> dict:
@@ -40,3 +40,16 @@ def test_a_port_that_carried_only_acknowledgements_is_idle_not_a_ratio():
     assert ratio_text(NicBalance("h0:nic0", (3_000_000, 1_000_000), 0).imbalance) == "3.00"
     assert NicBalance("h1:nic0", (90_000, 10_000), 0).imbalance == 9.0  # 10% of the NIC's bytes: a ratio
     assert NicBalance("h2:nic0", (98_900, 1_100), 0).imbalance == float("inf")  # 91x before: acknowledgements
+
+
+def test_queue_over_time_is_the_deepest_nic_facing_port_at_each_sample():
+    rec = record()
+    # ten samples with traffic: a first-window spike at one port, then tor-b:1 standing at 20 KB; a switch's
+    # uplink queue (agg-0:1) is deeper but faces no NIC; an empty sample (before the traffic) is left out
+    spike = {"tor-a:1/p3": 90_000, "agg-0:1/p3": 200_000}
+    standing = [{"tor-a:1/p3": 1_000, "tor-b:1/p3": 20_000, "agg-0:1/p3": 200_000}] * 9
+    rec["pfc"]["samples"] = [{"t": t, "backlog": b} for t, b in enumerate([{}, spike, *standing])]
+    assert nic_port_queue(rec) == QueueOverTime(samples=10, p50=20_000, p90=90_000, peak=90_000)
+    rec["pfc"]["samples"] = [{"t": 0, "backlog": {}}]
+    assert nic_port_queue(rec) is None  # nothing queued while sampled: no figure, not a zero
+    assert nic_port_queue({"host_port_tor": {}, "pfc": None}) is None  # PFC off: nobody sampled
