@@ -75,18 +75,19 @@ def _cut(worse: float | None, better: float | None) -> str:
 
 def _hash_polarization(d: dict) -> str:
     single, dual = _deepest(d, "single-plane"), _deepest(d, "dual-plane")
-    cc_single, cc_dual = _standing(d, "single-plane-dctcp"), _standing(d, "dual-plane-dctcp")
+    cc_single, cc_dual = _standing(d, "single-plane-dcqcn"), _standing(d, "dual-plane-dcqcn")
     cut = bool(cc_single and cc_dual is not None and cc_dual <= 0.2 * cc_single)
     return (f"worst NIC {_worst_nic(d, 'single-plane')} single-plane vs {_worst_nic(d, 'dual-plane')} dual-plane; "
             f"aggregation-to-ToR links used {links_used(_runs(d, 'single-plane')[0])[0]} (one seed) vs "
             f"{links_used(_runs(d, 'dual-plane')[0])[0]}; deepest queue at a NIC's ToR ports {single:.0f} KB vs "
             f"{dual:.0f} KB ({(dual / single - 1) if single else 0:+.0%}) without end-to-end control (every "
-            f"connection fills its bottleneck up to XOFF); with DCTCP the queue standing there (median over the "
+            f"connection fills its bottleneck up to XOFF); with DCQCN the queue standing there (median over the "
             f"run) {_cut(cc_single, cc_dual)}: "
             + ("queue cut reproduced" if cut else
-               "the queue cut is NOT reproduced: DCTCP holds both near Kmin, because in the dual plane too the "
-               "NIC-facing port is where the ring's traffic waits: it runs at the sender's own rate, and userspace "
-               "OVS forwards in bursts, so a queue that forms there drains only when marks slow the sender"))
+               "the queue cut is NOT reproduced: DCQCN holds both inside its marking ramp, because in the dual plane "
+               "too the NIC-facing port is where the ring's traffic waits: it runs at the sender's own rate, and "
+               "userspace OVS forwards in bursts, so a queue that forms there drains only when marks slow the "
+               "sender"))
 
 
 def _cc_incast(d: dict) -> str:
@@ -116,10 +117,13 @@ def _pfc_incast(d: dict) -> str:
 def _crux(d: dict) -> str:
     util = {v: cluster_summary(_runs(d, v))["utilization"] for v in dict.fromkeys(r["variant"] for r in d["runs"])
             if v != "A-alone"}
+    fair = util.get("ecmp-one-class-dctcp")
     alone, best = _job_time(d, "A-alone", "A"), _job_time(d, "crux-priorities-paths", "A")
     crux = _runs(d, "crux-priorities")[0].get("crux") or {}
     return ("cluster GPU utilization " + ", ".join(f"{v} {u:.1%}" for v, u in util.items())
             + f"; Crux's order {', '.join(crux.get('order', []))}"
+            + (f"; Crux's priorities and paths over the baseline with DCTCP: "
+               f"{util['crux-priorities-paths'] / fair - 1:+.0%}" if fair else "")
             + (f"; job A {best:.2f} s per iteration with priorities and paths vs {alone:.2f} s alone "
                f"({best / alone - 1:+.1%})" if alone and best else ""))
 
@@ -136,8 +140,8 @@ COMPARE: dict[str, Callable[[dict], str]] = {
     "dual_plane_allreduce": lambda d: _gain(d, "dual-plane", "single-plane"),
     "multi_job_precise": lambda d: _gain(d, "precise-host", "ecmp") + "; with PFC and nothing end to end: "
                                    + _gain(d, "precise-host-pfc", "ecmp-pfc") + "; lossless ECMP against lossy: "
-                                   + _gain(d, "ecmp-pfc", "ecmp") + ", with DCTCP: "
-                                   + _gain(d, "ecmp-pfc-dctcp", "ecmp"),
+                                   + _gain(d, "ecmp-pfc", "ecmp") + ", with DCQCN: "
+                                   + _gain(d, "ecmp-pfc-dcqcn", "ecmp"),
     "hash_polarization": _hash_polarization,
     "dual_tor_failover": _dual_tor,
     "pfc_incast": _pfc_incast,

@@ -25,9 +25,9 @@ def doctor(as_json: bool, cluster_file: str | None) -> None:
     from testbed.system.capabilities import probe
 
     caps = probe()
-    kernel_pfc, dctcp = _kernel_pfc(caps.root), _dctcp(caps.root)
+    kernel_pfc, bpf_cc = _kernel_pfc(caps.root), _bpf_cc(caps.root)
     if as_json:
-        click.echo(json.dumps({**caps.to_dict(), "pfc_kernel_events": kernel_pfc, "cc_dctcp": dctcp}, indent=1))
+        click.echo(json.dumps({**caps.to_dict(), "pfc_kernel_events": kernel_pfc, "cc_bpf": bpf_cc}, indent=1))
         return
     t = Table(title=f"hpnlab doctor — kernel {caps.kernel}")
     t.add_column("capability")
@@ -46,9 +46,9 @@ def doctor(as_json: bool, cluster_file: str | None) -> None:
     t.add_row("BPF on the qdisc tracepoints", _yes(kernel_pfc["available"]),
               "PFC acts on kernel events per packet" if kernel_pfc["available"]
               else f"PFC polls every queue: {kernel_pfc['why']}")
-    t.add_row("BPF congestion control (DCTCP)", _yes(dctcp["available"]),
-              "qos.cc: none, ecn, dctcp (ECN marks in the kernel)" if dctcp["available"]
-              else f"qos.cc: none, ecn: {dctcp['why']}")
+    t.add_row("BPF congestion control (DCTCP, DCQCN)", _yes(bpf_cc["available"]),
+              "qos.cc: none, ecn, dctcp, dcqcn (ECN marks in the kernel)" if bpf_cc["available"]
+              else f"qos.cc: none, ecn: {bpf_cc['why']}")
     t.add_row("bonding", _yes(caps.bonding), "dual-ToR by multipath routes" if not caps.bonding else "")
     t.add_row("rdma_rxe (soft-RoCE)", _yes(caps.rdma_rxe), "")
     t.add_row("rxe inside network namespaces", _yes(caps.rxe_in_netns),
@@ -70,15 +70,16 @@ def _kernel_pfc(root: bool) -> dict:
     return {"available": why is None, "why": why}
 
 
-def _dctcp(root: bool) -> dict:
-    """Whether DCTCP can be registered here (qos.cc dctcp): tried, and unregistered at once."""
+def _bpf_cc(root: bool) -> dict:
+    """Whether DCTCP and DCQCN can be registered here (qos.cc dctcp, dcqcn): tried, and unregistered at once."""
     if not root:
         return {"available": None, "why": "not root: not tried"}
-    from testbed.qos.cc import Dctcp
+    from testbed.qos.cc import Dcqcn, Dctcp
     from testbed.system.bpf import BpfUnavailable
 
     try:
         Dctcp().close()
+        Dcqcn(line_bps=1e7, scale=1, dilation=1).close()
     except BpfUnavailable as exc:
         return {"available": False, "why": str(exc)}
     return {"available": True, "why": None}

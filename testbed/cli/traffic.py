@@ -56,8 +56,8 @@ def _fmt(bps: float) -> str:
 @click.option("--max-wall", "max_wall", type=click.FloatRange(min=0, min_open=True), default=None,
               help="With --dilation auto: the most wall time (s) the traffic may take (default 600).")
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
-@click.option("--cc", type=click.Choice(["none", "ecn", "dctcp"]), default="none", show_default=True,
-              help="Congestion control at the hosts (tcp transport); ecn and dctcp turn ECN marking on at the "
+@click.option("--cc", type=click.Choice(["none", "ecn", "dctcp", "dcqcn"]), default="none", show_default=True,
+              help="Congestion control at the hosts (tcp transport); any but none turns ECN marking on at the "
                    "switches.")
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
 @click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")

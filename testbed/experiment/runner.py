@@ -213,11 +213,11 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
 
 
 def _ecn_record(net: Network) -> dict | None:
-    """CE marks per queue and, with DCTCP, the senders' alpha (None without ECN)."""
+    """CE marks per queue and, with DCTCP or DCQCN, what the senders' control did (None without ECN)."""
     marks = net.ecn_marks()
     if marks is None:
         return None
-    return {"marks": marks, "total": sum(marks.values()), "dctcp_alpha": net.cc.alpha() if net.cc else None}
+    return {"marks": marks, "total": sum(marks.values()), "cc": net.cc.stats() if net.cc else None}
 
 
 def _skipper(p: Plan, runners: list, rec: RunRecord, injector: Injector) -> Skipper | None:

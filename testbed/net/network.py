@@ -96,7 +96,7 @@ class Network:
         self.scale_choice = None  # testbed.qos.scale.ScaleChoice, when the spec said scale auto
         self.pfc = None  # testbed.qos.pfc_process.PfcProcess (SplitPfc over several servers), while it runs
         self.kqueues = None  # testbed.qos.kqueues.KernelQueues, when ECN marks (the PFC agent reads them too)
-        self.cc = None  # testbed.qos.cc.Dctcp, registered while the network runs with qos.cc dctcp
+        self.cc = None  # testbed.qos.cc.Dctcp or Dcqcn, registered while the network runs with qos.cc so
         self.progress = progress or (lambda stage: None)  # told each start-up stage (a 128-host start takes minutes)
 
     # -- lifecycle ----------------------------------------------------------
@@ -202,7 +202,7 @@ class Network:
         if spec.ecn.enabled:  # marking reads the queues the kernel watches; PFC, when on, acts on the same
             self.kqueues = mark_ecn(self.qos, spec)
             self.kqueues.publish(RUN_DIR / f"{self.owner.run_id}.ecn.json")  # marks for qos show and the web view
-        self._host_cc(spec.cc)
+        self._host_cc(spec)
         if spec.pfc.enabled:
             state_file = RUN_DIR / f"{self.owner.run_id}.pfc.json"
             self.pfc = (PfcProcess(self.qos, state_file, self.owner, kernel=self.kqueues) if self.cluster is None
@@ -210,16 +210,19 @@ class Network:
             self.pfc.start()
         self.timings["qos_s"] = time.monotonic() - t
 
-    def _host_cc(self, cc: str) -> None:
+    def _host_cc(self, spec: QosSpec) -> None:
         """The hosts' side of `qos.cc`: ECN on in every host's namespace (it goes with the namespace), and DCTCP
-        registered with the kernel for this network's life (testbed/qos/cc.py)."""
-        from testbed.qos.cc import Dctcp, host_sysctls
+        or DCQCN registered with the kernel for this network's life (testbed/qos/cc.py)."""
+        from testbed.qos.cc import Dcqcn, Dctcp, host_sysctls
 
-        for key, value in host_sysctls(cc).items():
+        for key, value in host_sysctls(spec.cc).items():
             for h in self.topo.hosts:
                 self.node(h.name).cmd(f"sysctl -q -w {key}={value}")
-        if cc == "dctcp":
+        if spec.cc == "dctcp":
             self.cc = Dctcp()
+        elif spec.cc == "dcqcn":  # paced at the NICs' emulated rate; its timers run in the fabric's time
+            line = max(p.plan.rate_bps for p in self.qos.ports.values() if p.is_host)
+            self.cc = Dcqcn(line, spec.scale, spec.dilated_by)
 
     def ecn_marks(self) -> dict[str, int] | None:
         """Packets marked CE so far per queue (`port/p<priority>`, those with marks), None without ECN."""

@@ -178,9 +178,10 @@ class QosSpec(BaseModel):
     loss_pct: float | None = Field(None, gt=0, le=100, description="needs netem")
     pfc: PfcSpec = Field(default_factory=PfcSpec)
     ecn: EcnSpec = Field(default_factory=EcnSpec)
-    cc: Literal["none", "ecn", "dctcp"] = Field(
+    cc: Literal["none", "ecn", "dctcp", "dcqcn"] = Field(
         "none", description="congestion control at the hosts (tcp transport, testbed/qos/cc.py): none, classic "
-                            "ECN, or DCTCP; any but none turns ECN marking on unless ecn says otherwise")
+                            "ECN, DCTCP, or DCQCN (RoCE's, on the TCP stand-in); any but none turns ECN marking "
+                            "on unless ecn says otherwise")
     # Set by dilated(), not by experiment files (time.dilation is theirs): the scale and the times above are this
     # many times what was asked, and the bounds apply to what was asked. A dilated spec so stays a valid one
     # (the PFC agent's process and a server's agent take it as JSON): buffer_ms 20 at D = 1,500 is 30 s.

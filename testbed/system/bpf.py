@@ -60,7 +60,8 @@ def build(source: Path, defines: dict[str, int | str]) -> Path:
         raise BpfUnavailable(f"cannot build BPF programs: missing {', '.join(missing)} "
                              "(fix: apt-get install clang llvm libbpf-dev libbpf1 bpftool, or run make bootstrap)")
     flags = [f"-D{k}={v}" for k, v in sorted(defines.items())]
-    key = hashlib.sha256("\0".join([source.read_text(), *flags, _kernel_id()]).encode()).hexdigest()[:16]
+    headers = [h.read_text() for h in sorted(source.parent.glob("*.h"))]  # what `#include "..."` may take in
+    key = hashlib.sha256("\0".join([source.read_text(), *headers, *flags, _kernel_id()]).encode()).hexdigest()[:16]
     out = CACHE / key / (source.name.removesuffix(".c") + ".o")
     if out.exists():
         return out

@@ -21,5 +21,5 @@ def test_doctor_reports_what_it_finds(hpnlab, no_leftovers):
     assert "OVS kernel datapath" in table.stdout and "qdisc netem" in table.stdout
     # this machine's kernel has BPF on the qdisc tracepoints (DESIGN.md): the PFC agent's programs load here
     assert caps["pfc_kernel_events"] == {"available": True, "why": None}
-    assert caps["cc_dctcp"] == {"available": True, "why": None}  # bpf_tcp_ca (DESIGN.md)
+    assert caps["cc_bpf"] == {"available": True, "why": None}  # bpf_tcp_ca (DESIGN.md): DCTCP and DCQCN
     assert "BPF on the qdisc tracepoints" in table.stdout

@@ -5,7 +5,7 @@
  * BPF struct_ops: the sender keeps alpha, the fraction of its bytes that came
  * back marked CE (a moving average with gain g = 1/16, once per window), and
  * on a marked window cuts cwnd by alpha/2; the receiver echoes CE exactly
- * (an immediate ACK whenever the CE state of arriving segments changes).
+ * (ecn_echo.h, shared with DCQCN's dcqcn.bpf.c).
  * Registered as "hpn_dctcp" by testbed/qos/cc.py, selected per socket with
  * TCP_CONGESTION by the traffic agents; it needs ECN (TCP_CONG_NEEDS_ECN), so
  * its segments leave ECN-capable whatever net.ipv4.tcp_ecn says.
@@ -17,21 +17,18 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include "ecn_echo.h"
 
 #define DCTCP_MAX_ALPHA 1024U
 #define SHIFT_G 4 /* g = 1/16 */
-#define TCP_ECN_OK 1
-#define TCP_ECN_DEMAND_CWR 4
-#define TCP_CONG_NEEDS_ECN 0x2
 
 struct dctcp {
 	__u32 old_delivered;
 	__u32 old_delivered_ce;
-	__u32 prior_rcv_nxt;
 	__u32 alpha;
 	__u32 next_seq;
-	__u32 ce_state;
 	__u32 loss_cwnd;
+	struct ecn_echo echo;
 };
 
 struct {
@@ -85,10 +82,9 @@ void BPF_PROG(hpn_dctcp_init, struct sock *sk)
 {
 	struct tcp_sock *tp = tcp(sk);
 	struct dctcp *ca = ca_of(sk);
-	ca->prior_rcv_nxt = tp->rcv_nxt;
+	ecn_echo_init(&ca->echo, tp);
 	ca->alpha = DCTCP_MAX_ALPHA; /* as the kernel's default: cut hard until the first window says otherwise */
 	ca->loss_cwnd = 0;
-	ca->ce_state = 0;
 	window_reset(tp, ca);
 }
 
@@ -141,32 +137,10 @@ void BPF_PROG(hpn_dctcp_state, struct sock *sk, __u8 new_state)
 		react_to_loss(sk);
 }
 
-/* The receiver's side: an immediate ACK whenever the CE state of arriving segments changes (a delayed ACK of
- * the old state first), so the sender sees exactly which bytes were marked. */
-static __always_inline void ece_ack_update(struct sock *sk, __u32 new_ce_state)
-{
-	struct dctcp *ca = ca_of(sk);
-	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
-	struct tcp_sock *tp = tcp(sk);
-	if (ca->ce_state != new_ce_state) {
-		if (icsk->icsk_ack.pending & ICSK_ACK_TIMER)
-			bpf_tcp_send_ack(sk, ca->prior_rcv_nxt);
-		icsk->icsk_ack.pending |= ICSK_ACK_NOW;
-	}
-	ca->prior_rcv_nxt = tp->rcv_nxt;
-	ca->ce_state = new_ce_state;
-	if (new_ce_state)
-		tp->ecn_flags |= TCP_ECN_DEMAND_CWR;
-	else
-		tp->ecn_flags &= ~TCP_ECN_DEMAND_CWR;
-}
-
 SEC("struct_ops")
 void BPF_PROG(hpn_dctcp_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 {
-	if (ev == CA_EVENT_ECN_IS_CE || ev == CA_EVENT_ECN_NO_CE)
-		ece_ack_update(sk, ev == CA_EVENT_ECN_IS_CE);
-	else if (ev == CA_EVENT_LOSS)
+	if (!ecn_echo_event(sk, &ca_of(sk)->echo, ev) && ev == CA_EVENT_LOSS)
 		react_to_loss(sk);
 }
 
