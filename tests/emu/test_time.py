@@ -115,7 +115,8 @@ def test_small_ops_replay_right_with_time_dilated(no_leftovers):
     with dilation auto (1,000 here: the iteration's 3.6 ms against its two ops' floors, 23 ms per op) the
     iteration is within 15% of its closed form (1.06x here
     with the ops chained in the agents; 1.14-1.17x when the coordinator started each), faithful, and no
-    segment was retransmitted (before pure ACKs were matched exactly, 2 runs in 6 had 12-29 spurious ones)."""
+    segment was retransmitted that the receiver lacked (before pure ACKs were matched exactly, 2 runs in 6 had
+    12-29 spurious ones)."""
     slow = _micro("1")
     (it,) = slow["iterations"]
     assert it["seconds"] > 3 * it["predicted_s"], it
@@ -124,7 +125,13 @@ def test_small_ops_replay_right_with_time_dilated(no_leftovers):
     (it,) = fast["iterations"]
     assert fast["dilation"] >= 100 and it["bytes_ok"], (fast["dilation"], it)
     assert it["seconds"] <= 1.15 * it["predicted_s"], (it, [o["fraction_of_ideal"] for o in fast["ops"]])
-    assert fast["tcp"]["RetransSegs"] == 0 and fast["drops"]["switch"] == 0, (fast["tcp"], fast["drops"])
+    # Nothing lost in the emulator: no timeout, and a retransmission only where the receiver answered with a
+    # DSACK (it had the data; the verdict counts the rest as the emulator's loss, runner._lost_in_emulator).
+    # Such a tail-loss probe fires when an ACK is 2 round trips late (10 ms at least, a floor not dilated):
+    # 1 in a full suite's load, none alone.
+    tcp = fast["tcp"]
+    assert tcp["TCPTimeouts"] == 0 and tcp["RetransSegs"] <= tcp.get("TCPDSACKRecv", 0), tcp
+    assert fast["drops"]["switch"] == 0, fast["drops"]
     reasons = fast["fidelity"]["reasons"]
     if reasons and all(r.startswith("the hypervisor took") for r in reasons):  # outside the testbed: say so
         pytest.skip(f"the hypervisor's steal made the dilated run unfaithful ({reasons[0]}); every other claim held")
