@@ -10,6 +10,7 @@ import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from testbed.qos.cc import CCS
 from topos.errors import InputError
 
 from .common import DILATION, SCALE, cluster_opt, console, hashing_opt, load_cluster_arg, parse_kv
@@ -56,7 +57,7 @@ def _fmt(bps: float) -> str:
 @click.option("--max-wall", "max_wall", type=click.FloatRange(min=0, min_open=True), default=None,
               help="With --dilation auto: the most wall time (s) the traffic may take (default 600).")
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
-@click.option("--cc", type=click.Choice(["none", "ecn", "dctcp", "dcqcn"]), default="none", show_default=True,
+@click.option("--cc", type=click.Choice(CCS), default="none", show_default=True,
               help="Congestion control at the hosts (tcp transport); any but none turns ECN marking on at the "
                    "switches.")
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")

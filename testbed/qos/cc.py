@@ -42,6 +42,11 @@ def host_sysctls(cc: str) -> dict[str, str]:
     return {"net.ipv4.tcp_ecn": "1"} if cc != "none" else {}
 
 
+def _counters(obj: BpfObject, name: str, n: int) -> list[int]:
+    """The first `n` u64 values of an array map (what the programs count for results)."""
+    return [struct.unpack("=Q", obj.lookup(name, struct.pack("=I", k), 8))[0] for k in range(n)]
+
+
 class Dctcp:
     """DCTCP registered with the kernel while this lives; `close()` (or this process ending) unregisters it."""
 
@@ -51,8 +56,7 @@ class Dctcp:
     def stats(self) -> dict[str, float | int]:
         """Alpha as the senders saw it: windows (each updates it once), those with marks, its mean as a fraction
         (every connection starts at 1, as the kernel's DCTCP does, and decays by 1/16 a window unmarked)."""
-        windows, marked, total = (struct.unpack("=Q", self.obj.lookup("alpha_seen", struct.pack("=I", k), 8))[0]
-                                  for k in range(3))
+        windows, marked, total = _counters(self.obj, "alpha_seen", 3)
         return {"windows": windows, "marked_windows": marked,
                 "mean": round(total / windows / DCTCP_MAX_ALPHA, 4) if windows else 0.0}
 
@@ -98,8 +102,7 @@ class Dcqcn:
     def stats(self) -> dict[str, float | int]:
         """Notifications (ACKs with ECE), rate cuts, increase periods, and the lowest rate a cut left (a fraction
         of the line rate)."""
-        n, cuts, periods, low = (struct.unpack("=Q", self.obj.lookup("seen", struct.pack("=I", k), 8))[0]
-                                 for k in range(4))
+        n, cuts, periods, low = _counters(self.obj, "seen", 4)
         return {"notifications": n, "cuts": cuts, "increase_periods": periods, "lowest_rate": round(low / 1024, 4)}
 
     def close(self) -> None:
