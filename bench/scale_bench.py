@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 
 from bench.readme import ROOT, replace_block, table
-from testbed.experiment.calibration import calibrate, hpn_params
+from testbed.experiment.calibration import calibrate
 from testbed.experiment.fidelity import line as fidelity_line
 from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.runner import run_one
 from testbed.experiment.spec import from_dict
 from testbed.net.network import Network
-from testbed.qos.scale import choose_scale, offered_load
+from testbed.qos.scale import choose_scale, offered_load, probe_params
 from testbed.qos.spec import QosSpec
 from testbed.system.ownership import exit_cleanly_on_signals
 from topos import build
@@ -46,7 +46,7 @@ def mem_available() -> int:
 
 
 def hpnlab_lifecycle(hosts: int) -> dict:
-    topo = build("hpn", **hpn_params(hosts))
+    topo = build("hpn", **probe_params(hosts))
     scale = choose_scale(offered_load(topo), hosts=hosts).scale
     m0, t0 = mem_available(), time.monotonic()
     with Network(topo, routing="static", qos=QosSpec(scale=scale)) as net:  # a start that fails is undone too
@@ -72,7 +72,7 @@ def mininet_lifecycle(hosts: int) -> dict:
     from testbed.system.capabilities import probe
 
     setLogLevel("warning")
-    topo = build("hpn", **hpn_params(hosts))
+    topo = build("hpn", **probe_params(hosts))
     scale = choose_scale(offered_load(topo), hosts=hosts).scale
     t0 = time.monotonic()
     net = Mininet(topo=None, build=False, controller=None, link=TCLink, autoSetMacs=True, waitConnected=False)
@@ -97,7 +97,7 @@ def mininet_lifecycle(hosts: int) -> dict:
 def allreduce(hosts: int, iters: int, dilation: float = 1.0, scale: float | str = "auto") -> dict:
     """The ring all-reduce through the runner. With time dilated D, a fixed scale puts 1/D of the per-port
     wall-clock load on the machine (scale auto would fill the budget again with D times the bytes)."""
-    exp = from_dict({"name": f"scale-{hosts}", "topology": {"name": "hpn", "params": hpn_params(hosts)},
+    exp = from_dict({"name": f"scale-{hosts}", "topology": {"name": "hpn", "params": probe_params(hosts)},
                      "routing": "precise", "qos": {"scale": scale}, "time": {"dilation": dilation},
                      "step_timeout_s": 300,
                      "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0",

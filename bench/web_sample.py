@@ -13,8 +13,8 @@ import json
 import statistics
 import time
 
-from testbed.experiment.calibration import hpn_params
 from testbed.net.network import Network
+from testbed.qos.scale import probe_params
 from testbed.qos.spec import QosSpec
 from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.web.fabric import QUEUE_SHARE, FabricProbe
@@ -23,7 +23,7 @@ from topos import build
 
 
 def measure(hosts: int, samples: int) -> dict:
-    topo = build("hpn", **hpn_params(hosts))
+    topo = build("hpn", **probe_params(hosts))
     with Network(topo, routing="controller", mode="precise", qos=QosSpec(scale="auto")) as net:
         probe = FabricProbe.of(net)
         probe.sample()

@@ -13,17 +13,18 @@ from .common import console
 @click.option("--hosts", type=int, default=8, show_default=True,
               help="Probe HPN size (8 or a multiple of 8); runs on fabrics of at least this size use its budget.")
 @click.option("--no-save", is_flag=True, help="Measure and print only; keep the cached figures.")
-@click.option("--only", type=click.Choice(["budget", "floor"]), default=None,
-              help="Measure one of the two (the other stays as cached): the budget (minutes) or the per-op "
-                   "floor (under a minute at 8 hosts).")
+@click.option("--only", type=click.Choice(["budget", "floor", "reaction"]), default=None,
+              help="Measure one of the three (the others stay as cached): the budget (minutes), the per-op "
+                   "floor (under a minute at 8 hosts) or the PFC agent's reaction (seconds).")
 def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None) -> None:
     """Sweep the scale on an HPN (all hosts sending on disjoint paths) and cache the faithful budget; time ops
-    of next to no bytes and cache the emulator's own per-op latency (for dilation auto and the verdict)."""
+    of next to no bytes and cache the emulator's own per-op latency (for dilation auto and the verdict); time
+    the PFC agent's reaction under load and cache it (the lossless headroom covers it)."""
     from testbed.experiment.calibration import calibrate as measure
-    from testbed.experiment.calibration import hpn_params
+    from testbed.qos.scale import probe_params
     from testbed.system.capabilities import probe
 
-    hpn_params(hosts)  # a bad size is refused before anything starts
+    probe_params(hosts)  # a bad size is refused before anything starts
     probe().require_root("calibrating (it runs networks)")
 
     def show(p: dict) -> None:
@@ -33,8 +34,8 @@ def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None) -> No
                       f"{p['rate_fidelity']:.3f}, {verdict}" + (" (measuring again)" if p.get("retry") else ""),
                       soft_wrap=True)
 
-    result = measure(hosts=hosts, seconds=seconds, progress=show, save=not no_save, budget=only != "floor",
-                     floor=only != "budget")
+    result = measure(hosts=hosts, seconds=seconds, progress=show, save=not no_save, budget=only in (None, "budget"),
+                     floor=only in (None, "floor"), reaction=only in (None, "reaction"))
     saved = f", cached in {result['cache']}" if result.get("cache") else " (not saved)"
     if "floor" in result:
         f = result["floor"]
@@ -43,7 +44,13 @@ def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None) -> No
         console.print(f"per-op floor: {f['base_s'] * 1000:.1f} ms + {f['per_step_s'] * 1000:.2f} ms per step, from "
                       f"ops of next to no bytes, + {f['frame_s'] * 1000:.2f} ms per step of full frames (beyond "
                       f"their ideal time, {f['quantile']:.0%} of them under: {probes}){saved}", soft_wrap=True)
-    if only != "floor":
+    if "reaction" in result:
+        r = result["reaction"]
+        console.print(f"PFC reaction (kernel events, under an all-reduce and an incast): p99 {r['p99_s'] * 1000:.2f} "
+                      f"ms, max {r['max_s'] * 1000:.2f} ms over {r['pauses']:,} pauses; switch queues at most "
+                      f"{r['past_xoff_max_bytes']:,} B past XOFF, {r['lossless_drops']} lossless drops{saved}",
+                      soft_wrap=True)
+    if "budget_bps" in result:
         _budget_table(result, hosts, saved)
 
 

@@ -10,7 +10,7 @@ import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from testbed.qos.cc import CCS
+from testbed.qos.spec import CCS
 from topos.errors import InputError
 
 from .common import DILATION, SCALE, cluster_opt, console, hashing_opt, load_cluster_arg, parse_kv

@@ -27,6 +27,12 @@ stored it whole before sending it on would add its time at the emulated rate
 per hop: 12 ms per step of 4 hops at 4 Mbit/s. Measured here it adds
 nothing (HTB's burst of two frames forwards a frame that arrives paced at
 once): a ring of 14 such steps took 189 ms for 168 ms ideal.
+
+The PFC reaction (testbed/qos/scale.py `Reaction`, what the lossless headroom
+covers with kernel events) is timed under a ring all-reduce over every host's
+NIC 0 beside a TCP incast over every NIC 1 (`reaction_experiment`): from a
+queue's XOFF crossing in the kernel to its upstream classes paused, its
+maximum and p99 kept, with how far the switch queues went past XOFF.
 """
 
 from __future__ import annotations
@@ -35,9 +41,9 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.qos.scale import PROBE_HOSTS, choose_scale, machine_key, offered_load, save_budget
+from testbed.qos.scale import PROBE_HOSTS, choose_scale, machine_key, offered_load, probe_params, save_budget
+from testbed.qos.spec import HTB_BURST, MTU, OVS_BATCH
 from topos import build
-from topos.errors import InputError
 
 from .fidelity import STEAL_MAX
 from .runner import run_one
@@ -58,24 +64,16 @@ FRAME_STEP_FRAMES = 4  # full frames per connection and ring step in the frames 
 FRAME_OPS = 8  # its ops take 0.2 s each at 8 hosts, 6 s at 64 (126 steps at 1 Mbit/s)
 FRAME_WARMUP = 2  # its first op opens the connections; each op has many steps to time already
 MSS = 1448  # TCP payload of a full frame (1,514 bytes with its headers and timestamps)
+REACTION_SECONDS = 6.0  # of the PFC reaction probe's traffic: hundreds of crossings at 8 hosts
 
 
 def host_port_gbps(topo) -> float:
     return next(l.rate_gbps for l in topo.links if l.kind == "host-tor")
 
 
-def hpn_params(hosts: int) -> dict:
-    """HPN of `hosts` hosts as the calibration and the scale benchmark size it: the default (8 hosts, two
-    segments of 4) or segments of 8 hosts, 2 rails, one pod."""
-    if hosts < PROBE_HOSTS or hosts % PROBE_HOSTS:
-        raise InputError("the probe's size must be 8 or a multiple of 8 hosts", "use --hosts 8, 16, 32, 64 or 128",
-                         field="hosts", value=hosts)
-    return {} if hosts == PROBE_HOSTS else {"segments_per_pod": hosts // 8, "hosts_per_segment": 8}
-
-
 def probe_experiment(scale: float, seconds: float = SECONDS, hosts: int = PROBE_HOSTS) -> dict:
     """Two jobs side by side: sendrecv pairs across the segments, one each way."""
-    params = hpn_params(hosts)
+    params = probe_params(hosts)
     topo = build("hpn", **params)
     hosts = [h.name for h in topo.hosts]
     half = len(hosts) // 2
@@ -127,7 +125,7 @@ def floor_experiment(hosts: int, op: str, frames: bool = False) -> dict:
     """FLOOR_OPS ops of FLOOR_SIZE: a sendrecv across the segments, or a ring all-reduce over every host; with
     `frames`, FRAME_OPS ring all-reduces of FRAME_STEP_FRAMES full frames per connection and step at the scale
     auto gives every host port sending."""
-    params = hpn_params(hosts)
+    params = probe_params(hosts)
     topo = build("hpn", **params)
     names = [h.name for h in topo.hosts]
     ranks = [names[0], names[len(names) // 2]] if op == "sendrecv" else names
@@ -168,20 +166,74 @@ def measure_floor(hosts: int = PROBE_HOSTS) -> dict:
             "quantile": FLOOR_Q, "points": [one, ring, full]}
 
 
+def reaction_experiment(hosts: int, seconds: float = REACTION_SECONDS, budget_bps: float | None = None,
+                        dilation: float = 1.0) -> dict:
+    """A ring all-reduce over every host's NIC 0 beside a TCP incast over every NIC 1 toward the first host, both
+    lasting about `seconds` at the fabric's rates: the incast's receiver ports cross XOFF again and again (TCP
+    without end-to-end control fills them) while the agent watches a fabric busy with the all-reduce. The scale
+    puts the budget (`budget_bps`, else this machine's) on the wire; time `dilation` D puts 1/D of it there (the
+    hosts' TCP timers dilated with it, where slower links alone would time out)."""
+    params = probe_params(hosts)
+    topo = build("hpn", **params)
+    names = [h.name for h in topo.hosts]
+    n, port_bytes_s = len(names), host_port_gbps(topo) * 1e9 / 8
+    ring = seconds * 2 * port_bytes_s * n / (2 * (n - 1))  # a rank sends 2(n-1)/n of it on its NIC's 2 ports
+    incast = seconds * 2 * port_bytes_s / (n - 1)  # the receiver's 2 ports take all n-1 senders' parts
+    offered = offered_load(topo, [(h, 0) for h in names] + [(names[0], 1)])
+    scale = choose_scale(offered, budget_bps, hosts).scale
+    return {"name": "pfc-reaction", "topology": {"name": "hpn", "params": params}, "routing": "precise",
+            "qos": {"scale": scale}, "time": {"dilation": dilation}, "channels": 2, "step_timeout_s": 120,
+            "jobs": [{"name": "allreduce", "collective": {"op": "allreduce", "size": int(ring), "iters": 1,
+                                                          "ranks": ",".join(f"{h}:0" for h in names)}},
+                     {"name": "incast", "collective": {"op": "incast", "size": int(incast), "iters": 1,
+                                                       "ranks": ",".join(f"{h}:1" for h in names)}}]}
+
+
+def measure_reaction(hosts: int = PROBE_HOSTS, seconds: float = REACTION_SECONDS, budget_bps: float | None = None,
+                     dilation: float = 1.0) -> dict:
+    """The PFC agent's reaction (a crossing in the kernel to the upstream classes paused, wall time) under
+    `reaction_experiment`, and how far the switch queues went past XOFF (what the headroom must hold)."""
+    exp = reaction_experiment(hosts, seconds, budget_bps, dilation)
+    rec = run_one("pfc-reaction", from_dict(exp), Path.cwd(), None, 0)
+    pfc = rec.get("pfc") or {}
+    r = pfc.get("reaction_ms") or {}
+    if pfc.get("detect") != "kernel" or r.get("max") is None:
+        raise RuntimeError("the PFC reaction probe saw no reaction on kernel events (detect "
+                           f"{pfc.get('detect')!r}{', ' + pfc['detect_why'] if pfc.get('detect_why') else ''}): "
+                           "'hpnlab doctor' says whether this machine can load the BPF programs")
+    switch = [q for q in pfc.get("queues", {}).values() if not q.get("host")]
+    # what a queue took in past XOFF, an OVS batch and its ingress links' HTB bursts, as time of its full ingress
+    # (a lower bound where it dropped)
+    needed = [(q["max_backlog"] - q["xoff"] - (OVS_BATCH + 2) * MTU - q["ingress_links"] * HTB_BURST)
+              / q["ingress_Bps"] for q in switch if q["xoff_events"] and q.get("ingress_Bps")]
+    return {"hosts": hosts, "scale": exp["qos"]["scale"], "dilation": dilation,
+            "max_s": r["max"] / 1000, "p99_s": r["p99"] / 1000, "median_s": r["median"] / 1000,
+            "needed_s": round(max(needed + [0.0]), 6), "window_ms": pfc.get("headroom_covers_ms"),
+            "pauses": sum(t["pause_events"] for t in pfc.get("pauses_by_tier", {}).values()),
+            "past_xoff_max_bytes": max((q["max_backlog"] - q["xoff"] for q in switch), default=0),
+            "headroom_min_bytes": min((q["headroom"] for q in switch), default=None),
+            "lossless_drops": rec["fidelity"]["lossless_drops"], "fidelity": rec["fidelity"]["status"],
+            "reasons": rec["fidelity"]["reasons"] + rec["fidelity"]["unknown"],
+            "cpu_idle_min": rec["fidelity"]["cpu_idle_min"]}
+
+
 def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Callable[[dict], None] | None = None,
               save: bool = True, scales: list[float] | None = None, budget: bool = True,
-              floor: bool = True) -> dict:
-    """Measure the budget (`sweep`) and/or the per-op floor (`measure_floor`) and cache them for this machine
-    and size; a measurement not made, or that found nothing faithful, leaves the cached one as it was."""
+              floor: bool = True, reaction: bool = True) -> dict:
+    """Measure the budget (`sweep`), the per-op floor (`measure_floor`) and/or the PFC reaction
+    (`measure_reaction`) and cache them for this machine and size; a measurement not made, or that found
+    nothing faithful, leaves the cached one as it was."""
     result: dict = {"machine": machine_key(), "hosts": hosts}
     if budget:
         result |= sweep(hosts, seconds, progress, scales)
     if floor:
         result["floor"] = measure_floor(hosts)
+    if reaction:  # at the load the sweep just found faithful, if it found one
+        result["reaction"] = measure_reaction(hosts, budget_bps=result.get("budget_bps"))
     # a sweep that found nothing faithful keeps the cached budget and the points it was measured with
     keep = {k: v for k, v in result.items() if result.get("budget_bps") is not None or k not in ("budget_bps",
                                                                                                 "points")}
-    if save and ("budget_bps" in keep or "floor" in keep):
+    if save and ("budget_bps" in keep or "floor" in keep or "reaction" in keep):
         result["cache"] = str(save_budget(keep, hosts=hosts))
     return result
 

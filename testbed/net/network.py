@@ -187,7 +187,7 @@ class Network:
         scale = self._scale(spec)
         if self.scale_choice is not None:
             log.info("%s", self.scale_choice.why())
-        spec = resolve(spec, self.topo, scale)
+        spec = resolve(spec, self.topo, scale, self._kernel_reaction_ms(spec))
         self.qos_spec = spec
         crossing = frozenset(l.name for l in self.cluster.placement.crossing) if self.cluster else frozenset()
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
@@ -209,6 +209,19 @@ class Network:
                         else SplitPfc(self.cluster, self.qos, state_file))
             self.pfc.start()
         self.timings["qos_s"] = time.monotonic() - t
+
+    def _kernel_reaction_ms(self, spec: QosSpec) -> float | None:
+        """What the headroom covers when the PFC agent will act on kernel events (this machine's measured reaction,
+        testbed/qos/scale.py), None when it will poll: several servers' agents poll, and so does a machine that
+        cannot build BPF programs (the agent's own fallback, should loading still fail, says so)."""
+        from testbed.qos.scale import load_reaction
+        from testbed.system.bpf import missing_tools
+
+        if not spec.pfc.enabled or spec.pfc.detect == "poll" or self.cluster is not None or missing_tools():
+            return None
+        reaction = load_reaction(hosts=len(self.topo.hosts))
+        log.info("%s", reaction.why(len(self.topo.hosts)))
+        return reaction.window_s * 1000
 
     def _host_cc(self, spec: QosSpec) -> None:
         """The hosts' side of `qos.cc`: ECN on in every host's namespace (it goes with the namespace), and DCTCP

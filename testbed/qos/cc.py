@@ -24,7 +24,6 @@ from pathlib import Path
 
 from testbed.system.bpf import BpfObject, build
 
-CCS = ("none", "ecn", "dctcp", "dcqcn")
 NAMES = {"dctcp": "hpn_dctcp", "dcqcn": "hpn_dcqcn"}  # what sockets choose with TCP_CONGESTION
 DCTCP_NAME = NAMES["dctcp"]
 DCTCP_MAX_ALPHA = 1024

@@ -484,12 +484,14 @@ class PfcAgent:
             **({"detect_why": self.detect_why} if self.detect_why else {}),
             # a crossing in the kernel to the upstream classes changed (kernel detection only)
             "reaction_ms": spread(sorted(r for t, r in self.reactions if since is None or t >= since), 1000),
+            "headroom_covers_ms": self.spec.reaction_s() * 1000,  # of every ingress, beside an OVS batch
             "agent_cpu_share": round(self.cpu_s / self.wall_s, 4) if self.wall_s else None,
             "pauses_by_tier": tiers,
             "ports": {queue_key(*k): {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
                       for k, s in self.pauses.items() if s.events},
             "queues": {queue_key(*k): {"max_backlog": q.max_backlog, "xoff_events": q.xoff_events, "drops": q.drops,
-                                       "xoff": q.plan.xoff, "headroom": q.plan.headroom, "host": q.port.is_host}
+                                       "xoff": q.plan.xoff, "headroom": q.plan.headroom, "host": q.port.is_host,
+                                       "ingress_Bps": q.plan.ingress, "ingress_links": q.plan.ingress_links}
                        for k, q in self.queues.items() if q.max_backlog or q.drops},
             # every 20th poll: lossless backlogs (non-zero ones) and the ports paused at that moment
             "samples": [{"t": round(s["t"] - self.samples[0]["t"], 4), "backlog": s["backlog"],
@@ -542,7 +544,8 @@ def in_fabric_time(report: dict, timebase: Timebase) -> dict:
 
     return {**report,
             "clock": {"dilation": timebase.dilation, "virtual": ["paused_s", "samples.t"],
-                      "wall": ["poll_period_ms", "poll_ms", "last_poll_age_ms", "reaction_ms"]},
+                      "wall": ["poll_period_ms", "poll_ms", "last_poll_age_ms", "reaction_ms",
+                               "headroom_covers_ms"]},
             "by_priority": {p: paused(d) for p, d in report["by_priority"].items()},
             "pauses_by_tier": {t: paused(d) for t, d in report["pauses_by_tier"].items()},
             "ports": {k: paused(d) for k, d in report["ports"].items()},
@@ -587,6 +590,7 @@ def merge_reports(reports: dict[str, dict]) -> dict:
         "detect": "/".join(sorted({r.get("detect", "poll") for r in reports.values()})),
         "reaction_ms": {k: _most([r.get("reaction_ms", {}).get(k) for r in reports.values()])
                         for k in ("median", "p99", "max")},
+        "headroom_covers_ms": _most([r.get("headroom_covers_ms") for r in reports.values()]),
         "agent_cpu_share": max(shares) if shares else None,
         "pauses_by_tier": tiers,
         "ports": {k: v for r in reports.values() for k, v in r["ports"].items()},

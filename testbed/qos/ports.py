@@ -14,25 +14,38 @@ from pydantic import TypeAdapter
 
 from topos.model import Topology
 
-from .spec import PortPlan, QosSpec, port_plan
+from .spec import REACTION_POLLS, PortPlan, QosSpec, port_plan
 
 # The PFC agent reads every switch queue each poll; its cost grows with the switch ports. 5 ms for the
 # 8-host HPN's 128 switch ports took 24-27% of a core (README, PFC bench); at 768 ports (64 hosts) a 5 ms
-# period could not be kept (p99 231 ms, the machine CPU-bound), so the period grows with the ports and
-# the headroom, sized from the period, with it.
+# period could not be kept (p99 231 ms, the machine CPU-bound), so the period grows with the ports (and a
+# polling agent's headroom, sized from the period, with it).
 BASE_POLL_MS, BASE_SWITCH_PORTS = 5.0, 128
 
 
+def switch_ports(topo: Topology) -> int:
+    return sum(2 if l.kind != "host-tor" else 1 for l in topo.links)  # switch ends of every link
+
+
 def pfc_poll_ms(topo: Topology) -> float:
-    ports = sum(2 if l.kind != "host-tor" else 1 for l in topo.links)  # switch ends of every link
-    return BASE_POLL_MS * max(1.0, ports / BASE_SWITCH_PORTS)
+    return BASE_POLL_MS * max(1.0, switch_ports(topo) / BASE_SWITCH_PORTS)
 
 
-def resolve(spec: QosSpec, topo: Topology, scale: float | None = None) -> QosSpec:
-    """The spec with numbers where it said auto: the PFC poll period from the fabric's size, and `scale`."""
+def resolve(spec: QosSpec, topo: Topology, scale: float | None = None,
+            kernel_reaction_ms: float | None = None) -> QosSpec:
+    """The spec with numbers where it said auto: the PFC poll period from the fabric's size, the reaction the
+    headroom covers (`kernel_reaction_ms` when the agent will act on kernel events, else its polling one), and
+    `scale`."""
     upd = {}
+    pfc = {}
     if spec.pfc.poll_ms == "auto":
-        upd["pfc"] = spec.pfc.model_copy(update={"poll_ms": pfc_poll_ms(topo)})
+        pfc["poll_ms"] = pfc_poll_ms(topo)
+    if spec.pfc.reaction_ms == "auto":
+        poll_ms = pfc.get("poll_ms", spec.pfc.poll_ms)
+        pfc["reaction_ms"] = (kernel_reaction_ms if kernel_reaction_ms is not None and spec.pfc.detect != "poll"
+                              else REACTION_POLLS * poll_ms)
+    if pfc:
+        upd["pfc"] = spec.pfc.model_copy(update=pfc)
     if scale is not None:
         upd["scale"] = scale
     return spec.model_copy(update=upd) if upd else spec
@@ -68,6 +81,7 @@ def egress_ports(topo: Topology, spec: QosSpec, netns_of: Callable[[str], str | 
     the `crossing` ones (link names: between servers) with the pause message's delay on top."""
     total = {n: sum(l.rate_gbps for l in topo.links_of(n)) for n in topo.nodes}
     remote = {n: sum(l.rate_gbps for l in topo.links_of(n) if l.name in crossing) for n in topo.nodes}
+    links = {n: sum(1 for _ in topo.links_of(n)) for n in topo.nodes}
     out = []
     for l in topo.links:
         for node, port, peer, peer_port in ((l.a, l.a_port, l.b, l.b_port), (l.b, l.b_port, l.a, l.a_port)):
@@ -75,7 +89,8 @@ def egress_ports(topo: Topology, spec: QosSpec, netns_of: Callable[[str], str | 
             out.append(Port(node, port, role, peer, peer_port, ifname_of(node, port), ifname_of(peer, peer_port),
                             netns_of(node) if role == "host" else None,
                             port_plan(l.rate_gbps, spec, total[node] - l.rate_gbps,
-                                      remote[node] - (l.rate_gbps if l.name in crossing else 0.0))))
+                                      remote[node] - (l.rate_gbps if l.name in crossing else 0.0),
+                                      links[node] - 1)))
     return out
 
 

@@ -8,7 +8,10 @@ fabric grows (more ports for Open vSwitch and the PFC agent to poll, more
 agent processes), so a fabric uses the calibration of the largest probe not
 bigger than itself, and the choice says which. Without a calibration the
 DEFAULT_BUDGET measured on the development machine (2 cores, userspace OVS)
-is used, and the choice says so.
+is used, and the choice says so. A figure measured on a smaller fabric than
+the one it is used for (a default one: on 8 hosts) is scaled by `growth`, the
+ratio of their switch ports: the budget divided, the per-op floor's step and
+the PFC headroom's window (`Reaction`) multiplied.
 
     offered (real)  = per step, min(senders' NIC ports, receivers' NIC ports) x port rate,
                       the busiest step, summed over jobs running side by side
@@ -29,6 +32,7 @@ this machine, per fabric size) against each op's ideal time in the fabric:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -36,8 +40,12 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from topos import build
+from topos.errors import InputError
 from topos.model import Topology
 from traffic.timebase import MAX_DILATION
+
+from .ports import switch_ports
 
 DEFAULT_BUDGET_BPS = 128e6  # the lower of two calibrations of the development machine (128, 160 Mbit/s)
 SAFETY = 1.0  # the calibration probe already runs agents, the controller and PFC polling, as runs do
@@ -51,11 +59,33 @@ class Budget:
     bps: float
     calibrated: bool  # measured on this machine (else DEFAULT_BUDGET_BPS)
     at_hosts: int | None = None  # the probe fabric's size it was measured on
+    grown: float = 1.0  # what the measured figure was divided by for a bigger fabric (`growth`)
 
     def source(self, hosts: int | None = None) -> str:
-        if not self.calibrated:
-            return "the default budget (not calibrated here: run 'hpnlab calibrate')"
-        return _measured_on(self.at_hosts, hosts)
+        said = ("the default budget (not calibrated here: run 'hpnlab calibrate')" if not self.calibrated
+                else _measured_on(self.at_hosts, hosts))
+        return said + _grown(self.grown, "/")
+
+
+def _grown(by: float, op: str) -> str:
+    return f", {op} {by:.2f} for this fabric's switch ports" if by > 1 else ""
+
+
+@functools.lru_cache(maxsize=64)
+def _hpn_ports(hosts: int) -> int:
+    return switch_ports(build("hpn", **probe_params(hosts)))
+
+
+def growth(at_hosts: int | None, hosts: int | None) -> float:
+    """How much more of the machine's own work a fabric of `hosts` makes than the probe fabric of `at_hosts` (the
+    development machine's 8 when None) that a figure was measured on: the ratio of their HPNs' switch ports, at
+    least 1. Open vSwitch's thread goes over every port, and agents and PFC queues come with them: here, at the
+    same wall load, idle CPU fell from 31% at 8 hosts to 5% at 64, the per-step floor rose from 2.6 to 12.5 ms
+    (x 4.8; the ports x 5.3) and the PFC agent's longest reaction 2-3x."""
+    at = at_hosts or PROBE_HOSTS
+    if hosts is None or hosts <= at:
+        return 1.0
+    return _hpn_ports(-(-hosts // PROBE_HOSTS) * PROBE_HOSTS) / _hpn_ports(at)
 
 
 def _measured_on(at_hosts: int | None, hosts: int | None) -> str:
@@ -93,6 +123,15 @@ def machine_key() -> str:
 
 PROBE_HOSTS = 8  # the default calibration's fabric (and that of entries saved before sizes were recorded)
 
+
+def probe_params(hosts: int) -> dict:
+    """HPN of `hosts` hosts as the calibration and the scale benchmark size it: the default (8 hosts, two
+    segments of 4) or segments of 8 hosts, 2 rails, one pod."""
+    if hosts < PROBE_HOSTS or hosts % PROBE_HOSTS:
+        raise InputError("the probe's size must be 8 or a multiple of 8 hosts", "use --hosts 8, 16, 32, 64 or 128",
+                         field="hosts", value=hosts)
+    return {} if hosts == PROBE_HOSTS else {"segments_per_pod": hosts // 8, "hosts_per_segment": 8}
+
 # The emulator's own wall time for an op of nothing on the development machine, 8 hosts (hpnlab calibrate
 # measures this machine's): handing the op out and hearing it is done, and each dependent step after that.
 DEFAULT_FLOOR_S = (0.005, 0.003)  # (base, per step): see Floor; 8 hosts here: 3-7 ms + 2.6-3.2 ms
@@ -114,6 +153,7 @@ class Floor:
     calibrated: bool = False
     at_hosts: int | None = None
     frame_s: float = 0.0
+    grown: float = 1.0  # what per_step_s was multiplied by for a bigger fabric than measured (`growth`)
 
     def of(self, steps: int) -> float:
         return self.base_s + (self.per_step_s + self.frame_s) * max(1, steps)
@@ -127,11 +167,46 @@ class Floor:
                 else _measured_on(self.at_hosts, hosts))
         if self.frame_s:
             said += f", plus {self.frame_s * 1000:.1f} ms per step of full frames"
-        return said
+        return said + _grown(self.grown, "per step x")
 
     def as_dict(self) -> dict:
         return {"base_s": self.base_s, "per_step_s": self.per_step_s, "calibrated": self.calibrated,
-                "at_hosts": self.at_hosts, "frame_s": self.frame_s}
+                "at_hosts": self.at_hosts, "frame_s": self.frame_s, "grown": self.grown}
+
+
+# What a lossless queue takes in after it crossed XOFF, as time of its full ingress: the PFC agent's reaction
+# on kernel events (the crossing in the kernel to its upstream classes paused) and what had already left the
+# upstream queues for userspace OVS by then, beyond one OVS batch (the headroom's constant part). The default
+# is the development machine's longest reaction at 8 hosts under an all-reduce beside a 7-to-1 incast
+# (0.5-1.2 ms in four runs; hpnlab calibrate measures this machine's, per fabric size). The headroom covers
+# REACTION_MARGIN times the longer of the two: a pause later than the headroom covers is a drop in a lossless
+# class, so the rare slow one matters, not the median.
+DEFAULT_REACTION_MAX_S = 0.0015
+REACTION_MARGIN = 2.0
+
+
+@dataclass(frozen=True)
+class Reaction:
+    """How late an upstream port stops after a lossless queue crossed XOFF, in wall time (kernel events)."""
+
+    max_s: float  # the agent's longest reaction
+    p99_s: float | None = None
+    calibrated: bool = False
+    at_hosts: int | None = None
+    needed_s: float = 0.0  # the longest a queue took in at its full ingress past XOFF and an OVS batch
+    grown: float = 1.0  # what the window was multiplied by for a bigger fabric than measured (`growth`)
+
+    @property
+    def window_s(self) -> float:
+        """What the headroom covers: ingress for this long after a crossing."""
+        return REACTION_MARGIN * max(self.max_s, self.needed_s) * self.grown
+
+    def why(self, hosts: int | None = None) -> str:
+        said = ("the development machine's (not calibrated here: run 'hpnlab calibrate')" if not self.calibrated
+                else _measured_on(self.at_hosts, hosts))
+        return (f"PFC headroom covers {self.window_s * 1000:.1f} ms of ingress: {REACTION_MARGIN:g} x the longer of "
+                f"the agent's reaction ({self.max_s * 1000:.2f} ms) and the queues' intake past XOFF "
+                f"({self.needed_s * 1000:.2f} ms), from {said}{_grown(self.grown, 'x')}")
 
 
 @dataclass(frozen=True)
@@ -263,6 +338,20 @@ def floors(path: Path | None = None) -> dict[int, tuple[float, float, float]]:
     return out
 
 
+def reactions(path: Path | None = None) -> dict[int, dict]:
+    """{probe hosts: Reaction's figures} of the PFC reactions measured on this machine (one edited into nonsense
+    is left out)."""
+    out = {}
+    for hosts, result in _by_hosts(_read(path or CACHE)).items():
+        r = result.get("reaction") if isinstance(result, dict) else None
+        if not (str(hosts).isdigit() and isinstance(r, dict)):
+            continue
+        figures = {k: r.get(k) for k in ("max_s", "p99_s", "needed_s") if isinstance(r.get(k), (int, float))}
+        if figures.get("max_s", 0) > 0 and all(v >= 0 for v in figures.values()):
+            out[int(hosts)] = figures
+    return out
+
+
 def _probe_for(known: dict, hosts: int | None) -> int:
     """The calibration a fabric of `hosts` uses: the largest probe not bigger than it (else the smallest: a
     bigger fabric's figures are the conservative ones)."""
@@ -274,24 +363,34 @@ def load_budget(path: Path | None = None, hosts: int | None = None) -> Budget:
     """This machine's budget for a fabric of `hosts` (`_probe_for`), or the default."""
     known = calibrations(path)
     if not known:
-        return Budget(DEFAULT_BUDGET_BPS, False)
+        return Budget(DEFAULT_BUDGET_BPS / (g := growth(None, hosts)), False, grown=g)
     at = _probe_for(known, hosts)
-    return Budget(known[at], True, at)
+    return Budget(known[at] / (g := growth(at, hosts)), True, at, g)
 
 
 def load_floor(path: Path | None = None, hosts: int | None = None) -> Floor:
     """This machine's per-op floor for a fabric of `hosts` (`_probe_for`), or the default."""
     known = floors(path)
     if not known:
-        return Floor(*DEFAULT_FLOOR_S)
+        base, per_step = DEFAULT_FLOOR_S
+        return Floor(base, per_step * (g := growth(None, hosts)), grown=g)
     at = _probe_for(known, hosts)
     base, per_step, frame = known[at]
-    return Floor(base, per_step, calibrated=True, at_hosts=at, frame_s=frame)
+    return Floor(base, per_step * (g := growth(at, hosts)), calibrated=True, at_hosts=at, frame_s=frame, grown=g)
+
+
+def load_reaction(path: Path | None = None, hosts: int | None = None) -> Reaction:
+    """This machine's PFC reaction for a fabric of `hosts` (`_probe_for`), or the development machine's."""
+    known = reactions(path)
+    if not known:
+        return Reaction(DEFAULT_REACTION_MAX_S, grown=growth(None, hosts))
+    at = _probe_for(known, hosts)
+    return Reaction(**known[at], calibrated=True, at_hosts=at, grown=growth(at, hosts))
 
 
 def save_budget(result: dict, path: Path | None = None, hosts: int = PROBE_HOSTS) -> Path:
-    """Keep a calibration of a fabric of `hosts`: its budget (`budget_bps`, `points`) and/or its per-op floor
-    (`floor`); what `result` does not measure stays as it was."""
+    """Keep a calibration of a fabric of `hosts`: its budget (`budget_bps`, `points`), its per-op floor (`floor`)
+    and/or its PFC reaction (`reaction`); what `result` does not measure stays as it was."""
     path = path or CACHE
     data = _read(path)
     by_hosts = _by_hosts(data)  # the other sizes' records stay whole

@@ -39,7 +39,7 @@ from traffic.transports.tcp import AGENT_PORTS
 
 from .netlink import CLASS_ADD, BatchSender, ClassSwitch, QdiscStats, dumper_in, htb_class_message
 from .ports import Port
-from .spec import DEFAULT_MINOR, HIGH_MINOR, MTU, PARENT_MINOR, QosSpec, lossless_minor
+from .spec import DEFAULT_MINOR, HIGH_MINOR, HTB_BURST, MTU, PARENT_MINOR, QosSpec, lossless_minor
 
 # pyroute2 knows pfifo but not bfifo; both take the same struct (one u32 limit: packets for
 # pfifo, bytes for bfifo), so bfifo uses pfifo's encoder.
@@ -158,7 +158,7 @@ class Shaper:
             rate = ceil = max(8000, int(p.plan.rate_bps * self.spec.pfc.pause_rate_fraction))
         else:
             rate, ceil = p.plan.class_rates_bps[cls], p.plan.rate_bps
-        return dict(rate_bps=rate, ceil_bps=ceil, prio=p.plan.prio[cls], quantum=MTU, burst=MTU * 2, cburst=MTU * 2)
+        return dict(rate_bps=rate, ceil_bps=ceil, prio=p.plan.prio[cls], quantum=MTU, burst=HTB_BURST, cburst=HTB_BURST)
 
     def _port_messages(self, p: Port, ipr: IPBatch, seqs) -> bytes:
         """The port's qdiscs, classes and filters as netlink requests, in the order the kernel needs them:
@@ -168,7 +168,7 @@ class Shaper:
         out = bytes(ipr.batch)
         ipr.reset()
         rate = p.plan.rate_bps
-        out += htb_class_message(idx, ROOT | PARENT_MINOR, ROOT, rate, rate, MTU * 2, MTU * 2, MTU, 0,
+        out += htb_class_message(idx, ROOT | PARENT_MINOR, ROOT, rate, rate, HTB_BURST, HTB_BURST, MTU, 0,
                                  flags=CLASS_ADD, seq=next(seqs))
         classes = self.spec.class_minors()
         for cls, minor in classes.items():

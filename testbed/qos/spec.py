@@ -17,15 +17,17 @@ link in proportion to its weight (the lossless weight split among the lossless
 priorities by their `weight`).
 
 PFC defaults, per lossless priority, from the scaled port rate r and the
-switch's total ingress rate R_in (bytes/s; the sum of its other links) and the
-agent's poll period T:
-    headroom = 5 x R_in x T + R_x x L + 32 x MTU + 2 x MTU
+switch's total ingress rate R_in (bytes/s; the sum of its other links), the
+agent's poll period T and its reaction time A (`pfc.reaction_ms`):
+    headroom = R_in x A + R_x x L + 32 x MTU + 2 x MTU + N_in x B
                                        (what can still arrive while a pause takes
-                                        effect: up to the agent's longest gap between
-                                        polls, measured at 2.4-4.2 T in quiet runs on 2
-                                        cores (two T, one to notice and one to act, let
-                                        a crux run drop 2 lossless packets at a 2.6 T
-                                        gap); the queue sees every ingress, so all count;
+                                        effect: for A, ingress until the agent acted;
+                                        the queue sees every ingress, so all count;
+                                        each of the N_in ingress links' paused class
+                                        still spends its HTB burst B = 2 MTU at once
+                                        (64 hosts, D = 8: aggregation queues of 15
+                                        ingress links ran 60 KB past XOFF, 23 ms of
+                                        their ingress, where the agent took 2.8 ms);
                                         R_x of them from other servers, whose pause is
                                         a message that takes up to L = pfc.remote_ms;
                                         and an OVS batch: what userspace OVS had already
@@ -34,6 +36,12 @@ agent's poll period T:
                                         53-60 KB past XOFF with poll gaps of 7-13 ms
                                         (11-20 KB of ingress growth); without the batch
                                         they dropped in 2 of 2 runs)
+    A        = with kernel events (the network resolves it, testbed/qos/ports.py):
+               twice the longest reaction `hpnlab calibrate` measured (crossing in
+               the kernel -> upstream classes set; 1.5 ms on the development
+               machine); polling: 5 T, the agent's longest gap between polls,
+               measured at 2.4-4.2 T in quiet runs on 2 cores (two T, one to notice
+               and one to act, let a crux run drop 2 lossless packets at a 2.6 T gap)
     XOFF     = max(64 x MTU, 4 x r x T)  (userspace OVS forwards in batches of up to 32
                                          frames, and what piled up while its thread was
                                          away leaves in batches back to back: one flow at
@@ -47,7 +55,7 @@ A priority's own xoff_bytes / xon_bytes / headroom_bytes override pfc's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -59,10 +67,13 @@ OVS_BATCH = 32  # NETDEV_MAX_BURST: frames userspace OVS forwards per batch
 # flow per ToR port at that port's rate): ToR queues of up to 54 frames; with XOFF at one batch PFC paused the
 # fabric in 2 of 5 runs, which then took 1.20-1.33x the closed form; at two batches 0 pauses in 6, 1.07-1.08x.
 OVS_BURST_FRAMES = 2 * OVS_BATCH
-REACTION_POLLS = 5  # the headroom covers this many poll periods of ingress (see the module's docstring)
+HTB_BURST = 2 * MTU  # bytes every HTB class may send at once (burst and cburst): a frame that arrives paced goes on
+REACTION_POLLS = 5  # a polling agent's headroom covers this many poll periods of ingress (module docstring)
 HIGH_MINOR, LOSSLESS_MINOR, DEFAULT_MINOR = 0x10, 0x30, 0x40  # HTB minor ids under 1: (lossless: + priority)
 PARENT_MINOR = 0x1
 MAX_TIME_MS = 10_000  # buffer_ms and delay_ms, as asked (before dilation)
+Cc = Literal["none", "ecn", "dctcp", "dcqcn"]  # congestion control at the hosts (testbed/qos/cc.py)
+CCS: tuple[str, ...] = get_args(Cc)
 HTB_LEVELS = 8  # TC_HTB_NUMPRIO: strict scheduling has high, the lossless priorities and default in 8 levels
 
 
@@ -97,6 +108,10 @@ class PfcSpec(BaseModel):
     pause_rate_fraction: float = Field(1 / 16, gt=0, lt=1, description="what a paused class still sends")
     remote_ms: float = Field(5.0, gt=0, le=1000, description="what a pause toward another server's port adds "
                              "(a message between the servers' agents): headroom for ingress across servers")
+    reaction_ms: float | Literal["auto"] = Field(
+        "auto", description="how long after a crossing the headroom takes ingress for (see the module's "
+                            "docstring); auto: from the agent's measured reaction with kernel events, 5 poll "
+                            "periods when polling")
     detect: Literal["auto", "kernel", "poll"] = Field(
         "auto", description="how XOFF/XON crossings are seen: kernel (BPF on the qdisc tracepoints, per packet), "
                             "poll (every queue read each poll_ms), auto (kernel where this machine can)")
@@ -106,7 +121,18 @@ class PfcSpec(BaseModel):
         if self.poll_ms != "auto" and not 0 < self.poll_ms <= 1000:
             raise InputError("poll_ms must be in (0, 1000] (or auto)", "e.g. poll_ms: 5, or poll_ms: auto",
                              field="qos.pfc.poll_ms", value=self.poll_ms)
+        if self.reaction_ms != "auto" and not 0 < self.reaction_ms <= 10_000:
+            raise InputError("reaction_ms must be in (0, 10000] (or auto)", "e.g. reaction_ms: 3, or auto",
+                             field="qos.pfc.reaction_ms", value=self.reaction_ms)
         return self
+
+    def reaction_s(self) -> float:
+        """The time the headroom covers: as given, or (auto, not resolved for kernel events) the polling agent's."""
+        if self.reaction_ms != "auto":
+            return self.reaction_ms / 1000
+        if self.poll_ms == "auto":
+            raise ValueError("pfc.poll_ms auto is resolved (testbed.qos.ports.resolve) before ports are planned")
+        return REACTION_POLLS * self.poll_ms / 1000
 
 
 class EcnSpec(BaseModel):
@@ -178,7 +204,7 @@ class QosSpec(BaseModel):
     loss_pct: float | None = Field(None, gt=0, le=100, description="needs netem")
     pfc: PfcSpec = Field(default_factory=PfcSpec)
     ecn: EcnSpec = Field(default_factory=EcnSpec)
-    cc: Literal["none", "ecn", "dctcp", "dcqcn"] = Field(
+    cc: Cc = Field(
         "none", description="congestion control at the hosts (tcp transport, testbed/qos/cc.py): none, classic "
                             "ECN, DCTCP, or DCQCN (RoCE's, on the TCP stand-in); any but none turns ECN marking "
                             "on unless ecn says otherwise")
@@ -265,6 +291,8 @@ class PfcPlan:
     xoff: int
     xon: int
     headroom: int
+    ingress: int = 0  # bytes/s the port's device takes in on its other links: what arrives while a pause acts
+    ingress_links: int = 1  # those links
 
 
 @dataclass(frozen=True)
@@ -279,22 +307,22 @@ class PortPlan:
 
 
 def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None,
-              remote_ingress_gbps: float = 0.0) -> PortPlan:
-    """Numbers for an egress port of `rate_gbps` on a device whose other links sum to `ingress_gbps`, of which
-    `remote_ingress_gbps` come from another server (over several servers)."""
+              remote_ingress_gbps: float = 0.0, ingress_links: int = 1) -> PortPlan:
+    """Numbers for an egress port of `rate_gbps` on a device whose `ingress_links` other links sum to
+    `ingress_gbps`, of which `remote_ingress_gbps` come from another server (over several servers)."""
     if spec.scale == "auto" or spec.pfc.poll_ms == "auto":
         raise ValueError("scale and pfc.poll_ms auto are resolved (testbed.qos.ports.resolve) before ports are "
                          "planned")
     rate_bps = max(int(rate_gbps * 1e9 / spec.scale), 8000)
     r = rate_bps / 8  # bytes per second
     r_in = (rate_gbps if ingress_gbps is None else ingress_gbps) * 1e9 / spec.scale / 8
-    t = spec.pfc.poll_ms / 1000
+    t, react = spec.pfc.poll_ms / 1000, spec.pfc.reaction_s()
     late = remote_ingress_gbps * 1e9 / spec.scale / 8 * spec.pfc.remote_ms / 1000
     buffer_bytes = max(spec.min_buffer_bytes, int(r * spec.buffer_ms / 1000))
     pfc = spec.pfc
     lossless = {}
     for c in spec.lossless:
-        derived = int(REACTION_POLLS * r_in * t + late + (OVS_BATCH + 2) * MTU)
+        derived = int(r_in * react + late + (OVS_BATCH + 2) * MTU + ingress_links * HTB_BURST)
         headroom = next(v for v in (c.headroom_bytes, pfc.headroom_bytes, derived) if v is not None)
         xoff_default = max(OVS_BURST_FRAMES * MTU, int(4 * r * t))
         xoff = next(v for v in (c.xoff_bytes, pfc.xoff_bytes, xoff_default) if v is not None)
@@ -303,7 +331,8 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
             raise InputError("XON must be below XOFF", f"use an xon_bytes below {xoff}",
                              field=f"qos.lossless[priority {c.priority}].xon_bytes", value=xon)
         # Without PFC a lossless class is an ordinary queue: it drops when the buffer is full.
-        lossless[c.priority] = PfcPlan(xoff + headroom + 2 * MTU if pfc.enabled else buffer_bytes, xoff, xon, headroom)
+        lossless[c.priority] = PfcPlan(xoff + headroom + 2 * MTU if pfc.enabled else buffer_bytes, xoff, xon, headroom,
+                                       int(r_in), ingress_links)
     classes = spec.class_minors()
     if spec.scheduling == "strict":
         # A 1% floor each; the rest of the link is borrowed in priority order (HTB lends by prio).

@@ -6,7 +6,8 @@ import struct
 
 import pytest
 
-from testbed.qos.cc import CCS, DcqcnParams, host_sysctls, socket_cc
+from testbed.qos.cc import DcqcnParams, host_sysctls, socket_cc
+from testbed.qos.spec import CCS
 
 
 def test_each_choice_names_its_socket_cc_and_turns_ecn_on_in_the_hosts():

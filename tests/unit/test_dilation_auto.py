@@ -50,6 +50,38 @@ def test_a_wall_time_cap_lowers_the_dilation_and_says_which_ops_stay_latency_bou
         choose_dilation([OpTime("empty", 0.0, 1)], 0.0, FLOOR)
 
 
+def test_the_pfc_reaction_is_cached_beside_the_others_and_the_headroom_covers_twice_its_longest(tmp_path):
+    path = tmp_path / "calibration.json"
+    default = sc.load_reaction(path)
+    assert (default.max_s, default.calibrated) == (sc.DEFAULT_REACTION_MAX_S, False)
+    assert "not calibrated" in default.why() and default.window_s == 2 * default.max_s
+    sc.save_budget({"budget_bps": 1.6e8, "points": []}, path, hosts=8)
+    sc.save_budget({"reaction": {"max_s": 0.0012, "p99_s": 0.0008}}, path, hosts=8)  # calibrate --only reaction
+    sc.save_budget({"reaction": {"max_s": 0.004, "p99_s": 0.002}}, path, hosts=64)
+    assert sc.load_budget(path).bps == 1.6e8
+    assert sc.load_reaction(path, hosts=8) == sc.Reaction(0.0012, 0.0008, True, 8)
+    assert sc.load_reaction(path, hosts=128).window_s == pytest.approx(2 * 0.004 * sc.growth(64, 128))
+    sc.save_budget({"reaction": {"max_s": -1}}, path, hosts=8)  # edited into nonsense: left out
+    assert sc.load_reaction(path, hosts=8).at_hosts == 64
+
+
+def test_figures_measured_on_a_smaller_fabric_grow_with_the_switch_ports(tmp_path):
+    """The budget shrinks, the per-step floor and the PFC headroom's window grow, by the HPNs' switch ports."""
+    path = tmp_path / "calibration.json"
+    assert sc.growth(None, 8) == sc.growth(8, 4) == sc.growth(64, 64) == 1.0
+    assert sc.growth(None, 64) == pytest.approx(512 / 96) and sc.growth(8, 60) == sc.growth(8, 64)
+    g = sc.growth(8, 64)
+    default = sc.load_budget(path, hosts=64)
+    assert default.bps == pytest.approx(sc.DEFAULT_BUDGET_BPS / g) and "/ 5.33 for this fabric" in default.source(64)
+    assert sc.load_floor(path, hosts=64).per_step_s == pytest.approx(sc.DEFAULT_FLOOR_S[1] * g)
+    sc.save_budget({"reaction": {"max_s": 0.001, "needed_s": 0.0015}}, path, hosts=8)
+    assert sc.load_reaction(path, hosts=8).window_s == pytest.approx(0.003)  # 2 x the longer: the queues' intake
+    big = sc.load_reaction(path, hosts=64)
+    assert big.window_s == pytest.approx(0.003 * g) and "x 5.33 for this fabric's switch ports" in big.why(64)
+    sc.save_budget({"reaction": {"max_s": 0.002}}, path, hosts=64)  # measured on it: taken as it is
+    assert sc.load_reaction(path, hosts=64).window_s == pytest.approx(0.004)
+
+
 def test_the_floor_is_cached_beside_the_budget_and_each_keeps_the_other(tmp_path):
     path = tmp_path / "calibration.json"
     assert sc.load_floor(path) == Floor(*sc.DEFAULT_FLOOR_S) and "not calibrated" in sc.load_floor(path).source()
@@ -57,7 +89,9 @@ def test_the_floor_is_cached_beside_the_budget_and_each_keeps_the_other(tmp_path
     sc.save_budget({"floor": {"base_s": 0.02, "per_step_s": 0.002}}, path, hosts=8)  # calibrate --only floor
     assert sc.load_budget(path).bps == 1.6e8 and sc.load_floor(path) == Floor(0.02, 0.002, True, 8)
     sc.save_budget({"budget_bps": 1.8e8, "points": []}, path, hosts=8)  # calibrate --only budget
-    assert sc.load_floor(path, hosts=64) == Floor(0.02, 0.002, True, 8) and sc.load_budget(path).bps == 1.8e8
+    g = sc.growth(8, 64)  # a bigger fabric than the probe: the per-step floor grows with the switch ports
+    assert sc.load_floor(path, hosts=64) == Floor(0.02, 0.002 * g, True, 8, grown=g)
+    assert sc.load_budget(path).bps == 1.8e8
     sc.save_budget({"floor": {"base_s": 0.02, "per_step_s": 0.002, "frame_s": 0.001}}, path, hosts=8)
     assert sc.load_floor(path).frame_s == 0.001
     assert "plus 1.0 ms per step of full frames" in sc.load_floor(path).source()
@@ -127,8 +161,10 @@ def test_a_sweep_that_found_nothing_keeps_the_cached_budget_and_its_points(monke
     sc.save_budget({"budget_bps": 1.6e8, "points": [{"scale": 20_000}]}, hosts=8)
     monkeypatch.setattr(cal, "sweep", lambda *a: {"budget_bps": None, "points": [{"scale": 80_000}]})
     monkeypatch.setattr(cal, "measure_floor", lambda hosts: {"base_s": 0.004, "per_step_s": 0.003})
+    monkeypatch.setattr(cal, "measure_reaction", lambda hosts, **kw: {"max_s": 0.002, "p99_s": 0.001})
     r = cal.calibrate(hosts=8)
     assert r["budget_bps"] is None and r["points"] == [{"scale": 80_000}]  # what was measured is shown
     saved = json.loads(sc.CACHE.read_text())[sc.machine_key()]["by_hosts"]["8"]
     assert saved["budget_bps"] == 1.6e8 and saved["points"] == [{"scale": 20_000}]
     assert sc.load_floor(hosts=8) == Floor(0.004, 0.003, True, 8)
+    assert sc.load_reaction(hosts=8) == sc.Reaction(0.002, 0.001, True, 8)

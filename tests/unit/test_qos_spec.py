@@ -16,8 +16,9 @@ def test_port_plan_defaults_from_rate_and_poll():
     assert q.xoff == max(64 * MTU, int(4 * r * 0.005)) == 100_000
     assert q.xon == 50_000
     assert port_plan(100, spec).lossless[3].xoff == 64 * MTU  # 10 Mbit/s: the floor of two OVS batches
-    # five polls of every ingress, an OVS batch already read from the paused port, two frames
-    assert q.headroom == int(5 * (2200e9 / 1e4 / 8) * 0.005 + 34 * MTU) == 738_976
+    # five polls of every ingress, an OVS batch already read from the paused port, two frames, the ingress link's
+    # HTB burst
+    assert q.headroom == int(5 * (2200e9 / 1e4 / 8) * 0.005 + 34 * MTU + 2 * MTU) == 742_004
     assert q.limit == q.xoff + q.headroom + 2 * MTU
     assert p.buffer_bytes == max(16 * MTU, int(r * 0.020))
     assert p.prio == {"high": 0, "lossless3": 1, "default": 2}
@@ -99,6 +100,27 @@ def test_auto_poll_period_grows_with_the_switch_ports_and_must_be_resolved():
         port_plan(200, QosSpec())
     with pytest.raises(InputError):
         QosSpec(pfc={"poll_ms": 0})
+
+
+def test_with_kernel_events_the_headroom_covers_the_measured_reaction_not_five_polls():
+    from testbed.qos.ports import resolve
+    from topos import build
+
+    topo = build("hpn")
+    polled = resolve(QosSpec(pfc={"poll_ms": 5}), topo)
+    kernel = resolve(QosSpec(pfc={"poll_ms": 5}), topo, kernel_reaction_ms=3.0)
+    assert (polled.pfc.reaction_ms, kernel.pfc.reaction_ms) == (25.0, 3.0)
+    r_in = 2200e9 / 1e4 / 8  # bytes/s into the port's device
+    a, b = (port_plan(400, s, ingress_gbps=2200, ingress_links=11).lossless[3] for s in (polled, kernel))
+    bursts = 11 * 2 * MTU  # every ingress link's paused class spends its HTB burst at once
+    assert a.headroom == int(r_in * 0.025 + 34 * MTU + bursts) and b.headroom == int(r_in * 0.003 + 34 * MTU + bursts)
+    assert a.xoff == b.xoff and b.limit == b.xoff + b.headroom + 2 * MTU  # only what a pause takes to act changes
+    # asked to poll, or given a reaction, the spec keeps it: the measured one is for `auto` with kernel events
+    assert resolve(QosSpec(pfc={"poll_ms": 5, "detect": "poll"}), topo, kernel_reaction_ms=3.0).pfc.reaction_ms == 25
+    assert resolve(QosSpec(pfc={"reaction_ms": 7}), topo, kernel_reaction_ms=3.0).pfc.reaction_ms == 7
+    with pytest.raises(InputError) as exc:
+        QosSpec(pfc={"reaction_ms": 0})
+    assert exc.value.field == "qos.pfc.reaction_ms"
 
 
 def test_batch_messages_are_split_at_their_boundaries_and_must_ask_for_acks():
