@@ -50,6 +50,8 @@ def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None) -> No
                       f"ms, max {r['max_s'] * 1000:.2f} ms over {r['pauses']:,} pauses; switch queues at most "
                       f"{r['past_xoff_max_bytes']:,} B past XOFF, {r['lossless_drops']} lossless drops{saved}",
                       soft_wrap=True)
+    if "reaction_error" in result:
+        console.print(f"[yellow]PFC reaction not measured: {result['reaction_error']}[/]", soft_wrap=True)
     if "budget_bps" in result:
         _budget_table(result, hosts, saved)
 

@@ -168,3 +168,18 @@ def test_a_sweep_that_found_nothing_keeps_the_cached_budget_and_its_points(monke
     assert saved["budget_bps"] == 1.6e8 and saved["points"] == [{"scale": 20_000}]
     assert sc.load_floor(hosts=8) == Floor(0.004, 0.003, True, 8)
     assert sc.load_reaction(hosts=8) == sc.Reaction(0.002, 0.001, True, 8)
+
+
+def test_a_machine_without_kernel_events_calibrates_the_rest(monkeypatch, tmp_path):
+    from testbed.experiment import calibration as cal
+
+    monkeypatch.setattr(sc, "CACHE", tmp_path / "calibration.json")
+    monkeypatch.setattr(cal, "measure_floor", lambda hosts: {"base_s": 0.004, "per_step_s": 0.003})
+
+    def no_bpf(hosts, **kw):
+        raise RuntimeError("the PFC reaction probe saw no reaction on kernel events (detect 'poll')")
+
+    monkeypatch.setattr(cal, "measure_reaction", no_bpf)
+    r = cal.calibrate(hosts=8, budget=False)
+    assert "detect 'poll'" in r["reaction_error"] and "reaction" not in r
+    assert sc.load_floor(hosts=8).calibrated and not sc.load_reaction(hosts=8).calibrated
