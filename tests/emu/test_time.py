@@ -39,7 +39,10 @@ def test_a_failure_and_the_timeline_are_on_the_fabrics_clock(tmp_path, no_leftov
     (out,) = list((tmp_path / "results").iterdir())
     (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["dilation"] == 10 and run["tcp_timers_not_dilated"] == []  # every host's TCP timeouts x 10
-    assert run["tcp"] is not None and run["tcp"]["TCPTimeouts"] == 0
+    # No spurious timeout (the hosts' timers are dilated); a real one only where the failure dropped frames: the
+    # downed link's in-flight tail (once in a full suite: 23 frames, 38 fast retransmissions and 1 timeout)
+    assert run["tcp"] is not None and run["tcp"]["TCPSpuriousRTOs"] == 0
+    assert run["tcp"]["TCPTimeouts"] == 0 or run["drops"]["switch"] > 0, (run["tcp"], run["drops"])
     (fired,) = run["failures"]
     assert fired["t"] == pytest.approx(0.3, abs=0.02) and fired["wall_t"] == pytest.approx(3.0, abs=0.2)
     span = run["traffic_s"]
