@@ -76,15 +76,15 @@ def mininet_lifecycle(hosts: int) -> dict:
     scale = choose_scale(offered_load(topo), hosts=hosts).scale
     t0 = time.monotonic()
     net = Mininet(topo=None, build=False, controller=None, link=TCLink, autoSetMacs=True, waitConnected=False)
-    for h in topo.hosts:
-        net.addHost(f"m{h.short}")
-    for s in topo.switches:
-        net.addSwitch(f"m{s.short}", cls=OVSSwitch, dpid=dpid_hex(s), datapath=probe().datapath,
-                      failMode="secure", batch=True)  # no rules: nothing floods the looped fabric
-    for l in topo.links:
-        net.addLink(f"m{topo.nodes[l.a].short}", f"m{topo.nodes[l.b].short}", port1=l.a_port, port2=l.b_port,
-                    bw=l.rate_gbps * 1e3 / scale)
-    try:
+    try:  # addHost and addLink already make namespaces and veths: a stop (Ctrl-C, SIGTERM) among them undoes them
+        for h in topo.hosts:
+            net.addHost(f"m{h.short}")
+        for s in topo.switches:
+            net.addSwitch(f"m{s.short}", cls=OVSSwitch, dpid=dpid_hex(s), datapath=probe().datapath,
+                          failMode="secure", batch=True)  # no rules: nothing floods the looped fabric
+        for l in topo.links:
+            net.addLink(f"m{topo.nodes[l.a].short}", f"m{topo.nodes[l.b].short}", port1=l.a_port,
+                        port2=l.b_port, bw=l.rate_gbps * 1e3 / scale)
         net.build()
         net.start()
         up = time.monotonic() - t0
