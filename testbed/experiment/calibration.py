@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.qos.scale import PROBE_HOSTS, choose_scale, machine_key, offered_load, probe_params, save_budget
-from testbed.qos.spec import HTB_BURST, MTU, OVS_BATCH
+from testbed.qos.spec import fixed_headroom
 from topos import build
 
 from .fidelity import STEAL_MAX
@@ -202,10 +202,10 @@ def measure_reaction(hosts: int = PROBE_HOSTS, seconds: float = REACTION_SECONDS
                            f"{pfc.get('detect')!r}{', ' + pfc['detect_why'] if pfc.get('detect_why') else ''}): "
                            "'hpnlab doctor' says whether this machine can load the BPF programs")
     switch = [q for q in pfc.get("queues", {}).values() if not q.get("host")]
-    # what a queue took in past XOFF, an OVS batch and its ingress links' HTB bursts, as time of its full ingress
-    # (a lower bound where it dropped)
-    needed = [(q["max_backlog"] - q["xoff"] - (OVS_BATCH + 2) * MTU - q["ingress_links"] * HTB_BURST)
-              / q["ingress_Bps"] for q in switch if q["xoff_events"] and q.get("ingress_Bps")]
+    # what a queue took in past XOFF and the headroom's fixed part, as time of its full ingress (a lower bound
+    # where it dropped)
+    needed = [(q["max_backlog"] - q["xoff"] - fixed_headroom(q["ingress_links"])) / q["ingress_Bps"]
+              for q in switch if q["xoff_events"] and q.get("ingress_Bps")]
     return {"hosts": hosts, "scale": exp["qos"]["scale"], "dilation": dilation,
             "max_s": r["max"] / 1000, "p99_s": r["p99"] / 1000, "median_s": r["median"] / 1000,
             "needed_s": round(max(needed + [0.0]), 6), "window_ms": pfc.get("headroom_covers_ms"),

@@ -45,7 +45,7 @@ from .kqueues import KernelQueues, QueueMaps, watch_queues
 from .pfc import PfcAgent
 from .ports import ports_from_json, ports_to_json
 from .shaper import Shaper
-from .spec import REACTION_POLLS, QosSpec
+from .spec import QosSpec, polled_reaction_ms
 
 if TYPE_CHECKING:
     from testbed.system.ownership import Ownership
@@ -77,7 +77,7 @@ class PfcProcess:
             self.kernel, self.detect_why = watch_queues(self.shaper, spec.pfc.detect)
             self._own_kernel = self.kernel
         if self.kernel is None:  # decided here: the process must not try again
-            if spec.pfc.detect == "auto" and spec.pfc.reaction_ms < REACTION_POLLS * spec.pfc.poll_ms:
+            if spec.pfc.detect == "auto" and spec.pfc.reaction_ms < polled_reaction_ms(spec.pfc.poll_ms):
                 log.warning("the lossless headroom covers %.1f ms of ingress (kernel events) but the agent polls "
                             "every %g ms: pauses may come late (fix: qos.pfc.detect: poll sizes it for polling)",
                             spec.pfc.reaction_ms, spec.pfc.poll_ms)

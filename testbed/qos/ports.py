@@ -14,7 +14,7 @@ from pydantic import TypeAdapter
 
 from topos.model import Topology
 
-from .spec import REACTION_POLLS, PortPlan, QosSpec, port_plan
+from .spec import PortPlan, QosSpec, polled_reaction_ms, port_plan
 
 # The PFC agent reads every switch queue each poll; its cost grows with the switch ports. 5 ms for the
 # 8-host HPN's 128 switch ports took 24-27% of a core (README, PFC bench); at 768 ports (64 hosts) a 5 ms
@@ -43,7 +43,7 @@ def resolve(spec: QosSpec, topo: Topology, scale: float | None = None,
     if spec.pfc.reaction_ms == "auto":
         poll_ms = pfc.get("poll_ms", spec.pfc.poll_ms)
         pfc["reaction_ms"] = (kernel_reaction_ms if kernel_reaction_ms is not None and spec.pfc.detect != "poll"
-                              else REACTION_POLLS * poll_ms)
+                              else polled_reaction_ms(poll_ms))
     if pfc:
         upd["pfc"] = spec.pfc.model_copy(update=pfc)
     if scale is not None:

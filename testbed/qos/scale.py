@@ -61,9 +61,14 @@ class Budget:
     at_hosts: int | None = None  # the probe fabric's size it was measured on
 
     def source(self, hosts: int | None = None) -> str:
-        if not self.calibrated:
-            return "the default budget (not calibrated here: run 'hpnlab calibrate')"
-        return _measured_on(self.at_hosts, hosts)
+        return _source("the default budget", self.calibrated, self.at_hosts, hosts)
+
+
+def _source(default: str, calibrated: bool, at_hosts: int | None, hosts: int | None) -> str:
+    """Where a figure came from: this machine's calibration (and on what size), or the named default."""
+    if not calibrated:
+        return f"{default} (not calibrated here: run 'hpnlab calibrate')"
+    return _measured_on(at_hosts, hosts)
 
 
 def _grown(by: float, op: str) -> str:
@@ -164,8 +169,7 @@ class Floor:
         return self.of(steps) / (LATENCY_SHARE * ideal_s) if ideal_s > 0 else math.inf
 
     def source(self, hosts: int | None = None) -> str:
-        said = ("the default floor (not calibrated here: run 'hpnlab calibrate')" if not self.calibrated
-                else _measured_on(self.at_hosts, hosts))
+        said = _source("the default floor", self.calibrated, self.at_hosts, hosts)
         if self.frame_s:
             said += f", plus {self.frame_s * 1000:.1f} ms per step of full frames"
         return said + _grown(self.grown, "per step x")
@@ -179,7 +183,7 @@ class Floor:
 # on kernel events (the crossing in the kernel to its upstream classes paused) and what had already left the
 # upstream queues for userspace OVS by then, beyond one OVS batch (the headroom's constant part). The default
 # is the development machine's longest reaction at 8 hosts under an all-reduce beside a 7-to-1 incast
-# (0.5-1.2 ms in four runs; hpnlab calibrate measures this machine's, per fabric size). The headroom covers
+# (0.5-1.8 ms in eight runs; hpnlab calibrate measures this machine's, per fabric size). The headroom covers
 # REACTION_MARGIN times the longer of the two: a pause later than the headroom covers is a drop in a lossless
 # class, so the rare slow one matters, not the median.
 DEFAULT_REACTION_MAX_S = 0.0015
@@ -203,8 +207,7 @@ class Reaction:
         return REACTION_MARGIN * max(self.max_s, self.needed_s) * self.grown
 
     def why(self, hosts: int | None = None) -> str:
-        said = ("the development machine's (not calibrated here: run 'hpnlab calibrate')" if not self.calibrated
-                else _measured_on(self.at_hosts, hosts))
+        said = _source("the development machine's", self.calibrated, self.at_hosts, hosts)
         return (f"PFC headroom covers {self.window_s * 1000:.1f} ms of ingress: {REACTION_MARGIN:g} x the longer of "
                 f"the agent's reaction ({self.max_s * 1000:.2f} ms) and the queues' intake past XOFF "
                 f"({self.needed_s * 1000:.2f} ms), from {said}{_grown(self.grown, 'x')}")

@@ -77,6 +77,17 @@ CCS: tuple[str, ...] = get_args(Cc)
 HTB_LEVELS = 8  # TC_HTB_NUMPRIO: strict scheduling has high, the lossless priorities and default in 8 levels
 
 
+def polled_reaction_ms(poll_ms: float) -> float:
+    """What a polling agent's headroom covers: REACTION_POLLS of its poll periods."""
+    return REACTION_POLLS * poll_ms
+
+
+def fixed_headroom(ingress_links: int) -> int:
+    """The headroom's part that no rate or reaction sets: an OVS batch already read from the paused port, two
+    frames, and each ingress link's paused class spending its HTB burst at once (see the module's docstring)."""
+    return (OVS_BATCH + 2) * MTU + ingress_links * HTB_BURST
+
+
 def lossless_class(priority: int) -> str:
     return f"lossless{priority}"
 
@@ -132,7 +143,7 @@ class PfcSpec(BaseModel):
             return self.reaction_ms / 1000
         if self.poll_ms == "auto":
             raise ValueError("pfc.poll_ms auto is resolved (testbed.qos.ports.resolve) before ports are planned")
-        return REACTION_POLLS * self.poll_ms / 1000
+        return polled_reaction_ms(self.poll_ms) / 1000
 
 
 class EcnSpec(BaseModel):
@@ -322,7 +333,7 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
     pfc = spec.pfc
     lossless = {}
     for c in spec.lossless:
-        derived = int(r_in * react + late + (OVS_BATCH + 2) * MTU + ingress_links * HTB_BURST)
+        derived = int(r_in * react + late) + fixed_headroom(ingress_links)
         headroom = next(v for v in (c.headroom_bytes, pfc.headroom_bytes, derived) if v is not None)
         xoff_default = max(OVS_BURST_FRAMES * MTU, int(4 * r * t))
         xoff = next(v for v in (c.xoff_bytes, pfc.xoff_bytes, xoff_default) if v is not None)
