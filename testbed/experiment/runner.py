@@ -83,7 +83,20 @@ def _queue_records(net: Network, counters_before: dict) -> dict:
               for l in net.topo.links if l.kind != "host-tor"
               for a, port, b in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a))]
     return {"drops": drops, "host_port_rx": rx, "host_port_tor": {f"{p.peer}:{p.peer_port}": p.key for p in down},
-            "fabric_links": fabric}
+            "fabric_links": fabric, "links": _link_load(net.topo, counters_before, after)}
+
+
+def _link_load(topo: Topology, before: dict, after: dict) -> list[dict]:
+    """Bytes and frames every link carried each way over the run, from OVS's counters at the switch end (a host's
+    sending is its ToR port's intake), with the link's real rate: what the verdict weighs a job's time against."""
+    out = []
+    for l in topo.links:
+        for a, a_port, b, b_port in ((l.a, l.a_port, l.b, l.b_port), (l.b, l.b_port, l.a, l.a_port)):
+            sw, port, side = (a, a_port, "tx") if a in after else (b, b_port, "rx")
+            count = {k: after[sw][port][f"{side}_{k}"] - before[sw].get(port, {}).get(f"{side}_{k}", 0)
+                     for k in ("bytes", "packets")} if port in after.get(sw, {}) else {"bytes": 0, "packets": 0}
+            out.append({"from": a, "to": b, **count, "gbps": l.rate_gbps})
+    return out
 
 
 @dataclass
@@ -282,10 +295,21 @@ def _fidelity(p: Plan, d: dict) -> dict:
                 offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale / p.exp.time.dilation, budget_bps=budget.bps,
                 calibrated=budget.calibrated, sampler_error=d["sampler_error"], ops=d["ops"],
                 dilation=p.exp.time.dilation, lost_in_emulator=_lost_in_emulator(d), floor=floor,
-                iterations=d["iterations"])
+                iterations=d["iterations"], links=d.get("links"), scale=p.exp.qos.scale,
+                fabric_causes=_fabric_causes(d))
     v["latency_floor"] = floor.as_dict()
     v["bytes_ok"] = all(bytes_ok(o) for o in d["ops"])
     return v
+
+
+def _fabric_causes(d: dict) -> list[str]:
+    """What in the fabric slowed the jobs beyond their closed form besides a busy link: failures, PFC pauses,
+    drops in the shapers (and the transport's recovery), ECN marks (and the senders' cut)."""
+    pauses = sum(p.get("pause_events", 0) for p in ((d.get("pfc") or {}).get("by_priority") or {}).values())
+    drops = sum(d["drops"][k] for k in ("high", "lossless", "default"))
+    marks = (d.get("ecn") or {}).get("total") or 0
+    named = {"link failures": len(d["failures"]), "PFC pauses": pauses, "shaper drops": drops, "ECN marks": marks}
+    return [f"{n} {what}" for what, n in named.items() if n]
 
 
 def _lost_in_emulator(d: dict) -> int:

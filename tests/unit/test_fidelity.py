@@ -69,6 +69,13 @@ def test_missing_measurements_are_unknown_never_faithful():
     assert both["status"] == "not faithful" and both["unknown"] and line(both).endswith("no PFC agent report")
 
 
+def busy(seconds: float, gbps: float = 100.0, scale: float = 1.0) -> list[dict]:
+    """Every link idle but one, which carried `seconds` of full frames at its rate in the fabric's time."""
+    frames = int(seconds * gbps * 1e9 / 8 / scale / 1448) + 1
+    return [{"from": "h0", "to": "tor-0", "bytes": 0, "packets": 0, "gbps": gbps},
+            {"from": "agg-0", "to": "tor-1", "bytes": frames * 1514, "packets": frames, "gbps": gbps}]
+
+
 def test_small_ops_far_from_their_ideal_time_are_latency_bound():
     def op(seconds, ideal, steps=14):
         return {"label": "allreduce/ring", "seconds": seconds, "fraction_of_ideal": ideal / seconds,
@@ -87,23 +94,24 @@ def test_small_ops_far_from_their_ideal_time_are_latency_bound():
     # a big op slowed by contention is the fabric's doing; a short op that met its ideal time shows the floor
     # did not matter; the same 9.2 ms op that took 12 ms is 0.72 s of wall time at D = 60, where 24 ms is under
     # 5%, and 0.36 s at D = 30, where it is not
-    assert verdict(QUIET, ops=[op(4.0, 0.5), op(0.0105, 0.0100)], floor=floor)["faithful"]
-    assert verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=60, floor=floor)["faithful"]
+    assert verdict(QUIET, ops=[op(4.0, 0.5), op(0.0105, 0.0100)], floor=floor, links=busy(4.0))["faithful"]
+    assert verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=60, floor=floor, links=busy(0.012))["faithful"]
     assert not verdict(QUIET, ops=[op(0.0120, 0.0092)], dilation=30, floor=floor)["faithful"]
     # the floor is weighed against the time taken, not the ideal: an op that contention made 2x its ideal (5.6 s
     # for 2.8 s) with a floor of 6% of the ideal (174 ms) is off by at most 3%; one that took 1.07x is not
     ring = Floor(0.005, 0.003, frame_s=0.009)
-    assert verdict(QUIET, ops=[op(5.6, 2.8)], floor=ring)["faithful"]
+    assert verdict(QUIET, ops=[op(5.6, 2.8)], floor=ring, links=busy(5.6))["faithful"]
     (slow,) = verdict(QUIET, ops=[op(3.0, 2.8)], floor=ring)["reasons"]
     # a short op (its floor over 5% of its ideal) many times its ideal is flagged however small the floor is
     # against what it took: the fabric adds a few times at most, the rest is something of the emulator's
     assert not verdict(QUIET, ops=[op(0.6, 0.0092)], floor=floor)["faithful"]  # 65x; 24 ms is 4% of 0.6 s
-    assert verdict(QUIET, ops=[op(0.06, 0.0092)], dilation=60, floor=floor)["faithful"]  # 6.5x, 0.7% of it
+    # 6.5x, 0.7% of it
+    assert verdict(QUIET, ops=[op(0.06, 0.0092)], dilation=60, floor=floor, links=busy(0.06))["faithful"]
     # the floor is wall time: the advice dilates time until it is 5% of the ideal (178 ms, 5% of 2.8 s at 1.3x)
     assert slow.endswith("dilate time (time.dilation >= 1.5, or auto)"), slow
     # the floor grows with the steps an op waits through: at D = 30 one step's 11 ms is under 5% of the op
     # (0.36 s of wall time), a ring's 24 ms is not
-    assert verdict(QUIET, ops=[op(0.0120, 0.0092, steps=1)], dilation=30, floor=floor)["faithful"]
+    assert verdict(QUIET, ops=[op(0.0120, 0.0092, steps=1)], dilation=30, floor=floor, links=busy(0.012))["faithful"]
     assert not verdict(QUIET, ops=[op(0.0120, 0.0092, steps=14)], dilation=30, floor=floor)["faithful"]
     # a calibrated floor says where it came from
     cal = verdict(QUIET, ops=[op(0.42, 0.0092)], floor=Floor(0.010, 0.001, True, 8))
@@ -126,6 +134,34 @@ def test_a_training_job_is_weighed_by_the_time_its_iterations_took():
     assert verdict(QUIET, ops=ops, iterations=its, floor=floor, dilation=4)["faithful"]
     # contention 5x: 3.6% of what it took, the rest is the fabric's; 12x is more than the fabric adds
     slow = [{**i, "seconds": 4.3} for i in its]
-    assert verdict(QUIET, ops=ops, iterations=slow, floor=floor)["faithful"]
+    assert verdict(QUIET, ops=ops, iterations=slow, floor=floor, links=busy(17.2))["faithful"]
     (many,) = verdict(QUIET, ops=ops, iterations=[{**i, "seconds": 10.3} for i in its], floor=floor)["reasons"]
     assert "is 2% of what they took (over 5% of their ideal, and they took over 10x it)" in many, many
+
+
+def test_a_job_far_from_its_closed_form_needs_a_cause_in_the_fabric():
+    """The 64-host case: a ring all-reduce at 68% of ideal, the CPU idle, a floor far under 5% of it, no pause,
+    drop or failure. Only a link busy for most of the time it took (ECMP collisions, a shared link) makes that the
+    fabric's; else it is the emulator's. Headers are not payload: a link busy with small frames does not count."""
+    ops = [{"job": "ar", "label": "allreduce/ring", "seconds": 2.0, "fraction_of_ideal": 0.68,
+            "step_seconds": [0.02] * 100}] * 2
+    floor = Floor(0.005, 0.0001)
+    (reason,) = verdict(QUIET, ops=ops, floor=floor, links=busy(2.72, scale=1000), scale=1000)["reasons"]
+    assert reason.startswith("far from its closed form with nothing in the fabric to explain it: job ar ran at 68% "
+                             "of its closed form (4 s of the fabric's time against 2.72 s)"), reason
+    assert "its busiest link (agg-0->tor-1) was needed for 2.72 s of it (under 85%)" in reason, reason
+    # the same with one link busy for all of it (two flows hashed onto it), or a cause the fabric names
+    assert verdict(QUIET, ops=ops, floor=floor, links=busy(4.0, scale=1000), scale=1000)["faithful"]
+    assert verdict(QUIET, ops=ops, floor=floor, links=busy(0), fabric_causes=["12 PFC pauses"])["faithful"]
+    # within 85% of the closed form nothing is asked; links not read leave a far job unknown, never faithful
+    near = [{**o, "fraction_of_ideal": 0.86} for o in ops]
+    assert verdict(QUIET, ops=near, floor=floor, links=busy(0))["faithful"]
+    v = verdict(QUIET, ops=ops, floor=floor)
+    assert v["status"] == "unknown" and "the links' counters were not read" in v["unknown"][0]
+    assert v["of_closed_form"] == {"ar": 0.68}
+    # the busy link's 2.72 s made of 90-byte frames is 40 ms of payload: not the fabric's
+    small = [{**l, "packets": l["bytes"] // 90} for l in busy(4.0, scale=1000)]
+    assert not verdict(QUIET, ops=ops, floor=floor, links=small, scale=1000)["faithful"]
+    # a training job is its iterations against their closed form
+    its = [{"job": "ar", "seconds": 1.0, "predicted_s": 0.5}]
+    assert "job ar ran at 50%" in verdict(QUIET, ops=ops, iterations=its, floor=floor, links=busy(0))["reasons"][0]
