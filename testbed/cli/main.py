@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 import click
@@ -52,6 +53,11 @@ def _interrupted() -> None:
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
+        # The work is done and undone. A Ctrl-C from here on lands while the interpreter shuts down, which runs
+        # Python code (weak-reference callbacks) where a KeyboardInterrupt is ignored and the process exits 0
+        # (CI: 'lab start' interrupted at 3.5 s, its work done): SIGINT's default action ends it as a shell
+        # reports a Ctrl-C, 130, and says nothing.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     except InputError as exc:
         err_console.print(f"hpnlab: error: {exc.line()}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
