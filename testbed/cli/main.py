@@ -57,6 +57,8 @@ def main() -> None:
         # Python code (weak-reference callbacks) where a KeyboardInterrupt is ignored and the process exits 0
         # (CI: 'lab start' interrupted at 3.5 s, its work done): SIGINT's default action ends it as a shell
         # reports a Ctrl-C, 130, and says nothing.
+        sys.stdout.flush()
+        sys.stderr.flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
     except InputError as exc:
         err_console.print(f"hpnlab: error: {exc.line()}", highlight=False, soft_wrap=True)
