@@ -135,7 +135,44 @@ def _placement(d: dict) -> str:
             "reproduced: no DCN+ preset at its size")
 
 
+def _restarts(d: dict, variant: str, kinds: tuple[str, ...]) -> tuple[int, int]:
+    """(restarts, outages) of a campaign variant's outages of these kinds."""
+    outs = [o for r in _runs(d, variant) for o in (r.get("campaign") or {}).get("outcomes", []) if o["kind"] in kinds]
+    return sum(1 for o in outs if o["outcome"] == "restart"), len(outs)
+
+
+def _campaign(d: dict) -> str:
+    parts, access = [], ("nic-tor", "tor")
+    for v in dict.fromkeys(r["variant"] for r in d["runs"]):
+        (ra, na), (rb, nb) = _restarts(d, v, access), _restarts(d, v, ("agg", "tor-agg"))
+        s = next(iter(_runs(d, v)[0]["campaign"]["summary"].values()))
+        parts.append(f"{v}: {ra} restarts in {na} NIC-ToR link and ToR outages, {rb} in {nb} aggregation-side "
+                     f"ones; goodput {s['goodput']:.6f}")
+    dual, single = _restarts(d, "dual-tor-hpn", access), _restarts(d, "single-tor-rail", access)
+    ok = dual[1] and single[1] and dual[0] <= 0.05 * dual[1] and single[0] == single[1]
+    return "; ".join(parts) + (": reproduced" if ok else ": NOT reproduced")
+
+
+def _gray(d: dict) -> str:
+    base = _job_time(d, "healthy", "job")
+    parts, named_1e4 = [], None
+    for v in dict.fromkeys(r["variant"] for r in d["runs"]):
+        runs = [r for r in _runs(d, v) if r.get("gray")]
+        if not runs:
+            continue
+        after = [x["named_after_s"] for r in runs for x in r["gray"]["delays"]]
+        t = _job_time(d, v, "job")
+        parts.append(f"{v}: named after " + ", ".join("never" if a is None else f"{a:.2f} s" for a in after)
+                     + (f", ops {t / base:.2f}x the healthy run's" if t and base else ""))
+        if v == "lossy-1e-4":
+            named_1e4 = after
+    ok = bool(named_1e4) and all(a is not None and a <= 2.0 for a in named_1e4)
+    return "; ".join(parts) + ("; 1e-4 named within 2 s: reproduced" if ok else "; 1e-4 named within 2 s: NOT met")
+
+
 COMPARE: dict[str, Callable[[dict], str]] = {
+    "gray_failures": _gray,
+    "failure_campaign": _campaign,
     "precise_vs_ecmp": lambda d: _gain(d, "hpn-precise", "hpn-ecmp"),
     "dual_plane_allreduce": lambda d: _gain(d, "dual-plane", "single-plane"),
     "multi_job_precise": lambda d: _gain(d, "precise-host", "ecmp") + "; with PFC and nothing end to end: "

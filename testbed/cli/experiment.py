@@ -16,6 +16,7 @@ from .web import live_view, serve_results, web_opts
 @click.argument("file", type=click.Path(dir_okay=False))
 def validate(file: str) -> None:
     """Check an experiment file as `run` does (topology, names, workload, schedules) without running it."""
+    from testbed.experiment.failures import campaign_plan
     from testbed.experiment.runner import prepare
     from testbed.experiment.spec import load
 
@@ -27,6 +28,8 @@ def validate(file: str) -> None:
                                                                       else "") + f", {len(p.events)} failure event(s)")
         for why in p.auto.lines():
             console.print(f"  {why}", soft_wrap=True)
+        if p.exp.campaign is not None:
+            console.print(f"  {campaign_plan(p.exp, p.topo)}", soft_wrap=True)
     console.print(f"[green]{file}: valid[/]")
 
 

@@ -4,7 +4,8 @@
 a switch "down" is all its links down; a flap is `count` down/up cycles of
 `period`; random failures are a Poisson process per link (rate per minute, as in
 HPN's production statistics) drawn from the experiment's seed, each repaired
-after `repair_after` seconds. `Injector` fires them against a running network
+after `repair_after` seconds; a campaign's outages (testbed/campaign), sampled from production failure rates,
+are played one after another, each held `hold_s` (`campaign_events`). `Injector` fires them against a running network
 (interfaces really go down) and logs the time of each (virtual, and wall).
 """
 
@@ -16,11 +17,12 @@ import threading
 import time
 from dataclasses import dataclass
 
+from testbed.campaign.model import DEFAULT_RATES, MONTH_S, Outage, Rate, sample
 from topos.errors import InputError
 from topos.model import Topology
 from traffic.timebase import Clock, stamp
 
-from .spec import MAX_EVENTS, Experiment
+from .spec import GRAY, MAX_EVENTS, Experiment
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +33,8 @@ class Event:
     up: bool
     links: tuple[str, ...]
     cause: str
+    outage: int | None = None  # a campaign's outage this is the start or the end of
+    gray: tuple[str, float] | None = None  # (lossy, loss rate), (degrade, fraction of the rate) or (restore, 0)
 
 
 def expand(exp: Experiment, topo: Topology) -> list[Event]:
@@ -50,7 +54,11 @@ def expand(exp: Experiment, topo: Topology) -> list[Event]:
     for f in exp.failures:
         links = (topo.find_link(f.link).name,) if f.link else tuple(l.name for l in topo.links_of(f.node))
         what = f.link or f.node
-        if f.action == "flap":
+        if f.action in GRAY:
+            rate = topo.find_link(f.link).rate_gbps
+            value = {"lossy": f.loss, "degrade": (f.rate_gbps or 0) / rate}.get(f.action, 0.0)
+            events.append(Event(f.at, True, links, f"{f.action} {what}", gray=(f.action, value)))
+        elif f.action == "flap":
             for c in range(f.count):
                 events.append(Event(f.at + 2 * c * f.period, False, links, f"flap {what}"))
                 events.append(Event(f.at + (2 * c + 1) * f.period, True, links, f"flap {what}"))
@@ -67,7 +75,50 @@ def expand(exp: Experiment, topo: Topology) -> list[Event]:
                 events.append(Event(t, False, (l.name,), f"random {l.name}"))
                 events.append(Event(t + rf.repair_after, True, (l.name,), f"repair {l.name}"))
                 t += rf.repair_after + rng.expovariate(rate)
+    events += campaign_events(exp, topo)
     return sorted(events, key=lambda e: (e.t, e.up))
+
+
+def campaign_rates(exp: Experiment) -> dict[str, Rate]:
+    """The campaign's kinds that can fail, at the file's rates or else the published defaults."""
+    c = exp.campaign
+    rates = {k: Rate(**c.rates[k].model_dump(), source="the experiment file") if k in c.rates else DEFAULT_RATES[k]
+             for k in c.kinds} if c is not None else {}
+    return {k: r for k, r in rates.items() if r.monthly > 0}
+
+
+def campaign_outages(exp: Experiment, topo: Topology) -> tuple[list[Outage], float]:
+    """The campaign's outages and the months of this fabric they span."""
+    if exp.campaign is None:
+        return [], 0.0
+    return sample(topo, campaign_rates(exp), exp.campaign.outages, exp.seed)
+
+
+def campaign_plan(exp: Experiment, topo: Topology) -> str:
+    """What a campaign will play, in a line: its outages by kind, the months of the slice they span, the time
+    it plays them in and the compression that is."""
+    outages, months = campaign_outages(exp, topo)
+    c = exp.campaign
+    played = c.start_s + len(outages) * (c.hold_s + c.settle_s)
+    kinds = ", ".join(f"{sum(1 for o in outages if o.kind == k)} {k}" for k in c.kinds)
+    return (f"campaign: {len(outages)} outages ({kinds}) over {months:,.1f} months of this fabric, played in "
+            f"{played:,.0f} s of the fabric's time ({months * MONTH_S / played:,.0f}x compressed), each held "
+            f"{c.hold_s:g} s")
+
+
+def campaign_events(exp: Experiment, topo: Topology) -> list[Event]:
+    """Each outage in a slot of its own: down at start_s + k (hold_s + settle_s), repaired hold_s later (or after
+    its real repair time, if shorter), a switch as all its links."""
+    c = exp.campaign
+    events = []
+    for k, o in enumerate(campaign_outages(exp, topo)[0]):
+        t = c.start_s + k * (c.hold_s + c.settle_s)
+        switch = o.kind in ("tor", "agg")
+        links = tuple(l.name for l in topo.links_of(o.component)) if switch else (o.component,)
+        what = f"{o.kind} {o.component}"
+        events += [Event(t, False, links, f"outage {what}", k),
+                   Event(t + min(c.hold_s, o.repair_s), True, links, f"repair {what}", k)]
+    return events
 
 
 class Injector:
@@ -91,14 +142,29 @@ class Injector:
             if self.clock.sleep_until(self.clock.wall_at(ev.t), self._stop):
                 return
             entry = {"t": stamp(self.clock.now()), "wall_t": round(self.clock.wall_now(), 4), "planned_t": ev.t,
-                     "up": ev.up, "links": list(ev.links), "cause": ev.cause, "time": time.time()}
+                     "up": ev.up, "links": list(ev.links), "cause": ev.cause, "time": time.time(), "outage": ev.outage,
+                     **({"gray": list(ev.gray)} if ev.gray else {})}
             try:
                 for link in ev.links:
-                    self.net.set_link(link, up=ev.up)
+                    self._fire(link, ev)
             except Exception as exc:  # noqa: BLE001 - a campaign goes on; the record says what did not happen
                 entry["error"] = f"{type(exc).__name__}: {exc}"
                 log.warning("failure %r at %.2f s did not complete: %s", ev.cause, ev.t, entry["error"])
             self.log.append(entry)
+
+    def _fire(self, link: str, ev: Event) -> None:
+        if ev.gray is None:
+            self.net.set_link(link, up=ev.up)
+        elif ev.gray[0] == "lossy":
+            self.net.gray.set_loss(link, ev.gray[1])
+        elif ev.gray[0] == "degrade":
+            self.net.gray.set_rate(link, ev.gray[1])
+        else:
+            self.net.gray.restore(link)
+
+    def pending(self) -> bool:
+        """Events left to fire (a campaign's jobs run until its last outage is repaired)."""
+        return len(self.log) < len(self.events) and not self._stop.is_set()
 
     def next_epoch(self) -> float | None:
         """When (the emulation's epoch time) the next event fires, if one is left: compute skipping stops

@@ -18,6 +18,7 @@ memory, so both commands replay through the same code.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import threading
@@ -29,6 +30,7 @@ from pathlib import Path
 import yaml
 
 from controllers.placement import ring_crossings, segments_spanned
+from testbed.campaign import cost
 from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
 from testbed.qos.cc import socket_cc
@@ -38,6 +40,7 @@ from testbed.qos.shaper import ROOT, leaf_handles
 from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.system.versions import versions
+from topos.errors import InputError
 from topos.inputs import read_text
 from topos.model import Topology
 from traffic import closed_form
@@ -49,17 +52,19 @@ from traffic.skip import Skipper
 from traffic.timebase import stamp
 from traffic.transports import choose, make
 
-from .failures import Injector, expand
+from .detector import Detector, delays
+from .failures import Injector, campaign_outages, expand
 from .fidelity import verdict
 from .jobs import Auto, Job, channels_of, demand, items, job_gpus, jobs, offered, resolve_auto
 from .measure import Sampler, port_delta
 from .record import RunRecord, bytes_ok
 from .results import RESULTS, write_reports
-from .spec import Experiment, check_against, load
+from .spec import GRAY, Experiment, check_against, load
 from .watch import Watch
 
 log = logging.getLogger(__name__)
 
+QUICK_OUTAGES = 3  # a campaign's outages in --quick
 SPORT_STRIDE = 2500  # jobs side by side take disjoint source ports (4 per pinned NIC-port range, 8 in ECMP's)
 
 
@@ -117,6 +122,11 @@ class Plan:
 def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = None) -> Plan:
     topo = exp.topology.build()
     check_against(exp, topo)
+    gray = [f.action for f in exp.failures if f.action in GRAY]
+    if cluster is not None and gray:
+        raise InputError("a lossy or degraded link is set on the link's two shaped ports, which must be on this "
+                         "server", "run it on one server (leave --cluster out)", field="failures[].action",
+                         value=gray[0])
     exp, auto = resolve_auto(exp, base, topo)
     for why in auto.lines():
         log.info("%s: %s", label, why)
@@ -142,12 +152,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     with Network(p.topo, routing="controller", mode=e.switch_mode, hashing=e.hashing, qos=shaped,
                  log_dir=None if log_dir is None else str(log_dir), progress=stage, cluster=cluster) as net:
         watch.network_up(net, label, e.time.dilation)
-        if e.time.dilation != 1:
-            kept = net.dilate_tcp_timers(e.time.dilation)
-            rec.data["tcp_timers_not_dilated"] = kept
-            if kept:
-                log.warning("%s: TCP's timeouts not dilated on %d host(s) (kernel without tcp_rto_min_us): "
-                            "they fire %gx early in the fabric's time", label, len(kept), e.time.dilation)
+        _tcp_timers(net, e, rec)
         if net.cluster is not None:
             rec.data["cluster"] = net.cluster.record()
         if stage:
@@ -157,8 +162,25 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
         rec.data["jobs"] = {j.name: _job_record(j, p.topo) for j in p.jobs}
         runners = _start_jobs(net, p, rec.data.get("crux"))
         _replay(net, p, runners, rec)
+    if p.exp.campaign is not None:
+        rec.data["campaign"] = _campaign(p, rec.data)
     rec.data["fidelity"] = _fidelity(p, rec.data)
     return rec.data
+
+
+def _tcp_timers(net: Network, e: Experiment, rec: RunRecord) -> None:
+    """The hosts' TCP timers in the fabric's time (dilated with it), and capped at the transport's retry timer
+    when the experiment gives one; the hosts whose kernel could not are recorded and said."""
+    if e.time.dilation != 1:
+        kept = rec.data["tcp_timers_not_dilated"] = net.dilate_tcp_timers(e.time.dilation)
+        if kept:
+            log.warning("%s: TCP's timeouts not dilated on %d host(s) (kernel without tcp_rto_min_us): "
+                        "they fire %gx early in the fabric's time", rec.label, len(kept), e.time.dilation)
+    if e.resilience.retry_timer_s is not None:
+        kept = rec.data["tcp_rto_not_capped"] = net.cap_tcp_rto(e.resilience.retry_timer_s, e.time.dilation)
+        if kept:
+            log.warning("%s: TCP's retransmission timeout not capped on %d host(s) (kernel without "
+                        "tcp_rto_max_ms): a repaired link waits for TCP's backoff", rec.label, len(kept))
 
 
 def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, object, Replayer]]:
@@ -184,6 +206,8 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
     measurements, gathered also when a job raised."""
     rec.start_clock()  # one clock for the record, the sampler and the failures: they agree on t = 0 and on D
     sampler, injector = Sampler(net, clock=rec.clock), Injector(net, p.events, clock=rec.clock)
+    detector = (Detector(net.gray_counters, rec.clock, on_found=rec.watch.gray_found) if any(e.gray for e in p.events)
+                else None)
     skipper: Skipper | None = None
     t0_mono = time.monotonic()
     counters0 = net.port_counters()
@@ -191,7 +215,12 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
         skipper = _skipper(p, runners, rec, injector)
         sampler.start()
         injector.start()
-        threads = [threading.Thread(target=_run_job, args=(job, rp, rec), daemon=True) for job, _tr, rp in runners]
+        if detector is not None:
+            detector.start()
+        # a campaign's jobs go on until its last outage is repaired; other runs' jobs run what they were given
+        more = injector.pending if p.exp.campaign is not None else (lambda: False)
+        threads = [threading.Thread(target=_run_job, args=(job, rp, rec, more), daemon=True)
+                   for job, _tr, rp in runners]
         for t in threads:
             t.start()
         for t in threads:
@@ -204,6 +233,9 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
                           "skipped": stamp(rec.clock.timebase.virtual(rec.clock.skipped)),
                           "jumps": skipper.jumps if skipper is not None else 0}
         d["failures_not_fired"] = injector.stop()
+        if detector is not None:
+            d["gray"] = {"found": detector.stop(), "delays": delays(detector.found, injector.log),
+                         "counters": net.gray_counters(), "error": detector.error}
         if d["failures_not_fired"]:
             log.warning("%s rep %d: %d scheduled failure(s) never fired, the traffic ended first at %.2f s "
                         "(first planned at %.2f s): schedule them earlier or give the job more traffic",
@@ -246,14 +278,15 @@ def _skipper(p: Plan, runners: list, rec: RunRecord, injector: Injector) -> Skip
     return skipper
 
 
-def _run_job(job: Job, rp: Replayer, rec: RunRecord) -> None:
-    """A job's ops back to back, or its training iterations; a step that never ends halts it."""
+def _run_job(job: Job, rp: Replayer, rec: RunRecord, more: Callable[[], bool] = lambda: False) -> None:
+    """A job's ops back to back, or its training iterations, and while `more()` another iteration's; a step
+    that never ends halts it."""
     if job.iteration:
         try:
-            return _run_training(job, rp, rec)
+            return _run_training(job, rp, rec, more)
         finally:
             rp.leave()  # its ranks no longer hold the clock of the jobs still running
-    for o, sched in job.items:
+    for o, sched in _ops_while(job, more):
         if sched is None or rec.halted:
             continue
         start = rec.now()
@@ -265,11 +298,19 @@ def _run_job(job: Job, rp: Replayer, rec: RunRecord) -> None:
     return None
 
 
-def _run_training(job: Job, rp: Replayer, rec: RunRecord) -> None:
+def _ops_while(job: Job, more: Callable[[], bool]):
+    """The job's items, then one iteration's items again and again while `more()`."""
+    yield from job.items
+    once = job.items[:len(job.items) // job.iterations]
+    while once and more():
+        yield from once
+
+
+def _run_training(job: Job, rp: Replayer, rec: RunRecord, more: Callable[[], bool] = lambda: False) -> None:
     # the steps with their schedules in place of their ops: compute-only and in-host steps have none
     predicted = predict([replace(s, op=sched) for s, sched in job.iteration], lambda sched: _ideal_seconds(sched, rp))
-    for k in range(job.iterations):
-        if rec.halted:
+    for k in itertools.count():
+        if rec.halted or (k >= job.iterations and not more()):
             return
         try:
             it = rp.run_iteration(job.iteration)
@@ -284,6 +325,15 @@ def _run_training(job: Job, rp: Replayer, rec: RunRecord) -> None:
         scheds = [sched for _s, sched in job.iteration if sched is not None]  # it.ops are in step order
         for r, sched, at in zip(it.ops, scheds, it.issued_s, strict=True):  # each op from when it was issued
             rec.op(job.name, f"{r.op}/{r.algorithm}", start + at, r, closed_form.of(sched))
+
+
+def _campaign(p: Plan, d: dict) -> dict:
+    """Each outage's cost to each job, and the campaign's summary (testbed/campaign/cost.py)."""
+    c, r = p.exp.campaign, p.exp.resilience
+    outages, months = campaign_outages(p.exp, p.topo)
+    return cost.record(outages, months, c.start_s + len(outages) * (c.hold_s + c.settle_s), d["failures"], d["ops"],
+                       d["controller_events"], {name: j["gpus"] for name, j in d["jobs"].items()},
+                       cost.Resilience(r.watchdog_s, r.restart_s, r.checkpoint_s), c.hold_s)
 
 
 def _fidelity(p: Plan, d: dict) -> dict:
@@ -369,14 +419,19 @@ def new_folder(path: Path) -> Path:
     raise FileExistsError(f"{path} and 998 more like it exist")
 
 
-def quick(exp: Experiment) -> Experiment:
+def quick(exp: Experiment, keep_traffic: bool = False) -> Experiment:
     """The reduced size CI runs: one repetition, collectives a quarter of the size and 2 iterations at most.
 
     An experiment with scheduled failures keeps its traffic: its failures are timed against it, and a
-    shrunken job could end before the first one fires (a single-ToR job would then not halt).
+    shrunken job could end before the first one fires (a single-ToR job would then not halt). So does each
+    variant of an experiment where some variant has failures (`keep_traffic`): a variant without them is the
+    healthy run the others are measured against.
     """
-    if exp.failures or exp.random_failures:
+    if exp.failures or exp.random_failures or keep_traffic:
         return exp.model_copy(update={"repetitions": 1})
+    if exp.campaign is not None:  # its jobs run until its last outage is repaired: fewer outages, same traffic
+        return exp.model_copy(update={"repetitions": 1, "campaign": exp.campaign.model_copy(
+            update={"outages": min(exp.campaign.outages, QUICK_OUTAGES)})})
 
     def small(c):
         sizes = [max(1, n // 4) for n in c.sizes]
@@ -410,8 +465,10 @@ def prepare(exp: Experiment, base: Path, reduced: bool = False) -> list[Prepared
     """Everything a run checks before it touches the system, for every variant: the topology built, names
     checked against it, the workload read and scheduled, the failure schedule expanded (seed of rep 0)."""
     out = []
-    for label, v in exp.expand():  # variants may bring jobs
-        v = quick(v) if reduced else v
+    variants = exp.expand()  # variants may bring jobs
+    failing = any(v.failures or v.random_failures for _label, v in variants)
+    for label, v in variants:
+        v = quick(v, keep_traffic=failing) if reduced else v
         topo = v.topology.build()
         check_against(v, topo)
         scaled, auto = resolve_auto(v, base, topo)

@@ -168,13 +168,18 @@ class JobSpec(_Strict):
         return self
 
 
+GRAY = ("lossy", "degrade", "restore")  # a link that keeps running: losing frames, slower, or well again
+
+
 class FailureSpec(_Strict):
     at: float = Field(ge=0, le=DAY_S)
-    action: Literal["down", "up", "flap"] = "down"
+    action: Literal["down", "up", "flap", "lossy", "degrade", "restore"] = "down"
     link: str | None = Field(None, max_length=128)
     node: str | None = Field(None, max_length=64)
     period: float | None = Field(None, ge=0.001, le=3600, description="flap: seconds between down and up")
     count: int = Field(1, ge=1, le=10_000, description="flap: how many down/up cycles")
+    loss: float | None = Field(None, gt=0, le=1, description="lossy: the probability each frame is lost, each way")
+    rate_gbps: float | None = Field(None, gt=0, le=100_000, description="degrade: the rate the link falls to")
 
     @model_validator(mode="after")
     def _target(self) -> FailureSpec:
@@ -183,6 +188,15 @@ class FailureSpec(_Strict):
                              field="failures[].link", value=self.link or self.node)
         if self.action == "flap" and self.period is None:
             raise InputError("a flap needs a period", "e.g. period: 0.5", field="failures[].period", value=None)
+        if self.action in GRAY and self.link is None:
+            raise InputError(f"{self.action} is a link's", "name the link: link: h3:nic0:p0", field="failures[].node",
+                             value=self.node)
+        for field, action, fix in (("loss", "lossy", "e.g. loss: 0.0001"),
+                                   ("rate_gbps", "degrade", "e.g. rate_gbps: 100")):
+            if (getattr(self, field) is None) == (self.action == action):
+                raise InputError(f"{field} goes with action {action}, and action {action} needs it",
+                                 fix if self.action == action else f"leave {field} out",
+                                 field=f"failures[].{field}", value=getattr(self, field))
         return self
 
 
@@ -190,6 +204,44 @@ class RandomFailures(_Strict):
     link_down_per_min: float = Field(gt=0, le=60, description="per-link failure rate (HPN's production statistics)")
     repair_after: float = Field(1.0, gt=0, le=3600)
     kinds: list[Literal["host-tor", "tor-agg", "agg-core"]] = Field(default_factory=lambda: ["tor-agg"])
+
+
+class RateSpec(_Strict):
+    """One component kind's failure rate and repair time (testbed/campaign/model.py has the defaults)."""
+
+    monthly: float = Field(ge=0, lt=1, description="probability that one component of the kind fails in a month")
+    repair_median_s: float = Field(3600.0, gt=0, le=30 * DAY_S)
+    repair_shape: float = Field(1.0, ge=0, le=5, description="sigma of the lognormal repair time")
+
+
+class CampaignSpec(_Strict):
+    """Outages sampled from production failure rates, played one after another on the running jobs: each is
+    held down `hold_s` of the fabric's time (long enough for the watchdog to decide), then repaired, then
+    `settle_s` before the next (testbed/campaign)."""
+
+    outages: int = Field(20, ge=1, le=1000, description="how many outages to sample and play")
+    kinds: list[Literal["nic-tor", "tor", "agg", "tor-agg"]] = Field(
+        default_factory=lambda: ["nic-tor", "tor", "agg", "tor-agg"], min_length=1,
+        description="component kinds that fail")
+    rates: dict[Literal["nic-tor", "tor", "agg", "tor-agg"], RateSpec] = Field(
+        default_factory=dict, description="a kind's rate and repair time instead of the published default")
+    start_s: float = Field(2.0, ge=0, le=DAY_S, description="the first outage, after the jobs warmed up")
+    hold_s: float = Field(3.0, gt=0, le=3600, description="how long each outage is held in the emulation")
+    settle_s: float = Field(2.0, ge=0, le=3600, description="after a repair, before the next outage")
+
+
+class ResilienceSpec(_Strict):
+    """What a failure costs a job (NCCL's watchdog, and the training framework's restart)."""
+
+    watchdog_s: float = Field(2.0, gt=0, le=3600, description="a collective with no progress this long fails "
+                                                                "the job (NCCL's timeout), in the fabric's time")
+    restart_s: float = Field(600.0, ge=0, le=DAY_S, description="what a restart costs (reschedule, reload)")
+    checkpoint_s: float = Field(3600.0, gt=0, le=30 * DAY_S, description="how often the job checkpoints: a restart "
+                                                                          "loses the work since the last one")
+    retry_timer_s: float | None = Field(None, ge=1.0, le=120, description="the hosts' TCP never waits longer than "
+                                        "this to retransmit (a RoCE NIC retries on a fixed timer: NCCL_IB_TIMEOUT "
+                                        "18 is 1.07 s), so a repaired link is used again within it; default: "
+                                        "TCP's own doubling backoff, up to 120 s")
 
 
 class TimeSpec(_Strict):
@@ -244,6 +296,8 @@ class Experiment(_Strict):
                                 description="several jobs at once, instead of workload")
     failures: list[FailureSpec] = Field(default_factory=list, max_length=1000)
     random_failures: RandomFailures | None = None
+    campaign: CampaignSpec | None = Field(None, description="outages sampled from production failure rates")
+    resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
     repetitions: int = Field(1, ge=1, le=100)
     seed: int = Field(0, ge=0, le=2**32 - 1)
     horizon_s: float = Field(30.0, gt=0, le=DAY_S, description="how far ahead random failures are drawn")
@@ -290,12 +344,29 @@ class Experiment(_Strict):
         if self.scheduler == "crux" and len(self.jobs) < 2:
             raise InputError("the crux scheduler orders several jobs", "give two or more jobs:",
                              field="scheduler", value=self.scheduler)
+        self._campaign()
         names = [j.name for j in self.jobs]
         if len(set(names)) != len(names):
             dup = next(n for n in names if names.count(n) > 1)
             raise InputError("two jobs have the same name", "give each job its own name", field="jobs[].name",
                              value=dup)
         return self
+
+    def _campaign(self) -> None:
+        c = self.campaign
+        if c is None:
+            return
+        if self.failures or self.random_failures is not None:
+            raise InputError("a campaign plays its own outages, one at a time, so that each one's cost is its own",
+                             "leave failures and random_failures out, or the campaign", field="campaign",
+                             value="with failures" if self.failures else "with random_failures")
+        if c.hold_s <= self.resilience.watchdog_s:
+            raise InputError("an outage held no longer than the watchdog cannot fail a job",
+                             f"set campaign.hold_s above resilience.watchdog_s ({self.resilience.watchdog_s:g})",
+                             field="campaign.hold_s", value=c.hold_s)
+        if all(k in c.rates and c.rates[k].monthly == 0 for k in c.kinds):
+            raise InputError("no kind of component can fail", "give one of campaign.kinds a monthly rate above 0",
+                             field="campaign.rates", value="all 0")
 
     @property
     def timebase(self) -> Timebase:
@@ -408,13 +479,21 @@ def resolve(wl: WorkloadSpec, base: Path, attr: str, where: str = "workload") ->
 
 
 def check_against(exp: Experiment, topo) -> None:
-    """Names in the failure schedule exist in the topology."""
+    """Names in the failure schedule exist in the topology; a link degraded to less than its rate."""
     for i, f in enumerate(exp.failures):
         if f.link is not None:
             try:
-                topo.find_link(f.link)
+                link = topo.find_link(f.link)
             except InputError as e:
                 raise InputError(e.what, e.fix, field=f"failures[{i}].link", value=f.link) from None
+            if f.action == "degrade" and not f.rate_gbps < link.rate_gbps:
+                raise InputError(f"the link runs at {link.rate_gbps:g} Gbit/s: a degraded one is slower",
+                                 f"give rate_gbps under {link.rate_gbps:g}", field=f"failures[{i}].rate_gbps",
+                                 value=f.rate_gbps)
+            if f.action == "degrade" and exp.qos.pfc.enabled:
+                raise InputError("a degraded link under PFC is not emulated yet (the PFC agent puts a paused class's "
+                                 "planned rate back)", "set qos: {pfc: {enabled: false}}, or use action lossy",
+                                 field=f"failures[{i}].action", value=f.action)
         elif f.node not in topo.nodes or topo.nodes[f.node].role == "host":
             raise InputError("no such switch", "use a switch name from 'hpnlab topo export'",
                              field=f"failures[{i}].node",

@@ -21,3 +21,5 @@ class Watch:
     def progress(self, done: int, total: int, text: str) -> None:
         """Ops done of the whole run, and what runs now."""
 
+    def gray_found(self, finding: dict) -> None:
+        """The detector named a gray link (testbed/experiment/detector.py): link, kind (lossy, degraded), t."""

@@ -78,16 +78,24 @@ class Hosts:
         fabric's time, while the queues it waits behind are D times longer in wall time. Measured at D = 1000: an
         all-reduce ran at 30-50% of its ideal rate in 5 of 8 runs, with 3-5 TCP timeouts and spurious RTOs and
         nothing dropped in the shapers. (A delayed ACK's 40 ms stays wall time: an emulator latency, shrunk by D.)"""
-        rto_us = min(int(TCP_RTO_MIN_US * dilation), TCP_RTO_MAX_US)
-        knob = "/proc/sys/net/ipv4/tcp_rto_min_us"
+        return self._sysctl("tcp_rto_min_us", min(int(TCP_RTO_MIN_US * dilation), TCP_RTO_MAX_US))
+
+    def cap_tcp_rto(self, max_s: float, dilation: float) -> list[str]:
+        """TCP's retransmission timeout never above `max_s` of the fabric's time in every host (its backoff
+        stops doubling there, as a RoCE NIC retries on a fixed timer: NCCL_IB_TIMEOUT 18 is 1.07 s); returns the
+        hosts whose kernel has no per-namespace tcp_rto_max_ms (Linux 6.15+) and kept theirs."""
+        return self._sysctl("tcp_rto_max_ms", max(1000, min(int(max_s * dilation * 1000), TCP_RTO_MAX_US // 1000)))
+
+    def _sysctl(self, knob: str, value: int) -> list[str]:
+        """net.ipv4.`knob` = value in every host's namespace; the hosts whose kernel has no such knob."""
+        path = f"/proc/sys/net/ipv4/{knob}"
         kept = []
         for h in self.topo.hosts:
-            out = self.node_of(h.name).cmd(f"[ -e {knob} ] && sysctl -qw net.ipv4.tcp_rto_min_us={rto_us} "
-                                           "|| echo missing")
+            out = self.node_of(h.name).cmd(f"[ -e {path} ] && sysctl -qw net.ipv4.{knob}={value} || echo missing")
             if "missing" in out:
                 kept.append(h.name)
             elif out.strip():
-                raise RuntimeError(f"tcp_rto_min_us on {h.name}: {out.strip()}")
+                raise RuntimeError(f"{knob} on {h.name}: {out.strip()}")
         return kept
 
     def static_neighbours(self) -> None:

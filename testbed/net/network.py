@@ -96,6 +96,7 @@ class Network:
         self.scale_choice = None  # testbed.qos.scale.ScaleChoice, when the spec said scale auto
         self.pfc = None  # testbed.qos.pfc_process.PfcProcess (SplitPfc over several servers), while it runs
         self.kqueues = None  # testbed.qos.kqueues.KernelQueues, when ECN marks (the PFC agent reads them too)
+        self._gray = None  # testbed.net.gray.GrayLinks, once a link is made lossy or slower
         self.cc = None  # testbed.qos.cc.Dctcp or Dcqcn, registered while the network runs with qos.cc so
         self.progress = progress or (lambda stage: None)  # told each start-up stage (a 128-host start takes minutes)
 
@@ -265,6 +266,9 @@ class Network:
                 report = pfc.report(since)
             finally:
                 pfc.close()
+        if self._gray is not None:  # its programs and rates on the shaped ports, before the qdiscs go
+            self._gray.close()
+            self._gray = None
         if self.kqueues is not None:  # after the agent that read them, before the qdiscs they watch go
             self.kqueues.close()
             self.kqueues = None
@@ -345,6 +349,21 @@ class Network:
         self.timings["last_reconcile_s"] = time.monotonic() - t0
         return self.tables
 
+    @property
+    def gray(self):
+        """Gray failures on this network's links (testbed/net/gray.py): lossy or slower links, and their counters."""
+        if self._gray is None:
+            from .gray import GrayLinks
+
+            if self.qos is None or self.cluster is not None:
+                raise RuntimeError("gray failures need the links shaped, on one server")
+            self._gray = GrayLinks(self.topo, self.qos)
+        return self._gray
+
+    def gray_counters(self) -> dict[str, dict]:
+        """The gray links' counters now (GrayLinks.counters), {} while no link is gray."""
+        return self._gray.counters() if self._gray is not None else {}
+
     def set_link(self, name: str, up: bool) -> None:
         """Fail or restore a link as a cable cut would: both ends lose carrier.
 
@@ -366,6 +385,10 @@ class Network:
     def dilate_tcp_timers(self, dilation: float) -> list[str]:
         """The hosts' TCP timeouts stretched with time (testbed/net/hosts.py); the hosts that could not."""
         return self.hosts.dilate_tcp_timers(dilation)
+
+    def cap_tcp_rto(self, max_s: float, dilation: float) -> list[str]:
+        """The hosts' TCP retransmission timeout capped (testbed/net/hosts.py); the hosts that could not."""
+        return self.hosts.cap_tcp_rto(max_s, dilation)
 
     # -- processes and steering ------------------------------------------------
     def popen(self, host: str, args: list[str], **kw) -> subprocess.Popen:

@@ -238,6 +238,24 @@ class Shaper:
                 d.close()
         return out
 
+    # -- a degraded link ------------------------------------------------------------------
+    def set_rate(self, key: str, fraction: float) -> None:
+        """Run one port at `fraction` of its planned rate (a degraded link: a lane lost, 400G down to 100G), every
+        class's rate and ceiling scaled with it; 1.0 restores it. Refused with PFC on: the agent's resume would put
+        a lossless class's planned ceiling back (`_pause_msgs` are the planned rates)."""
+        if self.spec.pfc.enabled and fraction != 1.0:
+            raise ValueError("a degraded port under PFC: the PFC agent restores its planned rates on resume")
+        p = self.ports[key]
+        rate = max(8000, int(p.plan.rate_bps * fraction))
+        msgs = [htb_class_message(p.ifindex, ROOT | PARENT_MINOR, ROOT, rate, rate, HTB_BURST, HTB_BURST, MTU, 0)]
+        for cls, minor in self.spec.class_minors().items():
+            args = self._class_args(p, cls)
+            args.update(rate_bps=max(8000, int(args["rate_bps"] * fraction)), ceil_bps=rate)
+            msgs.append(htb_class_message(p.ifindex, ROOT | minor, ROOT | PARENT_MINOR, **args))
+        with self._lock:
+            for m in msgs:
+                self._switches[p.netns].send(m)
+
     # -- pause / resume (PFC) -------------------------------------------------------
     def set_paused(self, key: str, priority: int, paused: bool) -> None:
         """Pause (throttle) or resume one lossless priority of one port."""

@@ -24,8 +24,11 @@ import mmap
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from .netns import in_netns
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ def _lib() -> ctypes.CDLL:
                           ("bpf_object__find_program_by_name", p, [p, ctypes.c_char_p]),
                           ("bpf_program__fd", i, [p]),
                           ("bpf_tc_hook_create", i, [p]), ("bpf_tc_hook_destroy", i, [p]),
-                          ("bpf_tc_attach", i, [p, p]), ("bpf_program__type", i, [p]),
+                          ("bpf_tc_attach", i, [p, p]), ("bpf_tc_detach", i, [p, p]), ("bpf_program__type", i, [p]),
                           ("bpf_map__set_map_flags", i, [p, u32]), ("bpf_map__attach_struct_ops", p, [p]),
                           ("bpf_link_create", i, [i, i, i, p]), ("libbpf_major_version", u32, []),
                           ("bpf_obj_get_info_by_fd", i, [i, p, p]), ("bpf_map_get_fd_by_id", i, [u32]),
@@ -140,6 +143,12 @@ class _TcOpts(ctypes.Structure):  # struct bpf_tc_opts
 
 
 TC_EGRESS, TC_BOTH = 1 << 1, (1 << 0) | (1 << 1)  # enum bpf_tc_attach_point
+# The clsact qdiscs this process made, by (namespace inode, ifindex): how many of its filters each holds. Two
+# objects may put programs on one interface (ECN marking and a lossy link on a switch port): the first makes
+# the clsact, each detaches only its own filter, the last one out removes the clsact. A clsact this process did
+# not make is not ours: attaching there is refused.
+_CLSACT: dict[tuple[int, int], int] = {}
+_CLSACT_LOCK = threading.Lock()
 PROG_STRUCT_OPS, ATTACH_STRUCT_OPS, F_LINK = 27, 44, 1 << 13  # the kernel's enum and flag values (uapi bpf.h)
 
 
@@ -153,7 +162,7 @@ class BpfObject:
         that closing it, or the process dying, unregisters them (bpftool's register would outlive us)."""
         self._lib = _lib()
         self._links: list[int] = []
-        self._hooks: list[int] = []  # ifindexes whose clsact this object made (root namespace)
+        self._filters: list[tuple] = []  # (clsact key, netns, hook, filter) of each program attached by this
         self._fds: list[int] = []  # link descriptors of registered struct_ops
         self._obj = self._lib.bpf_object__open_file(str(path).encode(), None)
         _check(bool(self._obj), f"opening {path}")
@@ -216,27 +225,54 @@ class BpfObject:
         """The kernel's id of a map: another process (root) opens it by this while the map lives."""
         return map_info(self.map_fd(name)).id
 
-    def attach_tc(self, program: str, ifindex: int) -> None:
-        """The `tc` program at the egress of interface `ifindex` (of this thread's namespace), before its qdisc:
-        a clsact qdisc is made for it, and `close()` removes that qdisc (an interface already gone is fine)."""
+    def attach_tc(self, program: str, ifindex: int, netns: str | None = None) -> None:
+        """The `tc` program at the egress of interface `ifindex` of namespace `netns` (None: this thread's),
+        before its qdisc, on a clsact qdisc this process made (`_CLSACT`); `close()` detaches it (an interface
+        already gone is fine)."""
         prog = self._lib.bpf_object__find_program_by_name(self._obj, program.encode())
         if not prog:
             raise KeyError(f"no program {program!r} in the BPF object")
         hook = _TcHook(ctypes.sizeof(_TcHook), ifindex, TC_EGRESS, 0)
-        rc = self._lib.bpf_tc_hook_create(ctypes.byref(hook))
-        _check(rc == 0, f"making clsact on interface {ifindex}")  # an existing clsact is not ours: refused (EEXIST)
-        self._hooks.append(ifindex)
         opts = _TcOpts(ctypes.sizeof(_TcOpts), self._lib.bpf_program__fd(prog), 0, 0, 0, 0)
-        rc = self._lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
-        _check(rc == 0, f"attaching {program} on interface {ifindex}")
+        key = (os.stat(netns or "/proc/thread-self/ns/net").st_ino, ifindex)
+
+        def attach() -> None:
+            if key not in _CLSACT:  # an existing clsact is not ours: refused (EEXIST)
+                _check(self._lib.bpf_tc_hook_create(ctypes.byref(hook)) == 0, f"making clsact on {ifindex}")
+                _CLSACT[key] = 0
+            _CLSACT[key] += 1
+            self._filters.append((key, netns, hook, opts))  # the kernel fills in the filter's handle and priority
+            _check(self._lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts)) == 0,
+                   f"attaching {program} on interface {ifindex}")
+
+        with _CLSACT_LOCK:
+            in_netns(netns, attach)
+
+    def _detach(self, key: tuple[int, int], netns: str | None, hook: _TcHook, opts: _TcOpts) -> None:
+        """One filter of ours off its clsact; the clsact too when no other filter of ours is left on it. In a
+        namespace already gone, both went with it: only the count is kept right."""
+
+        def detach() -> None:
+            if opts.handle:
+                self._lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(
+                    _TcOpts(ctypes.sizeof(_TcOpts), 0, 0, 0, opts.handle, opts.priority)))
+            if key not in _CLSACT:
+                self._lib.bpf_tc_hook_destroy(ctypes.byref(_TcHook(ctypes.sizeof(_TcHook), hook.ifindex, TC_BOTH, 0)))
+
+        with _CLSACT_LOCK:
+            _CLSACT[key] = _CLSACT.get(key, 1) - 1
+            if _CLSACT[key] <= 0:
+                del _CLSACT[key]
+            if netns is None or os.path.exists(netns):
+                in_netns(netns, detach)
 
     def close(self) -> None:
         for fd in self._fds:
             os.close(fd)
         self._fds.clear()
-        for ifindex in self._hooks:
-            self._lib.bpf_tc_hook_destroy(ctypes.byref(_TcHook(ctypes.sizeof(_TcHook), ifindex, TC_BOTH, 0)))
-        self._hooks.clear()
+        for key, netns, hook, opts in reversed(self._filters):
+            self._detach(key, netns, hook, opts)
+        self._filters.clear()
         for link in self._links:
             self._lib.bpf_link__destroy(link)
         self._links.clear()

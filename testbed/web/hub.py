@@ -80,6 +80,10 @@ class Hub(Watch):
         self._event("iteration", f"job {it['job']} iteration {it['iteration']}: {it['seconds']:.2f} s, "
                                  f"GPU utilization {100 * it['gpu_utilization']:.1f}%")
 
+    def gray_found(self, finding: dict) -> None:
+        self._event("gray", f"detector: link {finding['link']} is {finding['kind']} "
+                            f"(seen at {finding['t']:.2f} s of the fabric's time)", link=finding["link"])
+
     def progress(self, done: int, total: int, text: str) -> None:
         with self._lock:
             self._progress = {"done": done, "total": total, "text": text}

@@ -205,3 +205,52 @@ def test_compact_placement_keeps_traffic_inside_segments(quick_results, no_lefto
     # the same bytes in all; a third of A's hops and none of B's cross when compact, all when scattered
     assert crossing(compact) < 0.5 * crossing(scattered), (crossing(compact), crossing(scattered))
     assert all(i["bytes_ok"] for run in runs.values() for i in run["iterations"])
+
+
+def test_a_failure_campaign_costs_dual_tor_a_slowdown_and_single_tor_a_restart(quick_results, no_leftovers):
+    """failure_campaign --quick: NIC-ToR link outages sampled from the published rates, played on a ring
+    all-reduce over every NIC. On dual-ToR HPN none fails the job (the other port carries on, slower, the
+    controller reroutes); on single-ToR rail-optimized each cuts a rank off and the watchdog fails the job (or the
+    job is still stuck from the one before: confounded, never called survived)."""
+    r, cwd = quick_results("failure_campaign")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = [p for p in (cwd / "results").iterdir() if "-failure_campaign-quick-" in p.name]
+    runs = {run["variant"]: run for run in json.loads((out / "results.json").read_text())["runs"]}
+    dual, single = runs["dual-tor-hpn"]["campaign"], runs["single-tor-rail"]["campaign"]
+    for c in (dual, single):
+        assert len(c["outcomes"]) == len(c["outages"]) == 3 and c["months"] > 0 and c["compression"] > 1e5
+        assert all(o["stall_s"] is not None for o in c["outcomes"])  # the job was in flight at every outage
+    said = [(o["kind"], o["outcome"], o["stall_s"], o["slowdown"], o["reroute_ms"]) for o in dual["outcomes"]]
+    assert all(o["outcome"] == "slowdown" and o["stall_s"] < 4.0 for o in dual["outcomes"]), said
+    assert all(o["reroute_ms"] is not None and o["reroute_ms"] < 1000 for o in dual["outcomes"]), said
+    cut = [(o["kind"], o["outcome"], o["stall_s"]) for o in single["outcomes"]]
+    assert all(o["outcome"] in ("restart", "confounded") for o in single["outcomes"]), cut
+    assert sum(o["outcome"] == "restart" for o in single["outcomes"]) >= 2, cut
+    assert all(o["stall_s"] > 4.0 for o in single["outcomes"] if o["outcome"] == "restart"), cut
+    s = single["summary"]["job"]
+    assert s["survived"] == 0 and 0 < s["goodput"] < 1 and dual["summary"]["job"]["survived"] == 1.0
+    summary = (out / "summary.md").read_text()
+    assert "Failure campaign" in summary and "| single-tor-rail #0 | nic-tor |" in summary
+    assert (out / "campaign.png").stat().st_size > 0
+    assert all(run["fidelity"]["status"] == "faithful" for run in runs.values()), \
+        {v: run["fidelity"]["reasons"] for v, run in runs.items()}
+
+
+def test_gray_failures_slow_the_job_and_the_detector_names_the_link(quick_results, no_leftovers):
+    """gray_failures --quick: against the healthy run, a link at a quarter of its rate slows the ring; lossy links
+    are named by the detector from the input errors it counted, and their losses are the BPF program's."""
+    r, cwd = quick_results("gray_failures")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (out,) = [p for p in (cwd / "results").iterdir() if "-gray_failures-quick-" in p.name]
+    runs = {run["variant"]: run for run in json.loads((out / "results.json").read_text())["runs"]}
+    assert "gray" not in runs["healthy"] and len(runs["healthy"]["ops"]) == len(runs["degraded-50g"]["ops"])
+    mean = {v: sum(o["seconds"] for o in run["ops"]) / len(run["ops"]) for v, run in runs.items()}
+    assert mean["degraded-50g"] > 2 * mean["healthy"], mean  # one port of the ring at a quarter of its rate
+    for v in ("lossy-1e-3", "degraded-50g"):
+        (d,) = runs[v]["gray"]["delays"]
+        assert d["links"] == ["h1:nic0:p0"] and d["named_after_s"] is not None and d["named_after_s"] < 1.0, d
+    c = runs["lossy-1e-3"]["gray"]["counters"]["h1:nic0:p0"]
+    lost, n = sum(c["errors"].values()), sum(c["errors"].values()) + sum(c["frames"].values())
+    assert abs(lost - n * 1e-3) < 5 * (n * 1e-3) ** 0.5 + 1, c  # binomial, 5 standard deviations
+    assert runs["lossy-1e-3"]["tcp"]["RetransSegs"] > 0  # what was lost was sent again
+    assert "Gray failures" in (out / "summary.md").read_text()

@@ -20,7 +20,7 @@ PACKAGES = ("topos", "controllers", "traffic", "testbed")
 # share a level but stay independent of each other (controllers and traffic, experiment and labs).
 LAYERS = [
     ("topos",),
-    ("controllers", "traffic"),
+    ("controllers", "traffic", "testbed.campaign"),  # the campaign's failure model and costs are pure
     ("testbed.system",),
     ("testbed.qos",),
     ("testbed.cluster",),  # a server agent shapes its share of the ports with testbed.qos

@@ -40,6 +40,8 @@ function style() {
                                       'underlay-padding': 4 } },
     { selector: 'edge.flow-selected', style: { 'underlay-color': '#ff9900', 'underlay-padding': 6 } },
     { selector: 'edge.paused', style: { 'line-style': 'dotted', 'line-color': '#9467bd', width: 4 } },
+    // a link the detector named gray (lossy or degraded): it still runs, so it keeps its load colour's width
+    { selector: 'edge.gray', style: { 'line-style': 'dashed', 'line-color': '#e377c2', 'line-dash-pattern': [2, 2] } },
     { selector: 'edge.failed', style: { 'line-style': 'dashed', 'line-color': '#000', width: 2.5,
                                         label: '✕', 'font-size': 12, color: '#c0392b' } },
     { selector: 'edge:selected', style: { 'overlay-color': '#000', 'overlay-opacity': 0.15, 'overlay-padding': 4 } },
@@ -143,6 +145,7 @@ function drawFlows(flows) {
 
 function addEvent(ev) {
   hp.events.push(ev);
+  if (ev.kind === 'gray' && ev.link && hp.cy) hp.cy.$id(ev.link).addClass('gray');
   const li = document.createElement('li');
   li.textContent = `${ev.t.toFixed(ev.clock === 'fabric' ? 3 : 1)} ${clock(ev)}  ${ev.text}`;
   $('#events').prepend(li);

@@ -1,0 +1,80 @@
+"""Gray failures (pure parts): the spec's lossy/degrade/restore actions checked before anything starts, their
+events, the loss rate's threshold, and the detector naming each gray link once from its counters."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.experiment.detector import Detector, delays
+from testbed.experiment.failures import expand
+from testbed.experiment.spec import check_against, from_dict
+from testbed.qos.loss import ONE, threshold
+from topos import build
+from topos.errors import InputError
+from traffic.timebase import Clock
+
+HPN = build("hpn")
+
+
+def exp(*failures, **over) -> dict:
+    return {"name": "g", "topology": {"name": "hpn"}, "workload": {"collective": {"op": "allreduce", "size": "1GB"}},
+            "failures": list(failures), **over}
+
+
+def test_gray_actions_become_events_on_the_link():
+    e = from_dict(exp({"at": 1.0, "link": "h1:nic0:p0", "action": "lossy", "loss": 1e-4},
+                      {"at": 2.0, "link": "h1:nic0:p0", "action": "degrade", "rate_gbps": 50},
+                      {"at": 3.0, "link": "h1:nic0:p0", "action": "restore"}, qos={"pfc": {"enabled": False}}))
+    check_against(e, HPN)
+    lossy, slow, well = expand(e, HPN)
+    assert lossy.gray == ("lossy", 1e-4) and lossy.up and lossy.links == (HPN.find_link("h1:nic0:p0").name,)
+    assert slow.gray == ("degrade", 0.25) and well.gray == ("restore", 0.0)  # 50 of the host port's 200 Gbit/s
+
+
+@pytest.mark.parametrize("failure, field", [
+    ({"action": "lossy"}, "failures[].loss"),  # lossy needs its rate
+    ({"action": "down", "loss": 0.1}, "failures[].loss"),  # and only lossy takes one
+    ({"action": "degrade"}, "failures[].rate_gbps"),
+    ({"action": "lossy", "loss": 1.5}, "failures.0.loss"),
+    ({"action": "lossy", "loss": 0.1, "link": None, "node": "tor-p0-s0-r0-a"}, "failures[].node"),
+])
+def test_a_gray_failure_missing_its_figure_is_refused(failure, field):
+    with pytest.raises(InputError) as e:
+        from_dict(exp({"at": 1.0, "link": "h1:nic0:p0", **failure}))
+    assert e.value.field == field, e.value
+
+
+def test_a_degrade_is_checked_against_the_link_and_pfc():
+    faster = from_dict(exp({"at": 1.0, "link": "h1:nic0:p0", "action": "degrade", "rate_gbps": 400},
+                           qos={"pfc": {"enabled": False}}))
+    with pytest.raises(InputError, match="a degraded one is slower") as e:
+        check_against(faster, HPN)
+    assert e.value.field == "failures[0].rate_gbps"
+    under_pfc = from_dict(exp({"at": 1.0, "link": "h1:nic0:p0", "action": "degrade", "rate_gbps": 50}))
+    with pytest.raises(InputError, match="under PFC") as e:
+        check_against(under_pfc, HPN)
+
+
+def test_a_loss_rate_is_a_threshold_on_a_random_32_bit_number():
+    assert threshold(0) == 0 and threshold(1e-4) == round(1e-4 * ONE) and threshold(1) == ONE - 1
+    with pytest.raises(ValueError):
+        threshold(1.5)
+
+
+def test_the_detector_names_each_gray_link_once_from_its_counters():
+    clock = Clock()
+    d = Detector(lambda: {}, clock)
+    d.look({"a": {"errors": {"a_to_b": 0, "b_to_a": 0}, "frames": {"a_to_b": 10, "b_to_a": 10}}})
+    assert d.found == []  # lossy, but nothing lost yet: nothing to see
+    d.look({"a": {"errors": {"a_to_b": 1, "b_to_a": 0}}, "b": {"rate_fraction": 0.25}})
+    d.look({"a": {"errors": {"a_to_b": 5, "b_to_a": 2}}, "b": {"rate_fraction": 0.25}})
+    assert [(f["link"], f["kind"]) for f in d.found] == [("a", "lossy"), ("b", "degraded")]
+    assert d.found[0]["errors"] == 1 and d.found[1]["rate_fraction"] == 0.25
+    t = d.found[0]["t"]
+    fired = [{"t": t - 0.5, "links": ["a"], "gray": ["lossy", 1e-4]}, {"t": t - 0.1, "links": ["b"],
+             "gray": ["degrade", 0.25]}, {"t": t, "links": ["a"], "gray": ["restore", 0.0]},
+             {"t": t, "links": ["c"], "gray": ["lossy", 1e-3]}]
+    said = delays(d.found, fired)
+    assert [(x["links"], x["named_after_s"]) for x in said] == [
+        (["a"], pytest.approx(0.5, abs=1e-3)), (["b"], pytest.approx(d.found[1]["t"] - t + 0.1, abs=1e-3)),
+        (["c"], None)]
