@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import logging
 import signal
 import sys
@@ -50,7 +51,24 @@ def _interrupted() -> None:
     sys.exit(130)
 
 
+def _keep_interrupts() -> None:
+    """A Ctrl-C must not be lost. Python raises KeyboardInterrupt wherever the main thread is when SIGINT comes,
+    and one raised inside a weak-reference callback or a __del__ is only printed ("Exception ignored") and the
+    program goes on (CI: 'lab start' interrupted at 2.9 s ran to its end and exited 0). Such a one is delivered
+    again, so that it lands where it can stop the command."""
+    default = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if unraisable.exc_type is KeyboardInterrupt:
+            _thread.interrupt_main(signal.SIGINT)
+            return
+        default(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def main() -> None:
+    _keep_interrupts()
     try:
         cli.main(standalone_mode=False)
         # The work is done and undone. A Ctrl-C from here on lands while the interpreter shuts down, which runs

@@ -44,8 +44,11 @@ def test_a_lossy_link_loses_frames_at_its_rate_and_is_taken_off_again(no_leftove
         assert n >= 0.9 * PPS * SECONDS, (direction, counts)  # each direction carried its stream at least
         sd = math.sqrt(n * RATE * (1 - RATE))
         assert abs(lost - n * RATE) < 5 * sd, (direction, lost, n)  # binomial: 5 standard deviations
-    there = r["receivers"]["h3:7001"]["streams"]["0"]
-    back = r["receivers"]["h1:7002"]["streams"]["1"]
-    # what each receiver missed is what the program dropped on its way (a stray frame of another kind aside)
-    assert abs(there["lost"] - counts["errors"]["a_to_b"]) <= 3, (there, counts)
-    assert abs(back["lost"] - counts["errors"]["b_to_a"]) <= 3, (back, counts)
+    # What each receiver missed is what the program dropped on its way, but for frames of other kinds the link
+    # carried that way (7 of them once, 5 of those dropped): the drops beyond the stream's are at most those
+    # frames (and a lost last frame, which the receiver cannot count).
+    for direction, (key, stream) in (("a_to_b", ("h3:7001", "0")), ("b_to_a", ("h1:7002", "1"))):
+        got = r["receivers"][key]["streams"][stream]
+        dropped, carried = counts["errors"][direction], counts["errors"][direction] + counts["frames"][direction]
+        others = max(0, carried - PPS * SECONDS)
+        assert 0 <= dropped - got["lost"] <= others + 1, (direction, got, counts)
