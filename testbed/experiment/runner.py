@@ -94,12 +94,13 @@ def _queue_records(net: Network, counters_before: dict) -> dict:
 def _link_load(topo: Topology, before: dict, after: dict) -> list[dict]:
     """Bytes and frames every link carried each way over the run, from OVS's counters at the switch end (a host's
     sending is its ToR port's intake), with the link's real rate: what the verdict weighs a job's time against."""
+    fields = [f"{side}_{k}" for side in ("tx", "rx") for k in ("bytes", "packets")]
+    delta = {f: port_delta(before, after, f) for f in fields}
     out = []
     for l in topo.links:
         for a, a_port, b, b_port in ((l.a, l.a_port, l.b, l.b_port), (l.b, l.b_port, l.a, l.a_port)):
             sw, port, side = (a, a_port, "tx") if a in after else (b, b_port, "rx")
-            count = {k: after[sw][port][f"{side}_{k}"] - before[sw].get(port, {}).get(f"{side}_{k}", 0)
-                     for k in ("bytes", "packets")} if port in after.get(sw, {}) else {"bytes": 0, "packets": 0}
+            count = {k: delta[f"{side}_{k}"].get((sw, port), 0) for k in ("bytes", "packets")}
             out.append({"from": a, "to": b, **count, "gbps": l.rate_gbps})
     return out
 
