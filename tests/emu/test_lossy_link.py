@@ -13,6 +13,7 @@ from topos import build
 
 RATE = 0.05
 PPS, SECONDS = 1000, 3.0
+OTHER_FRAMES = 10  # neighbour and router frames a link may carry besides a test's stream in 4 s
 
 
 def test_a_lossy_link_loses_frames_at_its_rate_and_is_taken_off_again(no_leftovers):
@@ -44,11 +45,13 @@ def test_a_lossy_link_loses_frames_at_its_rate_and_is_taken_off_again(no_leftove
         assert n >= 0.9 * PPS * SECONDS, (direction, counts)  # each direction carried its stream at least
         sd = math.sqrt(n * RATE * (1 - RATE))
         assert abs(lost - n * RATE) < 5 * sd, (direction, lost, n)  # binomial: 5 standard deviations
-    # What each receiver missed is what the program dropped on its way, but for frames of other kinds the link
-    # carried that way (7 of them once, 5 of those dropped): the drops beyond the stream's are at most those
-    # frames (and a lost last frame, which the receiver cannot count).
-    for direction, (key, stream) in (("a_to_b", ("h3:7001", "0")), ("b_to_a", ("h1:7002", "1"))):
-        got = r["receivers"][key]["streams"][stream]
+    # What each receiver missed is what the program dropped on its way, plus the stream's frames that never reached
+    # the link (sent - carried + other frames: up to 2 just after start-up in six runs here, 6 once in CI),
+    # less other frames dropped, plus any stream frame lost after the
+    # link (none may be), less a lost last frame (the receiver cannot count it). What is left is between -1 and
+    # the other frames the link carried: 0-2 in 4 s in twelve runs here, 1 in the CI run.
+    for direction, (key, stream), sender in (("a_to_b", ("h3:7001", "0"), 0), ("b_to_a", ("h1:7002", "1"), 1)):
+        got, sent = r["receivers"][key]["streams"][stream], r["senders"][sender]["sent"]
         dropped, carried = counts["errors"][direction], counts["errors"][direction] + counts["frames"][direction]
-        others = max(0, carried - PPS * SECONDS)
-        assert 0 <= dropped - got["lost"] <= others + 1, (direction, got, counts)
+        left = got["lost"] - dropped - (sent - carried)
+        assert -1 <= left <= OTHER_FRAMES, (direction, left, got, counts, r["senders"])
