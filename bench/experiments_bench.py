@@ -135,19 +135,22 @@ def _placement(d: dict) -> str:
             "reproduced: no DCN+ preset at its size")
 
 
-def _restarts(d: dict, variant: str, kinds: tuple[str, ...]) -> tuple[int, int]:
-    """(restarts, outages) of a campaign variant's outages of these kinds."""
+def _restarts(d: dict, variant: str, kinds: tuple[str, ...]) -> tuple[int, int, int]:
+    """(restarts, outages that met a running job, confounded ones: the job still stuck from the outage before,
+    so what this one cost cannot be told) of a campaign variant's outages of these kinds."""
     outs = [o for r in _runs(d, variant) for o in (r.get("campaign") or {}).get("outcomes", []) if o["kind"] in kinds]
-    return sum(1 for o in outs if o["outcome"] == "restart"), len(outs)
+    confounded = sum(1 for o in outs if o["outcome"] == "confounded")
+    return sum(1 for o in outs if o["outcome"] == "restart"), len(outs) - confounded, confounded
 
 
 def _campaign(d: dict) -> str:
     parts, access = [], ("nic-tor", "tor")
     for v in dict.fromkeys(r["variant"] for r in d["runs"]):
-        (ra, na), (rb, nb) = _restarts(d, v, access), _restarts(d, v, ("agg", "tor-agg"))
+        (ra, na, ca), (rb, nb, cb) = _restarts(d, v, access), _restarts(d, v, ("agg", "tor-agg"))
         s = next(iter(_runs(d, v)[0]["campaign"]["summary"].values()))
+        confounded = f" ({ca + cb} more confounded)" if ca + cb else ""
         parts.append(f"{v}: {ra} restarts in {na} NIC-ToR link and ToR outages, {rb} in {nb} aggregation-side "
-                     f"ones; goodput {s['goodput']:.6f}")
+                     f"ones{confounded}; goodput {s['goodput']:.6f}")
     dual, single = _restarts(d, "dual-tor-hpn", access), _restarts(d, "single-tor-rail", access)
     ok = dual[1] and single[1] and dual[0] <= 0.05 * dual[1] and single[0] == single[1]
     return "; ".join(parts) + (": reproduced" if ok else ": NOT reproduced")

@@ -54,7 +54,8 @@ def lab_start(number: int, workdir: str, no_cli: bool, single_plane: bool, hashi
     for p in prepare(lb, Path(workdir)):
         console.print(f"made {p}")
     console.print(f"[bold]Lab {lb.number}: {lb.title}[/] (~{lb.minutes} min). Guide: {lb.guide_path}")
-    console.print("Extra CLI commands: paths A B, fail LINK, restore LINK, queues [SWITCH], flows SWITCH. "
+    console.print("Extra CLI commands: paths A B, fail LINK, restore LINK, lossy LINK P, degrade LINK GBPS, gray, "
+                  "queues [SWITCH], flows SWITCH. "
                   f"When done: hpnlab lab check {lb.number}")
     topo = build(lb.topology, dual_plane=False) if single_plane else build(lb.topology)
     serve(topo, routing="controller", mode=lb.mode, hashing=hashing, pingall=no_cli, no_cli=no_cli, qos=lb.qos,

@@ -1,7 +1,8 @@
-"""The Mininet CLI with the testbed's own commands: paths, fail, restore, queues, flows."""
+"""The Mininet CLI with the testbed's own commands: paths, fail, restore, lossy, degrade, gray, queues, flows."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 
 from mininet.cli import CLI
@@ -21,6 +22,9 @@ class TestbedCLI(CLI):
         self.network = network
         # start-up runs quiet (warning); typed commands like 'h1 ping h2' print at Mininet's 'output' level
         setLogLevel("output")
+        # Mininet prints through its own handler; passed on to ours as well, every line of a command's output
+        # came twice, once prefixed "Level 25 mininet:"
+        logging.getLogger("mininet").propagate = False
         super().__init__(network.net, **kw)
 
     def _host(self, name: str):
@@ -89,8 +93,74 @@ class TestbedCLI(CLI):
         self._set(line, up=False)
 
     def do_restore(self, line: str) -> None:
-        """restore LINK: bring a failed link back and reroute."""
+        """restore LINK: bring a failed link back and reroute; a lossy or slower one runs as it should again."""
+        if self.network.gray_counters() and line.strip():  # gray links only exist once one was made
+            try:
+                self.network.gray.restore(line.strip())
+            except InputError as exc:
+                self.stdout.write(f"{exc}\n")
+                return
         self._set(line, up=True)
+
+    def _gray_link(self, line: str, usage: str, field: str):
+        """(link, value) from 'LINK VALUE', or None after saying what is wrong: the shaped links own gray
+        failures, so a network without --qos has none."""
+        args = line.split()
+        if len(args) != 2:
+            self.stdout.write(f"usage: {usage}\n")
+            return None
+        if self.network.qos is None:
+            self.stdout.write("no shaped links on this network: start it with --qos\n")
+            return None
+        try:
+            link = self.network.topo.find_link(args[0])
+            value = float(args[1])
+        except InputError as exc:
+            self.stdout.write(f"{exc}\n")
+            return None
+        except ValueError:
+            self.stdout.write(f"{InputError('not a number', f'usage: {usage}', field=field, value=args[1])}\n")
+            return None
+        return link, value
+
+    def do_lossy(self, line: str) -> None:
+        """lossy LINK P: the link keeps running but loses a share P of its frames each way, dropped in the
+        kernel (e.g. lossy h5:nic0:p0 0.001); 'gray' shows what it lost, 'restore LINK' ends it."""
+        got = self._gray_link(line, "lossy LINK P (0 < P <= 1)", "P")
+        if got is None:
+            return
+        link, p = got
+        if not 0 < p <= 1:
+            self.stdout.write(f"{InputError('a share of the frames', 'e.g. 0.001', field='P', value=p)}\n")
+            return
+        self.network.gray.set_loss(link.name, p)
+        self.stdout.write(f"{link.name} loses {p:g} of its frames each way\n")
+
+    def do_degrade(self, line: str) -> None:
+        """degrade LINK GBPS: the link keeps running, slower (e.g. degrade h5:nic0:p0 50 on a 200G link);
+        'restore LINK' gives it its rate back."""
+        got = self._gray_link(line, "degrade LINK GBPS", "GBPS")
+        if got is None:
+            return
+        link, gbps = got
+        if not 0 < gbps < link.rate_gbps:
+            why = f"the link runs at {link.rate_gbps:g} Gbit/s: a degraded one is slower"
+            self.stdout.write(f"{InputError(why, f'e.g. {link.rate_gbps / 4:g}', field='GBPS', value=gbps)}\n")
+            return
+        self.network.gray.set_rate(link.name, gbps / link.rate_gbps)
+        self.stdout.write(f"{link.name} runs at {gbps:g} of its {link.rate_gbps:g} Gbit/s\n")
+
+    def do_gray(self, line: str) -> None:
+        """gray: every lossy or slower link, with what an operator's counters show of it."""
+        counters = self.network.gray_counters()
+        if not counters:
+            self.stdout.write("no gray link: make one with 'lossy LINK P' or 'degrade LINK GBPS'\n")
+        for name, c in counters.items():
+            parts = [f"{d.replace('_to_', '->')} lost {c['errors'][d]:,} of {c['errors'][d] + c['frames'][d]:,}"
+                     for d in c.get("errors", {})]
+            if "rate_fraction" in c:
+                parts.append(f"runs at {c['rate_fraction']:.0%} of its rate")
+            self.stdout.write(f"{name}: {'; '.join(parts)}\n")
 
     def do_flows(self, line: str) -> None:
         """flows SWITCH: the OpenFlow rules and groups on a switch, with packet counts (ovs-ofctl)."""

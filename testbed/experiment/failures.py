@@ -35,6 +35,7 @@ class Event:
     cause: str
     outage: int | None = None  # a campaign's outage this is the start or the end of
     gray: tuple[str, float] | None = None  # (lossy, loss rate), (degrade, fraction of the rate) or (restore, 0)
+    flap: float | None = None  # one down or up of a flapping link: its period (the detector watches for flaps)
 
 
 def expand(exp: Experiment, topo: Topology) -> list[Event]:
@@ -60,8 +61,8 @@ def expand(exp: Experiment, topo: Topology) -> list[Event]:
             events.append(Event(f.at, True, links, f"{f.action} {what}", gray=(f.action, value)))
         elif f.action == "flap":
             for c in range(f.count):
-                events.append(Event(f.at + 2 * c * f.period, False, links, f"flap {what}"))
-                events.append(Event(f.at + (2 * c + 1) * f.period, True, links, f"flap {what}"))
+                events.append(Event(f.at + 2 * c * f.period, False, links, f"flap {what}", flap=f.period))
+                events.append(Event(f.at + (2 * c + 1) * f.period, True, links, f"flap {what}", flap=f.period))
         else:
             events.append(Event(f.at, f.action == "up", links, f"{f.action} {what}"))
     if rf is not None:
@@ -143,7 +144,7 @@ class Injector:
                 return
             entry = {"t": stamp(self.clock.now()), "wall_t": round(self.clock.wall_now(), 4), "planned_t": ev.t,
                      "up": ev.up, "links": list(ev.links), "cause": ev.cause, "time": time.time(), "outage": ev.outage,
-                     **({"gray": list(ev.gray)} if ev.gray else {})}
+                     **({"gray": list(ev.gray)} if ev.gray else {}), **({"flap": ev.flap} if ev.flap else {})}
             try:
                 for link in ev.links:
                     self._fire(link, ev)

@@ -243,9 +243,10 @@ def gray_lines(runs: list[dict]) -> list[str]:
         return []
     healthy = [o["seconds"] for r in runs if not r.get("gray") and not r["failures"] for o in r["ops"]]
     base = statistics.mean(healthy) if healthy else None
-    lines = ["", "Gray failures (a link that keeps running: lossy, dropped by a BPF program; or slower): when the "
-             "detector named the link from the operator's counters (input errors; operational speed), the "
-             "frames it lost each way, the hosts' TCP retransmissions, and the mean op time"
+    lines = ["", "Gray failures (a link that keeps running: lossy, dropped by a BPF program; or slower; or one that "
+             "flaps): when the detector named the link from the operator's counters (input errors; operational "
+             "speed; carrier changes), the frames it lost each way, the hosts' TCP retransmissions, and the mean "
+             "op time"
              + (" against the runs without a failure" if base else "") + ":", "",
              "| variant | failure | named after (s) | frames lost / carried | TCP retransmissions | op time (s) |",
              "|---|---|---|---|---|---|"]
@@ -256,9 +257,11 @@ def gray_lines(runs: list[dict]) -> list[str]:
         for d in r["gray"]["delays"]:
             c = r["gray"]["counters"].get(d["links"][0], {})
             lost, carried = sum(c.get("errors", {}).values()), sum(c.get("frames", {}).values())
+            frames = f"{lost:,} / {lost + carried:,}" if "errors" in c else "-"
             named = "never" if d["named_after_s"] is None else f"{d['named_after_s']:.3f}"
-            lines.append(f"| {r['variant']} #{r['repetition']} | {d['failure']} {d['value']:g} on "
-                         f"{d['links'][0]} at {d['at']:.2f} s | {named} | {lost:,} / {lost + carried:,} | "
+            what = f"flap every {d['value']:g} s" if d["failure"] == "flap" else f"{d['failure']} {d['value']:g}"
+            lines.append(f"| {r['variant']} #{r['repetition']} | {what} on "
+                         f"{d['links'][0]} at {d['at']:.2f} s | {named} | {frames} | "
                          f"{(r.get('tcp') or {}).get('RetransSegs', '-')} | "
                          f"{'-' if t is None else f'{t:.3f}'}{slow} |")
     return lines

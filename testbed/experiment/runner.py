@@ -207,8 +207,8 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
     measurements, gathered also when a job raised."""
     rec.start_clock()  # one clock for the record, the sampler and the failures: they agree on t = 0 and on D
     sampler, injector = Sampler(net, clock=rec.clock), Injector(net, p.events, clock=rec.clock)
-    detector = (Detector(net.gray_counters, rec.clock, on_found=rec.watch.gray_found) if any(e.gray for e in p.events)
-                else None)
+    detector = (Detector(net.gray_counters, rec.clock, on_found=rec.watch.gray_found, carriers=net.carrier_changes)
+                if any(e.gray or e.flap for e in p.events) else None)
     skipper: Skipper | None = None
     t0_mono = time.monotonic()
     counters0 = net.port_counters()

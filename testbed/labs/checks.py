@@ -215,4 +215,51 @@ def lab6(ev: Evidence) -> list[Check]:
                      answer_check(a, "crossing_ratio", round(ratio, 3), close=0.05, how=how)]
 
 
-CHECKERS = {1: lab1, 2: lab2, 3: lab3, 4: lab4, 5: lab5, 6: lab6}
+def lab7(ev: Evidence) -> list[Check]:
+    a = ev.answers(7)
+    return _lab7_campaign(ev, a) + _lab7_gray(ev, a)
+
+
+def _lab7_campaign(ev: Evidence, a: dict) -> list[Check]:
+    run = ev.latest_run("failure_campaign")
+    if run is None:
+        return [_run_missing("failure_campaign")]
+    c = {k: rs[0].get("campaign") for k, rs in _variants(run).items()}
+    if not (c.get("dual-tor-hpn") and c.get("single-tor-rail")):
+        return [Check("the run has dual-tor-hpn and single-tor-rail campaigns", False,
+                      "run the shipped experiments/failure_campaign.yaml, unchanged")]
+    restarts = {k: sum(s["restarts"] for s in c[k]["summary"].values()) for k in ("dual-tor-hpn", "single-tor-rail")}
+    slow = [o["slowdown"] for o in c["dual-tor-hpn"]["outcomes"]
+            if o["kind"] == "nic-tor" and o["outcome"] == "slowdown"]
+    how = f"read the Failure campaign tables in 'hpnlab results show {Path(run['_dir']).name}'"
+    checks = [Check("dual-ToR rode out every outage (no restart)", restarts["dual-tor-hpn"] == 0,
+                    "a dual-ToR job restarted: was the run CPU-bound? see its fidelity lines"),
+              Check("single-ToR: the watchdog restarted the job", restarts["single-tor-rail"] > 0,
+                    "no single-ToR restart: see the run's outcomes (confounded outages are not counted)"),
+              answer_check(a, "dual_tor_restarts", restarts["dual-tor-hpn"], close=0, how=how),
+              answer_check(a, "single_tor_restarts", restarts["single-tor-rail"], close=0, how=how)]
+    if slow:
+        checks.append(answer_check(a, "dual_tor_slowdown", round(statistics.mean(slow), 2), close=0.02, how=how))
+    return checks
+
+
+def _lab7_gray(ev: Evidence, a: dict) -> list[Check]:
+    run = ev.latest_run("gray_failures")
+    if run is None:
+        return [_run_missing("gray_failures")]
+    lossy = [d for r in _variants(run).get("lossy-1e-3", []) for d in (r.get("gray") or {}).get("delays", [])]
+    if not lossy:
+        return [Check("the run has the lossy-1e-3 variant", False,
+                      "run the shipped experiments/gray_failures.yaml, unchanged")]
+    d = lossy[0]
+    how = f"read the Gray failures table in 'hpnlab results show {Path(run['_dir']).name}'"
+    if d["named_after_s"] is None:
+        return [Check("the detector named the lossy link", False,
+                      "it never did in your run: were any frames lost? see the table's 'frames lost'")]
+    return [Check("the detector named the lossy link", True),
+            answer_check(a, "lossy_link", d["links"][0], how=how),
+            answer_check(a, "named_after_s", d["named_after_s"], close=max(0.002, 0.05 * d["named_after_s"]),
+                         how=how)]
+
+
+CHECKERS = {1: lab1, 2: lab2, 3: lab3, 4: lab4, 5: lab5, 6: lab6, 7: lab7}

@@ -56,6 +56,12 @@ LABS = {lab.number: lab for lab in (
                    "util_crux_paths": "crux_multi_job, crux-priorities-paths: cluster GPU utilization",
                    "crossing_ratio": "placement: bytes that crossed segments, compact over scattered "
                                      "(e.g. 0.5)"}),
+    Lab(7, "What a failure costs: campaigns, the watchdog, gray failures", 50, "07-failure-costs.md", qos=True,
+        questions={"dual_tor_restarts": "failure_campaign, dual-tor-hpn: restarts (the Failure campaign table)",
+                   "single_tor_restarts": "failure_campaign, single-tor-rail: restarts",
+                   "dual_tor_slowdown": "failure_campaign, dual-tor-hpn, nic-tor: the mean slowdown (e.g. 1.4)",
+                   "lossy_link": "gray_failures, lossy-1e-3: the link the detector named",
+                   "named_after_s": "gray_failures, lossy-1e-3: how soon it was named, in seconds (e.g. 0.05)"}),
 )}
 
 

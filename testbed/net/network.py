@@ -292,6 +292,10 @@ class Network:
             log.warning("qos teardown: %s", exc)
         if self._controller is not None:  # before Mininet, so it does not chase the teardown's port events
             self._controller.stop()
+        if self.owner is not None:  # while the hosts' shells still hold their namespaces (ownership.py says why)
+            strays = self.owner.end_namespace_processes()
+            if strays:
+                log.info("ended in the hosts' namespaces: %s", ", ".join(strays))
         if self.net is not None:
             try:
                 emulation.stop(self.net, self.topo, self.site_of)
@@ -359,6 +363,18 @@ class Network:
                 raise RuntimeError("gray failures need the links shaped, on one server")
             self._gray = GrayLinks(self.topo, self.qos)
         return self._gray
+
+    def carrier_changes(self) -> dict[str, int]:
+        """Every link's carrier changes so far (its downs and ups), as its switch end's port counts them; a link
+        whose switch end is on another server is left out."""
+        out = {}
+        for link in self.topo.links:
+            try:
+                out[link.name] = int(Path(f"/sys/class/net/{self.intf_name(link.b, link.b_port)}/carrier_changes")
+                                     .read_text())
+            except OSError:
+                continue
+        return out
 
     def gray_counters(self) -> dict[str, dict]:
         """The gray links' counters now (GrayLinks.counters), {} while no link is gray."""

@@ -129,6 +129,24 @@ def _vsctl(*args: str) -> subprocess.CompletedProcess:
     return _sh("ovs-vsctl", *ovs_db_target(), "--timeout=10", *args)
 
 
+def _kill(processes: list[dict]) -> list[str]:
+    """SIGKILL each process that is still the one recorded (same start time), and wait until it is gone."""
+    done, killed = [], []
+    for p in processes:
+        if p.get("start") is not None and alive(p["pid"], p["start"]):  # no start time: no proof it is ours
+            try:
+                os.kill(p["pid"], signal.SIGKILL)
+                done.append(f"process {p['pid']} ({p['what']})")
+                killed.append(p)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 2
+    while killed and time.monotonic() < deadline:  # gone, not just signalled, before we report done
+        killed = [p for p in killed if alive(p["pid"], p["start"]) and not _zombie(p["pid"])]
+        time.sleep(0.01)
+    return done
+
+
 class Ownership:
     """The record of one run's system changes."""
 
@@ -191,22 +209,15 @@ class Ownership:
     def owner_alive(self) -> bool:
         return alive(self.data["owner_pid"], self.data.get("owner_start"))
 
+    def end_namespace_processes(self) -> list[str]:
+        """End what else runs in the hosts' namespaces (a server a user daemonized from the CLI, `iperf3 -s -D`)
+        while the hosts' shells still prove those namespaces are this run's: once the shells are gone, a
+        process that outlived them holds a namespace nothing here can tell from anyone else's."""
+        return _kill(_in_their_namespaces(self.data["processes"]))
+
     def undo(self) -> list[str]:
         """Remove what the record lists and this run provably made; idempotent; returns what was removed."""
-        done: list[str] = []
-        killed = []
-        for p in self.data["processes"] + _in_their_namespaces(self.data["processes"]):
-            if p.get("start") is not None and alive(p["pid"], p["start"]):  # no start time: no proof it is ours
-                try:
-                    os.kill(p["pid"], signal.SIGKILL)
-                    done.append(f"process {p['pid']} ({p['what']})")
-                    killed.append(p)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + 2
-        while killed and time.monotonic() < deadline:  # gone, not just signalled, before we report done
-            killed = [p for p in killed if alive(p["pid"], p["start"]) and not _zombie(p["pid"])]
-            time.sleep(0.01)
+        done = _kill(self.data["processes"] + _in_their_namespaces(self.data["processes"]))
         # Decide what is ours before removing anything: deleting a bridge detaches its ports.
         tags = ovs_bridges() if self.data["bridges"] else {}
         bridges = [b for b in self.data["bridges"] if tags.get(b) == self.run_id]

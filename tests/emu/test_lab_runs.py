@@ -173,3 +173,53 @@ def test_lab6_steps_pass(tmp_path, quick_results, no_leftovers):
                                                                              "crossing_ratio: 1.0"))
     r = check(tmp_path, 6)
     assert r.returncode == 1 and "FAIL answer 'crossing_ratio'" in r.stdout, r.stdout
+
+
+def _lab7_answers(tmp_path: Path, quick_results) -> dict:
+    """The student's two runs copied in; the answers their tables give."""
+    camp = by_variant(student_copy(tmp_path, quick_results, "failure_campaign"))
+    gray = by_variant(student_copy(tmp_path, quick_results, "gray_failures"))
+    restarts = {k: sum(s["restarts"] for s in camp[k][0]["campaign"]["summary"].values())
+                for k in ("dual-tor-hpn", "single-tor-rail")}
+    slow = [o["slowdown"] for o in camp["dual-tor-hpn"][0]["campaign"]["outcomes"]
+            if o["kind"] == "nic-tor" and o["outcome"] == "slowdown"]
+    (named,) = gray["lossy-1e-3"][0]["gray"]["delays"]
+    return {"dual_tor_restarts": restarts["dual-tor-hpn"], "single_tor_restarts": restarts["single-tor-rail"],
+            "dual_tor_slowdown": round(statistics.mean(slow), 2), "lossy_link": named["links"][0],
+            "named_after_s": round(named["named_after_s"], 3)}
+
+
+def test_lab7_steps_pass(tmp_path, quick_results, no_leftovers):
+    """The campaign and gray-failure runs read as the guide says; the CLI step (a lossy link by hand, iperf3
+    over it, `gray`, `restore`) prints what the guide promises."""
+    steps = ("h0 iperf3 -s -D\nfail h5:nic0:p1\nlossy h5:nic0:p0 0.01\nh5 iperf3 -c 10.0.0.1 -t 4\ngray\n"
+             "restore h5:nic0:p0\ngray\nexit\n")
+    r = subprocess.run([HPNLAB, "lab", "start", "7"], cwd=tmp_path, input=steps, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "h5:nic0:p0 loses 0.01 of its frames each way" in r.stdout, r.stdout[-3000:]
+    m = re.search(r"h5:nic0:p0: a->b lost ([\d,]+) of ([\d,]+); b->a lost ([\d,]+) of ([\d,]+)", r.stdout)
+    assert m, r.stdout[-3000:]
+    lost, n = (sum(int(m[i].replace(",", "")) for i in idx) for idx in ((1, 3), (2, 4)))
+    assert n > 1000 and abs(lost - 0.01 * n) < 5 * (0.01 * n) ** 0.5, (lost, n)  # iperf3's frames, 1% of them
+    assert "Retr" in r.stderr and "no gray link" in r.stdout  # iperf3 reported (Mininet's output); restore ended it
+    a = _lab7_answers(tmp_path, quick_results)
+    assert a["dual_tor_restarts"] == 0 < a["single_tor_restarts"] and a["lossy_link"] == "h1:nic0:p0"
+    answer(tmp_path / "lab-work", 7, **a)
+    r = check(tmp_path, 7)
+    assert r.returncode == 0, r.stdout
+    assert "8 of 8 checks passed" in r.stdout
+
+
+def test_lab7_wrong_answers_and_missing_runs_fail_with_hints(tmp_path, quick_results):
+    prepare(LABS[7], tmp_path / "lab-work")
+    r = check(tmp_path, 7)
+    assert r.returncode == 1
+    assert "FAIL a run of failure_campaign: run it first: hpnlab run experiments/failure_campaign.yaml --quick" \
+        in r.stdout and "FAIL a run of gray_failures" in r.stdout
+    a = _lab7_answers(tmp_path, quick_results)
+    answer(tmp_path / "lab-work", 7, **{**a, "dual_tor_restarts": a["single_tor_restarts"], "lossy_link": "h0:nic0:p0"})
+    r = check(tmp_path, 7)
+    assert r.returncode == 1 and "6 of 8 checks passed" in r.stdout, r.stdout
+    assert "FAIL answer 'dual_tor_restarts'" in r.stdout and "FAIL answer 'lossy_link': 'h0:nic0:p0' is not" \
+        in r.stdout

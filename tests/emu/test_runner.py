@@ -249,6 +249,9 @@ def test_gray_failures_slow_the_job_and_the_detector_names_the_link(quick_result
     for v in ("lossy-1e-3", "degraded-50g"):
         (d,) = runs[v]["gray"]["delays"]
         assert d["links"] == ["h1:nic0:p0"] and d["named_after_s"] is not None and d["named_after_s"] < 1.0, d
+    (d,) = runs["flapping"]["gray"]["delays"]  # its fifth flap, from the ToR port's carrier changes
+    assert d["failure"] == "flap" and d["named_after_s"] is not None and 0.8 <= d["named_after_s"] < 2.0, d
+    assert not runs["flapping"]["failures_not_fired"] and not runs["flapping"]["gray"]["error"]
     c = runs["lossy-1e-3"]["gray"]["counters"]["h1:nic0:p0"]
     lost, n = sum(c["errors"].values()), sum(c["errors"].values()) + sum(c["frames"].values())
     assert abs(lost - n * 1e-3) < 5 * (n * 1e-3) ** 0.5 + 1, c  # binomial, 5 standard deviations

@@ -78,3 +78,46 @@ def test_the_detector_names_each_gray_link_once_from_its_counters():
     assert [(x["links"], x["named_after_s"]) for x in said] == [
         (["a"], pytest.approx(0.5, abs=1e-3)), (["b"], pytest.approx(d.found[1]["t"] - t + 0.1, abs=1e-3)),
         (["c"], None)]
+
+
+class Tick:
+    """A clock the test moves (the detector reads only now())."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+def test_a_link_is_named_flapping_after_five_flaps_within_ten_seconds():
+    clock = Tick()
+    d = Detector(lambda: {}, clock)
+    d.look_carriers({"a": 4, "b": 0})  # what the ports counted before the run is not a flap
+    for i in range(1, 10):
+        clock.t = i * 0.1
+        d.look_carriers({"a": 4 + i, "b": 2 if i > 3 else 0})  # a: a change a look; b: one failure and its repair
+    assert d.found == []  # 9 changes: four and a half flaps
+    clock.t = 1.0
+    d.look_carriers({"a": 14, "b": 2})
+    assert [(f["link"], f["kind"], f["carrier_changes"], f["t"]) for f in d.found] == [("a", "flapping", 10, 1.0)]
+    slow = Detector(lambda: {}, clock)
+    for i in range(12):  # a change every 1.1 s: never 10 within 10 s
+        clock.t = 100 + i * 1.1
+        slow.look_carriers({"a": i})
+    assert slow.found == []
+    fired = [{"t": 0.5, "links": ["a"], "cause": "flap a", "up": False, "flap": 0.1},
+             {"t": 0.6, "links": ["a"], "cause": "flap a", "up": True, "flap": 0.1},
+             {"t": 0.7, "links": ["a"], "cause": "flap a", "up": False, "flap": 0.1},
+             {"t": 0.5, "links": ["c"], "cause": "flap c", "up": False, "flap": 0.2},
+             {"t": 0.9, "links": ["c"], "cause": "down c", "up": False}]
+    said = delays(d.found, fired)  # one entry per flapping link, from its first down; a plain down is none
+    assert [(x["links"], x["failure"], x["value"], x["named_after_s"]) for x in said] == [
+        (["a"], "flap", 0.1, pytest.approx(0.5, abs=1e-3)), (["c"], "flap", 0.2, None)]
+
+
+def test_flap_events_carry_their_period():
+    exp_ = from_dict(exp({"at": 1.0, "link": "h1:nic0:p0", "action": "flap", "period": 0.2, "count": 2}))
+    events = expand(exp_, HPN)
+    assert [(e.t, e.up, e.flap) for e in events] == [(1.0, False, 0.2), (1.2, True, 0.2), (1.4, False, 0.2),
+                                                     (pytest.approx(1.6), True, 0.2)]
