@@ -161,6 +161,9 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
         if e.scheduler == "crux":
             rec.data["crux"] = _crux_classes(net, e, p.jobs, p.topo, p.channels)
         rec.data["jobs"] = {j.name: _job_record(j, p.topo) for j in p.jobs}
+        # links a failure will make lossy: their hosts open the jobs' connections frame by frame (gray.py)
+        for name in sorted({n for ev in p.events if ev.gray and ev.gray[0] == "lossy" for n in ev.links}):
+            net.gray.frames_only(name)
         runners = _start_jobs(net, p, rec.data.get("crux"))
         _replay(net, p, runners, rec)
     if p.exp.campaign is not None:

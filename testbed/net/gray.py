@@ -23,6 +23,7 @@ class GrayLinks:
         self.topo, self.shaper = topo, shaper
         self.lossy: dict[str, LossyLink] = {}
         self.degraded: dict[str, float] = {}  # link -> the fraction of its rate it runs at
+        self._segs: dict[str, int] = {}  # host port -> its gso_max_segs before one frame per packet
 
     def _ends(self, link: Link) -> tuple[str, str]:
         ends = (f"{link.a}:{link.a_port}", f"{link.b}:{link.b_port}")
@@ -31,10 +32,20 @@ class GrayLinks:
             raise ValueError(f"link {link.name}: port(s) {', '.join(missing)} are not shaped on this server")
         return ends
 
+    def frames_only(self, name: str) -> None:
+        """The host end of `name` hands its egress one frame per packet (not a GSO packet of many, which a loss
+        would take whole: testbed/qos/bpf/loss.bpf.c) for the connections it opens from now; undone at close."""
+        for key in self._ends(self.topo.find_link(name)):
+            if self.shaper.ports[key].is_host and key not in self._segs:
+                self._segs[key] = self.shaper.gso_max_segs(key, 1)
+
     def set_loss(self, name: str, rate: float) -> None:
-        """`name` loses `rate` of its frames each way from now (0: none again)."""
+        """`name` loses `rate` of its frames each way from now (0: none again); connections its host end opens
+        from now send frame by frame (`frames_only`: those open before keep their packets)."""
         link = self.topo.find_link(name)
         ends = self._ends(link)
+        if rate > 0:
+            self.frames_only(link.name)
         old = self.lossy.pop(link.name, None)
         if old is not None:
             old.close()
@@ -78,4 +89,10 @@ class GrayLinks:
                 log.debug("gray %s: %s", name, exc)
         for lossy in self.lossy.values():
             lossy.close()
+        for key, segs in self._segs.items():
+            try:
+                self.shaper.gso_max_segs(key, segs)
+            except Exception as exc:  # noqa: BLE001 - the namespace may be gone with its host
+                log.debug("gso_max_segs of %s: %s", key, exc)
+        self._segs.clear()
         self.lossy.clear()

@@ -256,6 +256,17 @@ class Shaper:
             for m in msgs:
                 self._switches[p.netns].send(m)
 
+    def gso_max_segs(self, key: str, segs: int | None = None) -> int:
+        """The largest GSO packet one port's sender hands down, in frames; set to `segs` when given (the value
+        before is returned). Sockets take it when they connect."""
+        p = self.ports[key]
+        with self._lock:
+            ipr = self._ipr(p.netns)
+            old = ipr.get_links(p.ifindex)[0].get_attr("IFLA_GSO_MAX_SEGS")
+            if segs is not None:
+                ipr.link("set", index=p.ifindex, gso_max_segs=segs)
+        return old
+
     # -- pause / resume (PFC) -------------------------------------------------------
     def set_paused(self, key: str, priority: int, paused: bool) -> None:
         """Pause (throttle) or resume one lossless priority of one port."""

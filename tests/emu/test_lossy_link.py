@@ -10,6 +10,7 @@ from testbed.experiment.measure import StreamSpec, run_streams
 from testbed.net.network import Network
 from testbed.qos.spec import QosSpec
 from topos import build
+from topos.addressing import nic_address
 
 RATE = 0.05
 PPS, SECONDS = 1000, 3.0
@@ -55,3 +56,29 @@ def test_a_lossy_link_loses_frames_at_its_rate_and_is_taken_off_again(no_leftove
         dropped, carried = counts["errors"][direction], counts["errors"][direction] + counts["frames"][direction]
         left = got["lost"] - dropped - (sent - carried)
         assert -1 <= left <= OTHER_FRAMES, (direction, left, got, counts, r["senders"])
+
+
+def test_a_lossy_links_counts_are_frames_even_for_tcp(no_leftovers):
+    """TCP hands its egress GSO packets of many frames whatever the device offers; the program counts a packet as
+    the frames it carries, and a lossy link's host end sends frame by frame (gray.frames_only). So what the
+    program passed is what the ToR port received, frame for frame (without either: 126 'frames' for 1 MB)."""
+    topo = build("hpn", hosts_per_segment=2)
+    link = topo.find_link("h1:nic0:p0")
+    with Network(topo, qos=QosSpec(pfc={"enabled": False})) as net:
+        net.set_link(topo.find_link("h1:nic0:p1").name, up=False)
+        key = f"{link.a}:{link.a_port}"
+        segs = net.qos.gso_max_segs(key)
+        net.gray.set_loss(link.name, 1e-9)  # on, and (almost) never losing: the counts alone
+        assert net.qos.gso_max_segs(key) == 1 < segs
+        before = net.port_counters()[link.b][link.b_port]
+        server = net.popen("h3", ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
+        try:
+            out = net.node("h1").cmd(f"sleep 0.5; iperf3 -c {nic_address(topo.nodes['h3'], 0).ip} -n 1M")
+        finally:
+            server.wait(timeout=60)
+        got = net.port_counters()[link.b][link.b_port]["rx_packets"] - before["rx_packets"]
+        counts = net.gray_counters()[link.name]
+        assert "iperf Done" in out, out
+        assert got > 500 and counts["frames"]["a_to_b"] + counts["errors"]["a_to_b"] == got, (got, counts)
+        net.gray.close()
+        assert net.qos.gso_max_segs(key) == segs  # given back

@@ -6,6 +6,8 @@ Sizes are small: under TCG emulation soft-RoCE moves tens of Mbit/s; these are f
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import subprocess
 import time
@@ -100,3 +102,63 @@ def test_rdma_transport_runs_a_ring_allreduce(fabric):
     tuples = {tuple(rec.sent["five_tuple"]) for rec in rp.records}
     assert all(t[3] == ROCE_PORT and t[4] == "udp" and t[1] >= 0xC000 for t in tuples)
     assert len(tuples) == n * 2  # one queue pair's source port per (rank, channel)
+
+
+LOSS = 0.002
+
+
+def _rxe_counters(net: Network, tr: RdmaTransport, host: str) -> dict[str, int]:
+    """rxe's own counters (rxe_hw_counters.c) summed over a host's devices."""
+    out: dict[str, int] = {}
+    for (h, _nic, _port), dev in tr.devices.items():
+        if h == host:
+            p = net.popen(host, ["rdma", "-j", "statistic", "show", "link", f"{dev}/1"], stdout=subprocess.PIPE,
+                          text=True)
+            (row,) = json.loads(p.communicate(timeout=30)[0])
+            for k, v in row.items():
+                if isinstance(v, int) and k != "port":
+                    out[k] = out.get(k, 0) + v
+    return out
+
+
+def test_rdma_over_a_lossy_link_goes_back_n(fabric):
+    """0.2% of the frames lost each way on the sender's links (the BPF program; test_loss_vm.py checks it against
+    netem): rxe recovers by go-back-N. The receiver NAKs the first gap in the sequence (out_of_seq_request) and
+    throws away what follows, and the sender sends everything again from the lost packet on, so it resends
+    more than was lost, where TCP's selective acknowledgements resend what was lost."""
+    net, tr = fabric
+    a, b = net.topo.hosts[0], net.topo.hosts[-1]
+    lossy, other = (next(l.name for l in net.topo.links_of(a.name) if l.kind == "host-tor" and l.nic_port == i)
+                    for i in (0, 1))
+    links = [lossy]
+    nbytes = 4 << 20
+    before = {h: _rxe_counters(net, tr, h) for h in (a.name, b.name)}
+    # the NIC's other port down: the receiver's ACKs and NAKs come back to the port whose rxe device holds the
+    # queue pair (one rxe device per port here, where a real NIC bonds its two; an ACK on the other port is lost)
+    net.set_link(other, up=False)
+    for name in links:
+        net.gray.set_loss(name, LOSS)
+    try:
+        t0 = time.monotonic()
+        tr.send("lossy", a.name, nic_address(b, 0).ip, nbytes, sport=0xC000 + 7)
+        [rec] = tr.wait(["lossy"], timeout=900)
+        seconds = time.monotonic() - t0
+        counts = net.gray_counters()
+    finally:
+        for name in links:
+            net.gray.restore(name)
+        net.set_link(other, up=True)
+    after = {h: _rxe_counters(net, tr, h) for h in (a.name, b.name)}
+    delta = {h: {k: after[h][k] - before[h].get(k, 0) for k in after[h]} for h in after}
+    assert rec.error is None, (rec.error, counts, delta)
+    assert rec.sent["bytes"] == rec.recv["bytes"] == nbytes
+    dropped = sum(counts[name]["errors"]["a_to_b"] for name in links)  # on the way out of the sender
+    sent, needed = delta[a.name]["sent_pkts"], math.ceil(nbytes / 1024)  # rxe's 1024-byte path MTU on 1500
+    print(f"\nRDMA WRITE of {nbytes:,} B over {LOSS:.1%} loss: {seconds:.1f} s; the sender's links lost {dropped} "
+          f"frames on the way out; rxe sent {sent} packets for {needed} (resent {sent - needed}: "
+          f"{(sent - needed) / max(dropped, 1):.1f} per frame lost); the receiver found "
+          f"{delta[b.name]['out_of_seq_request']} gaps (each NAKed once, what followed thrown away), the sender got "
+          f"{delta[a.name]['rcvd_seq_err']} NAKs and went back {delta[a.name]['completer_retry_err']} times")
+    assert dropped > 0
+    assert delta[b.name]["out_of_seq_request"] > 0  # a gap in the sequence: NAKed, and what follows it discarded
+    assert sent - needed > dropped  # more resent than was lost
