@@ -9,7 +9,7 @@ import os
 import re
 import subprocess
 
-from testbed.cli.shell import TestbedCLI
+from testbed.cli import shell  # the module: pytest would take a class named Test* for a test
 from testbed.experiment.measure import StreamSpec, run_streams
 from testbed.net.network import Network
 from testbed.qos.spec import QosSpec
@@ -24,7 +24,7 @@ def cli(net: Network, tmp_path, *lines: str) -> str:
     script.write_text("\n".join(lines) + "\n")
     out = io.StringIO()
     with open(os.devnull) as stdin:
-        TestbedCLI(net, stdin=stdin, stdout=out, script=str(script))
+        shell.TestbedCLI(net, stdin=stdin, stdout=out, script=str(script))
     return out.getvalue()
 
 
