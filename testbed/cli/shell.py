@@ -123,6 +123,16 @@ class TestbedCLI(CLI):
             return None
         return link, value
 
+    def _gray_change(self, link, change, fix: str) -> bool:
+        """Make one gray change; what the gray layer refuses (a degraded port under PFC, a port on another
+        server) is said in one line and the CLI goes on."""
+        try:
+            change()
+        except ValueError as exc:
+            self.stdout.write(f"{InputError(str(exc), fix, field='LINK', value=link.name)}\n")
+            return False
+        return True
+
     def do_lossy(self, line: str) -> None:
         """lossy LINK P: the link keeps running but loses a share P of its frames each way, dropped in the
         kernel (e.g. lossy h5:nic0:p0 0.001); 'gray' shows what it lost, 'restore LINK' ends it."""
@@ -133,8 +143,8 @@ class TestbedCLI(CLI):
         if not 0 < p <= 1:
             self.stdout.write(f"{InputError('a share of the frames', 'e.g. 0.001', field='P', value=p)}\n")
             return
-        self.network.gray.set_loss(link.name, p)
-        self.stdout.write(f"{link.name} loses {p:g} of its frames each way\n")
+        if self._gray_change(link, lambda: self.network.gray.set_loss(link.name, p), "use a link of this server"):
+            self.stdout.write(f"{link.name} loses {p:g} of its frames each way\n")
 
     def do_degrade(self, line: str) -> None:
         """degrade LINK GBPS: the link keeps running, slower (e.g. degrade h5:nic0:p0 50 on a 200G link);
@@ -147,8 +157,9 @@ class TestbedCLI(CLI):
             why = f"the link runs at {link.rate_gbps:g} Gbit/s: a degraded one is slower"
             self.stdout.write(f"{InputError(why, f'e.g. {link.rate_gbps / 4:g}', field='GBPS', value=gbps)}\n")
             return
-        self.network.gray.set_rate(link.name, gbps / link.rate_gbps)
-        self.stdout.write(f"{link.name} runs at {gbps:g} of its {link.rate_gbps:g} Gbit/s\n")
+        if self._gray_change(link, lambda: self.network.gray.set_rate(link.name, gbps / link.rate_gbps),
+                             "start the network without PFC ('hpnlab up --qos --no-pfc'), or use lossy"):
+            self.stdout.write(f"{link.name} runs at {gbps:g} of its {link.rate_gbps:g} Gbit/s\n")
 
     def do_gray(self, line: str) -> None:
         """gray: every lossy or slower link, with what an operator's counters show of it."""

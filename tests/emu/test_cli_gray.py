@@ -62,3 +62,15 @@ def test_gray_commands_need_shaped_links(tmp_path, no_leftovers):
     with Network(build("hpn", hosts_per_segment=2)) as net:
         out = cli(net, tmp_path, "lossy h1:nic0:p0 0.1", "degrade h1:nic0:p0 50")
     assert out.count("no shaped links on this network: start it with --qos") == 2, out
+
+
+def test_degrade_under_pfc_is_refused_in_one_line_and_the_cli_goes_on(tmp_path, no_leftovers):
+    """The lab's network runs PFC, whose agent puts a paused class's planned rate back: a degraded link is
+    refused there (Shaper.set_rate), said in one line, and the next command still runs."""
+    with Network(build("hpn", hosts_per_segment=2), qos=QosSpec()) as net:
+        out = cli(net, tmp_path, "degrade h1:nic0:p0 50", "gray")
+        assert net.gray_counters() == {}
+    said = out.splitlines()
+    assert said[0].startswith("LINK='h1:nic0:p0': a degraded port under PFC") and "fix: start the network without " \
+        "PFC ('hpnlab up --qos --no-pfc'), or use lossy" in said[0], out
+    assert said[1].startswith("no gray link"), out
