@@ -1,7 +1,7 @@
 """Every SimAI file the importer takes, replayed with its compute alone on the default HPN, against the closed form.
 
     sudo .venv/bin/python -m bench.simai_iterations [--rows N] [--files A.txt B.txt] [--out FILE]
-        [--dilation auto|D] [--max-wall S]
+        [--dilation auto|D] [--max-wall S] [--keep DIR]
 
 Each file runs as a one-job experiment through the runner (routing precise, scale auto, time dilation auto
 unless given, one iteration after a warm-up iteration) and prints the measured iteration time, the
@@ -39,7 +39,8 @@ def first_rows(src: Path, dst: Path, rows: int | None) -> None:
     dst.write_text("\n".join([lines[0], str(len(body)), *body]) + "\n")
 
 
-def measure(path: Path, rows: int | None, dilation: float | str = "auto", max_wall: float | None = None) -> dict:
+def measure(path: Path, rows: int | None, dilation: float | str = "auto", max_wall: float | None = None,
+            keep: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / path.name
         first_rows(path, copy, rows)
@@ -49,7 +50,7 @@ def measure(path: Path, rows: int | None, dilation: float | str = "auto", max_wa
         time_spec = {"dilation": dilation, **({"max_wall_s": max_wall} if max_wall else {})}
         exp = from_dict({"name": "simai-bench", "routing": "precise", "time": time_spec,
                          "workload": {"simai": copy.name, "iterations": 2}})
-        out = run(exp, base=Path(tmp), results=Path(tmp) / "results")
+        out = run(exp, base=Path(tmp), results=keep or Path(tmp) / "results")
         rec = json.loads((out / "results.json").read_text())["runs"][0]
     its = rec["iterations"]
     last = its[-1]  # the first iteration opens the connections
@@ -92,6 +93,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "simai_iterations.json")
     ap.add_argument("--dilation", default="auto", help="time dilation D, or auto (default)")
     ap.add_argument("--max-wall", type=float, default=None, help="cap on the wall time auto may choose for")
+    ap.add_argument("--keep", type=Path, default=None, help="keep each run's results folder under this folder "
+                    "(per-op records, timeline); default: thrown away")
     ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
@@ -101,7 +104,7 @@ def main() -> None:
     files = [f for f in FILES if a.files is None or f.name in a.files]
     rows = []
     for f in files:
-        r = measure(f, a.rows, dilation, a.max_wall)
+        r = measure(f, a.rows, dilation, a.max_wall, a.keep)
         rows.append(r)
         print(json.dumps(r), flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
