@@ -34,6 +34,9 @@ class Schedule:
     ranks: list[Rank]
     steps: list[list[Flow]] = field(default_factory=list)
     groups: int = 1  # concurrent collectives merged into this schedule (ranks split evenly)
+    # a step needs nothing the step before delivered (all-to-all: every block is the sender's own data), so a
+    # rank sends every step at once, as NCCL's grouped sends and receives to all peers do
+    independent_steps: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -114,7 +117,7 @@ def pairwise_alltoall(ranks: list[Rank], size: int) -> Schedule:
     n = len(ranks)
     _need(ranks, 2, "all-to-all")
     block = _split(size, n)
-    s = Schedule("alltoall", "pairwise", size, list(ranks))
+    s = Schedule("alltoall", "pairwise", size, list(ranks), independent_steps=True)
     for k in range(1, n):
         s.steps.append([Flow(ranks[i], ranks[(i + k) % n], block[(i + k) % n]) for i in range(n)])
     return s

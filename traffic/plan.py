@@ -9,6 +9,8 @@ carries `after`, the ids of the pieces this rank must have received first:
   that arrive at r on channel c (channels are independent, like NCCL's rings);
   if none arrive on that channel (a flow too small to split), for all that
   arrive at r in step k-1;
+- an all-to-all's pieces wait for nothing (`Schedule.independent_steps`): each block is the sender's own
+  data, and NCCL posts the sends and receives to every peer in one group;
 - with `pipeline` P > 1 each channel's share is cut into P chunks, and chunk j
   of step k waits only for chunk j of step k-1: the first chunks of a step go
   out while the last ones of the previous step are still on the wire.
@@ -59,7 +61,8 @@ def pieces(schedule: Schedule, channels: int, op_id: str, pipeline: int = 1) -> 
                     if not nbytes:
                         continue
                     pid = f"{op_id}.{k}.{i}.{c}.{j}"
-                    after = arrived.get((f.src, c, j)) or arrived_any.get(f.src, [])
+                    after = () if schedule.independent_steps else (arrived.get((f.src, c, j))
+                                                                   or arrived_any.get(f.src, []))
                     out.append(Piece(pid, k, f.src, f.dst, c, j, nbytes, tuple(after)))
                     now.setdefault((f.dst, c, j), []).append(pid)
                     now_any.setdefault(f.dst, []).append(pid)

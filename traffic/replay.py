@@ -346,7 +346,7 @@ def concurrent(schedules: list[Schedule]) -> Schedule:
         return schedules[0]
     first = schedules[0]
     out = Schedule(first.op, first.algorithm, first.size, [r for s in schedules for r in s.ranks],
-                   groups=len(schedules))
+                   groups=len(schedules), independent_steps=all(s.independent_steps for s in schedules))
     for k in range(max(len(s.steps) for s in schedules)):
         out.steps.append([f for s in schedules if k < len(s.steps) for f in s.steps[k]])
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from traffic import replay
 from traffic.collectives import build_schedule
 from traffic.plan import pieces, split, step_seconds
 
@@ -43,6 +44,20 @@ def test_ring_dependencies_are_the_predecessor_chunk_of_the_same_channel_and_chu
         assert (dep.channel, dep.chunk) == (p.channel, p.chunk)
         assert dep.src == ranks(4)[(ranks(4).index(p.src) - 1) % 4]  # from the ring predecessor
     assert all(p.after == () for p in ps if p.step == 0)
+
+
+def test_an_all_to_all_sends_every_step_at_once_and_a_ring_does_not():
+    """An all-to-all's blocks are the sender's own data, so nothing waits for a receipt (NCCL posts every peer's
+    send and receive in one group); chained in the agents with a receipt per step, ranks that drifted apart
+    left links idle (two rails' EP all-to-alls back to back: 38-73% of ideal, 81-87% without the waits)."""
+    for concurrent in (False, True):
+        a2a = build_schedule("alltoall", ranks(8), 8_000_000)
+        if concurrent:
+            a2a = replay.concurrent([a2a, build_schedule("alltoall", [(f"h{i}", 1) for i in range(8)], 8_000_000)])
+        ps = pieces(a2a, channels=2, op_id="1")
+        assert a2a.independent_steps and {p.step for p in ps} == set(range(7)) and all(p.after == () for p in ps)
+    ring = build_schedule("allgather", ranks(8), 8_000_000)
+    assert not ring.independent_steps and all(p.after for p in pieces(ring, 2, "2") if p.step > 0)
 
 
 def test_tiny_flows_fall_back_to_every_piece_received():
