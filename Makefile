@@ -5,7 +5,7 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap ryu-venv browser lint test test-unit test-emu vm-image vm-test cluster-test demo clean bench
+.PHONY: bootstrap ryu-venv browser lint test test-unit test-emu vm-image vm-test cluster-test vagrant-box vagrant-test demo clean bench
 
 bootstrap:
 	$(SUDO) bash scripts/bootstrap.sh
@@ -45,6 +45,14 @@ vm-test:
 # 127.0.0.1; tests/cluster runs on the first against both (issue #18).
 cluster-test:
 	$(SUDO) bash scripts/vm/cluster-test.sh $(CLUSTER_PYTEST_ARGS)
+
+# A Vagrant box (libvirt) of plain Debian trixie made here with debootstrap, for rooms without Vagrant
+# Cloud; vagrant-test runs the Vagrantfile with Vagrant on it, end to end (tests/vagrant, issue #30).
+vagrant-box:
+	$(SUDO) bash scripts/vm/build-box.sh
+
+vagrant-test: bootstrap browser
+	$(SUDO) bash scripts/vm/vagrant-test.sh $(VAGRANT_PYTEST_ARGS)
 
 # Build the default HPN, show its table, ping every host NIC from every host,
 # fail one host port and ping again; then the default experiment.

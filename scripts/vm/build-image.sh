@@ -56,13 +56,7 @@ t1=$(date +%s)
 for m in proc sys dev dev/pts; do
   mount --bind "/$m" "$root/$m"; mounted+=("$root/$m")
 done
-# The image trusts what this machine trusts (a site proxy's CA, a pip
-# configuration): the provisioning inside the chroot fetches through the same path.
-if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
-  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
-  chroot "$root" update-ca-certificates >/dev/null 2>&1
-fi
-[ -f /etc/pip.conf ] && cp /etc/pip.conf "$root/etc/pip.conf"
+site_trust "$root"
 # Services must not start inside the chroot (the packages' scripts would try).
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"; chmod +x "$root/usr/sbin/policy-rc.d"
 

@@ -26,3 +26,14 @@ copy_tree() {
     (cd "$1" && tar --exclude=./.venv --exclude=./.git --exclude=./results -cf - .) | tar -xf - -C "$2"
   fi
 }
+
+# site_trust ROOT: an image or box made at a site trusts what the site's machines trust (a proxy's CA in
+# /usr/local/share/ca-certificates, a pip configuration): its provisioning fetches through the same path.
+site_trust() {
+  local r=$1
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$r/usr/local/share/ca-certificates/"
+    chroot "$r" update-ca-certificates >/dev/null 2>&1
+  fi
+  if [ -f /etc/pip.conf ]; then cp /etc/pip.conf "$r/etc/pip.conf"; fi
+}

@@ -18,12 +18,15 @@ def test_vagrantfile_and_image_share_their_provisioning():
     # kernel first (its reboot), then the testbed, in both
     assert vagrant.index("scripts/vm/kernel.sh") < vagrant.index("scripts/bootstrap.sh")
     assert image.index("/opt/hpnlab/scripts/vm/kernel.sh") < image.index("/opt/hpnlab/scripts/bootstrap.sh")
-    assert re.search(r'config\.vm\.box_version = BOX_VERSION', vagrant) and re.search(r'BOX = "debian/trixie64"',
-                                                                                       vagrant)
+    assert re.search(r'config\.vm\.box_version = BOX_VERSION', vagrant)
+    assert re.search(r'PUBLIC_BOX = "debian/trixie64"', vagrant)
     # pinned, overridable when Debian removes the pinned version, and the file says how
-    assert re.search(r'BOX_VERSION = ENV\.fetch\("HPNLAB_BOX_VERSION", "13\.\d{8}\.\d+"\)', vagrant)
+    assert re.search(r'BOX_VERSION = BOX == PUBLIC_BOX \? ENV\.fetch\("HPNLAB_BOX_VERSION", "13\.\d{8}\.\d+"\) : ""',
+                     vagrant)
     assert "vagrant cloud box show debian/trixie64" in vagrant
-    assert "suite=trixie" in image  # the same release as the box
+    # a box made here (make vagrant-box) is taken by name, of the same release as the image and the public box
+    assert 'BOX = ENV.fetch("HPNLAB_BOX", PUBLIC_BOX)' in vagrant and "make vagrant-box" in vagrant
+    assert "suite=trixie" in image and "suite=trixie" in (ROOT / "scripts" / "vm" / "build-box.sh").read_text()
 
 
 def test_one_kernel_package_named_in_one_place():
