@@ -144,10 +144,9 @@ def test_the_web_view_opens_through_vagrant_ssh_in_chromium(vm):
 
     topo = build("hpn")
     t0 = time.monotonic()
-    p = subprocess.Popen(["vagrant", "ssh", "--", "-L", f"{WEB_PORT}:127.0.0.1:{WEB_PORT}",
-                          f"cd /vagrant && sudo .venv/bin/hpnlab up hpn --routing controller --web --web-port {WEB_PORT}"],
-                         cwd=PROJECT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         bufsize=1)
+    up = f"cd /vagrant && sudo .venv/bin/hpnlab up hpn --routing controller --web --web-port {WEB_PORT}"
+    p = subprocess.Popen(["vagrant", "ssh", "--", "-L", f"{WEB_PORT}:127.0.0.1:{WEB_PORT}", up], cwd=PROJECT,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     seen: list[str] = []
     try:
         url = None
