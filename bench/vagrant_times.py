@@ -24,7 +24,7 @@ STEPS = {  # key in the run's files -> what README calls it, in the order a teac
     "provision_doctor": "provisioner doctor",
     "vagrant_up": "vagrant up in all",
     "lab1_check": "lab 1 as typed, to `hpnlab lab check 1`",
-    "experiment_failover_quick": "hpnlab run experiments/failover.yaml --quick",
+    "experiment_failover_quick": "an experiment in the guest (failover.yaml --quick)",
     "results_copied_out": "its results folder copied out (scp)",
     "web_view_drawn": "web view through vagrant ssh -L, drawn in Chromium",
     "vagrant_provision_again": "vagrant provision again (nothing changes)",

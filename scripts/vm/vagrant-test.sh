@@ -51,7 +51,9 @@ libvirt_up "$work"
 export VAGRANT_HOME="$work/vagrant.d" VAGRANT_DEFAULT_PROVIDER=libvirt VAGRANT_CHECKPOINT_DISABLE=1
 export HPNLAB_BOX=hpnlab/trixie-test HPNLAB_VAGRANT_PROJECT="$work/project" HPNLAB_VAGRANT_OUT="$out"
 t1=$(date +%s)
-vagrant box add --name "$HPNLAB_BOX" "$box" >"$out/box-add.log" 2>&1 || { tail -5 "$out/box-add.log" >&2; exit 1; }
+# from the work folder: any vagrant command reads the Vagrantfile where it runs and makes .vagrant/ beside it
+(cd "$work" && vagrant box add --name "$HPNLAB_BOX" "$box") >"$out/box-add.log" 2>&1 \
+  || { tail -5 "$out/box-add.log" >&2; exit 1; }
 copy_tree "$here" "$work/project"
 printf '{"box_s": %d, "box_add_s": %d}\n' "$t_box" "$(( $(date +%s) - t1 ))" >"$out/times-setup.json"
 log "box ready in ${t_box} s; libvirt driver $HPNLAB_VM_DRIVER; Vagrant state in $work; results in $out"
