@@ -2,7 +2,7 @@
 # `make vagrant-box`: a Vagrant box for the libvirt provider, made here from Debian's packages, for lab
 # rooms without Vagrant Cloud (and for `make vagrant-test`, which cannot reach it either).
 #
-#   plain (default)   Debian trixie as a stock box has it: its kernel, systemd, DHCP on the first NIC,
+#   plain (default)   Debian trixie as a stock box has it: its kernel, systemd, DHCP on every Ethernet NIC,
 #                     OpenSSH, sudo, rsync and the `vagrant` user with Vagrant's insecure key. No testbed:
 #                     the Vagrantfile's own provisioning installs it, as it does on debian/trixie64.
 #
@@ -78,7 +78,8 @@ kver=$(ls "$root/lib/modules" | sort -V | tail -1)
 mkdir -p "$work/box"
 qemu-img convert -c -O qcow2 "$work/disk.raw" "$work/box/box.img"
 printf '{"provider": "libvirt", "format": "qcow2", "virtual_size": %d}\n' "$size_gib" >"$work/box/metadata.json"
-# A box's own Vagrantfile: the user and key it was made with (Vagrant swaps the key on first boot).
+# A box's own Vagrantfile: the user it was made for (with Vagrant's insecure key, Vagrant's default; Vagrant
+# swaps it for a new key on first boot).
 printf 'Vagrant.configure("2") do |config|\n  config.ssh.username = "vagrant"\nend\n' >"$work/box/Vagrantfile"
 tar -C "$work/box" -cf "$work/hpnlab-trixie.box" metadata.json Vagrantfile box.img
 t3=$(date +%s)
