@@ -72,7 +72,7 @@ libvirt_down() {
     "${VIRSH[@]}" pool-destroy "$n" >/dev/null 2>&1 || true
     "${VIRSH[@]}" pool-undefine "$n" >/dev/null 2>&1 || true
   done
-  [ -f "$w/images.made" ] && rmdir /var/lib/libvirt/images 2>/dev/null
+  if [ -f "$w/images.made" ]; then rmdir /var/lib/libvirt/images 2>/dev/null || true; fi
   stop_pidfile "$w/libvirtd.pid"
   stop_pidfile "$w/virtlogd.pid"
   cat "$w/ip_forward.before" >/proc/sys/net/ipv4/ip_forward
