@@ -70,3 +70,30 @@ CFG
   chroot "$r" apt-get clean
   rm -rf "$r"/var/lib/apt/lists/* "$r"/tmp/*
 }
+
+# core_image ROOT OUT: GRUB's i386-pc core image from the guest's own GRUB (trixie's reads its ext4),
+# with everything it needs to find the menu on the first partition.
+core_image() {
+  local r=$1 out=$2
+  chroot "$r" grub-mkimage -O i386-pc -o /tmp/core.img -p '(hd0,msdos1)/boot/grub' \
+    biosdisk part_msdos ext2 normal linux echo serial terminal
+  mv "$r/tmp/core.img" "$out"
+  cp "$r/usr/lib/grub/i386-pc/boot.img" "$(dirname "$out")/boot.img"
+  if [ "$(stat -c %s "$out")" -gt $((2047 * 512)) ]; then
+    echo "vagrant-box: GRUB's core image is $(stat -c %s "$out") bytes, over the 1 MiB gap before the partition" >&2
+    return 1
+  fi
+}
+
+# disk_image ROOT CORE OUT: a sparse raw disk: MBR with one bootable Linux partition from 1 MiB, the root
+# tree as ext4 in it, GRUB's boot.img in the MBR's code area (the partition table stays) and core.img
+# right behind the MBR, where boot.img looks for it.
+disk_image() {
+  local r=$1 core=$2 out=$3
+  rm -f "$out"
+  truncate -s "${size_gib}G" "$out"
+  printf 'label: dos\nstart=2048, type=83, bootable\n' | sfdisk -q "$out"
+  mkfs.ext4 -q -F -L "$label" -E offset=$((2048 * 512)) -d "$r" "$out" "$((size_gib * 1024 * 1024 - 1024))k"
+  dd if="$(dirname "$core")/boot.img" of="$out" bs=440 count=1 conv=notrunc status=none
+  dd if="$core" of="$out" bs=512 seek=1 conv=notrunc status=none
+}

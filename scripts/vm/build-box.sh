@@ -48,8 +48,7 @@ work="$cache/build-$key"
 root="$work/rootfs"
 mounted=()
 cleanup() {  # the chroot's mounts and the half-built tree are ours to undo, also on Ctrl-C
-  local m
-  for ((i=${#mounted[@]}-1; i>=0; i--)); do m="${mounted[$i]}"; umount -l "$m" 2>/dev/null || true; done
+  unmount_all quiet
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -63,13 +62,10 @@ debootstrap --variant=minbase \
   "$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 \
   || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
 t1=$(date +%s)
-for m in proc sys dev dev/pts; do
-  mount --bind "/$m" "$root/$m"; mounted+=("$root/$m")
-done
+bind_system "$root"
 configure_guest "$root" "$insecure"
 core_image "$root" "$work/core.img"
-for ((i=${#mounted[@]}-1; i>=0; i--)); do umount -l "${mounted[$i]}"; done
-mounted=()
+unmount_all
 t2=$(date +%s)
 
 log "disk: ${size_gib} GiB sparse, MBR, ext4 at 1 MiB, GRUB before it"

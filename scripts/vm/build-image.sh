@@ -38,8 +38,7 @@ work="$cache/build-$key"
 root="$work/rootfs"
 mounted=()
 cleanup() {  # the chroot's mounts and the half-built tree are ours to undo, also on Ctrl-C
-  local m
-  for ((i=${#mounted[@]}-1; i>=0; i--)); do m="${mounted[$i]}"; umount -l "$m" 2>/dev/null || true; done
+  unmount_all quiet
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -53,9 +52,7 @@ debootstrap --variant=minbase --include=ca-certificates,zstd,initramfs-tools,ude
   || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
 t1=$(date +%s)
 
-for m in proc sys dev dev/pts; do
-  mount --bind "/$m" "$root/$m"; mounted+=("$root/$m")
-done
+bind_system "$root"
 site_trust "$root"
 # Services must not start inside the chroot (the packages' scripts would try).
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"; chmod +x "$root/usr/sbin/policy-rc.d"
@@ -75,8 +72,7 @@ chroot "$root" apt-get clean
 t2=$(date +%s)
 
 kver=$(ls "$root/lib/modules" | sort -V | tail -1)
-for ((i=${#mounted[@]}-1; i>=0; i--)); do umount -l "${mounted[$i]}"; done
-mounted=()
+unmount_all
 mkdir -p "$work/out"
 cp "$root/boot/vmlinuz-$kver" "$work/out/vmlinuz"
 cp "$root/boot/initrd.img-$kver" "$work/out/initrd.img"

@@ -37,3 +37,20 @@ site_trust() {
   fi
   if [ -f /etc/pip.conf ]; then cp /etc/pip.conf "$r/etc/pip.conf"; fi
 }
+
+# bind_system ROOT: the host's /proc, /sys, /dev and /dev/pts inside ROOT for a chroot, each noted in the
+# caller's `mounted` array, so unmount_all undoes them.
+bind_system() {
+  local m
+  for m in proc sys dev dev/pts; do mount --bind "/$m" "$1/$m"; mounted+=("$1/$m"); done
+}
+
+# unmount_all [quiet]: what `mounted` holds, last first (lazily: a process may still hold one), then forgets
+# it. `quiet` (an exit trap) goes on past a failure; without it a failure ends the script.
+unmount_all() {
+  local i
+  for ((i=${#mounted[@]}-1; i>=0; i--)); do
+    if [ "${1:-}" = quiet ]; then umount -l "${mounted[$i]}" 2>/dev/null || true; else umount -l "${mounted[$i]}"; fi
+  done
+  mounted=()
+}
