@@ -4,7 +4,7 @@
 
 The run (tests/vagrant, scripts/vm/vagrant-test.sh) writes times-setup.json (the box, adding it) and
 times.json (each step in the guest, as it finished); this prints them as a table and writes it into README
-between the `vagrant` markers.
+between the `vagrant` markers, or the `vagrant-offline` ones for a run of the offline box (BOX=offline).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 from bench.readme import ROOT, replace_block, table
 
 STEPS = {  # key in the run's files -> what README calls it, in the order a teacher meets them
-    "box_s": "make vagrant-box (0 when cached)",
+    "box_s": "make vagrant-box (0 when cached)",  # of the kind the run names
     "box_add_s": "vagrant box add",
     "up_to_first_provisioner": "vagrant up: box volume, domain, boot, SSH key, rsync",
     "provision_kernel": "provisioner kernel (backports kernel) and its reboot",
@@ -32,11 +32,15 @@ STEPS = {  # key in the run's files -> what README calls it, in the order a teac
 }
 
 
-def rows(run: Path) -> list[list[str]]:
+def times(run: Path) -> dict:
     got = {}
     for name in ("times-setup.json", "times.json"):
         if (run / name).exists():
             got.update(json.loads((run / name).read_text()))
+    return got
+
+
+def rows(got: dict) -> list[list[str]]:
     return [[label, f"{got[key]:,.0f} s"] for key, label in STEPS.items() if key in got]
 
 
@@ -44,9 +48,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="a results/vagrant-<date> folder")
     a = ap.parse_args()
-    text = table(["step (TCG emulation, 2 cores)", "wall time"], rows(a.run))
+    got = times(a.run)
+    kind = got.get("box_kind", "plain")  # runs before the offline box wrote no kind: the plain box
+    text = table([f"step ({kind} box; TCG emulation, 2 cores)", "wall time"], rows(got))
     print(text)
-    replace_block(ROOT / "README.md", "vagrant", text)
+    replace_block(ROOT / "README.md", "vagrant" if kind == "plain" else f"vagrant-{kind}", text)
 
 
 if __name__ == "__main__":

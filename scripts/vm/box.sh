@@ -68,7 +68,26 @@ menuentry 'Debian GNU/Linux, the kernel before' {
 CFG
   site_trust "$r"
   chroot "$r" apt-get clean
-  rm -rf "$r"/var/lib/apt/lists/* "$r"/tmp/*
+  rm -rf "$r"/tmp/*
+  # a stock box ships no package lists; the offline box keeps them: kernel.sh compares the installed kernel
+  # with the candidate they name, and without them would try to install one with no network
+  [ "${kind:-plain}" = offline ] || rm -rf "$r"/var/lib/apt/lists/*
+}
+
+# provision_guest HERE ROOT: the offline box's testbed. This checkout's files go to /vagrant (at `vagrant up`
+# the synced folder's rsync replaces them, all but .venv/, which it excludes and so leaves in place), then
+# the Vagrantfile's kernel and bootstrap provisioners run in the chroot as `make vm-image` runs them: the
+# kernel for an image (no reboot), no services (a chroot has no init; they start at boot).
+provision_guest() {
+  local src=$1 r=$2
+  site_trust "$r"
+  mkdir -p "$r/vagrant"
+  copy_tree "$src" "$r/vagrant"
+  printf '#!/bin/sh\nexit 101\n' >"$r/usr/sbin/policy-rc.d"; chmod +x "$r/usr/sbin/policy-rc.d"
+  log "provisioning in the chroot: scripts/vm/kernel.sh, then scripts/bootstrap.sh (the Vagrantfile's)"
+  chroot "$r" env HPNLAB_IN_IMAGE=1 bash /vagrant/scripts/vm/kernel.sh >&2
+  chroot "$r" env HPNLAB_NO_SERVICES=1 bash /vagrant/scripts/bootstrap.sh >&2
+  rm -f "$r/usr/sbin/policy-rc.d"
 }
 
 # core_image ROOT OUT: GRUB's i386-pc core image from the guest's own GRUB (trixie's reads its ext4),

@@ -5,6 +5,13 @@
 #   plain (default)   Debian trixie as a stock box has it: its kernel, systemd, DHCP on every Ethernet NIC,
 #                     OpenSSH, sudo, rsync and the `vagrant` user with Vagrant's insecure key. No testbed:
 #                     the Vagrantfile's own provisioning installs it, as it does on debian/trixie64.
+#   offline           the plain box provisioned here, in its chroot, by the scripts the Vagrantfile runs
+#                     (kernel.sh, bootstrap.sh, as `make vm-image` does): the backports kernel, every package
+#                     and the venv in /vagrant/.venv, apt's lists kept. In a room without internet `vagrant up`
+#                     then provisions with no download: every step finds its work done (`make vagrant-test
+#                     BOX=offline` proves it on a network with no way out). The venv is the one this
+#                     checkout's requirements.txt and pyproject.toml pin: a checkout that changes them needs
+#                     the registries again (bootstrap.sh then installs the difference).
 #
 # The disk is a raw image with one MBR partition, filled with `mkfs.ext4 -d` at the partition's offset,
 # and GRUB written into the gap before it (boot.img in the MBR, a core.img with the modules it needs
@@ -24,11 +31,19 @@ log() { printf '[vagrant-box] %s\n' "$*" >&2; }
 . "$here/scripts/vm/common.sh"
 . "$here/scripts/vm/box.sh"
 
+kind=${1:-plain}
+inputs=(scripts/vm/build-box.sh scripts/vm/box.sh scripts/vm/common.sh)
+case "$kind" in
+  plain) ;;
+  offline) inputs+=(scripts/vm/kernel.sh scripts/bootstrap.sh requirements.txt pyproject.toml) ;;
+  *) echo "vagrant-box: BOX=$kind is not a kind of box; fix: BOX=plain (the default) or BOX=offline" >&2; exit 2 ;;
+esac
 if [ "$(id -u)" -ne 0 ]; then
   echo "vagrant-box: must run as root (debootstrap, chroot); fix: sudo make vagrant-box" >&2; exit 2
 fi
-key=$(cd "$here" && cat scripts/vm/build-box.sh scripts/vm/box.sh scripts/vm/common.sh | sha256sum | cut -c1-16)
-box="$cache/$key/hpnlab-trixie.box"
+key=$(cd "$here" && { echo "$kind"; cat "${inputs[@]}"; } | sha256sum | cut -c1-16)
+name=hpnlab-trixie$([ "$kind" = plain ] || echo "-$kind")
+box="$cache/$key/$name.box"
 if [ -s "$box" ]; then
   log "cached box $key (inputs unchanged)"
   echo "$box"; exit 0
@@ -63,6 +78,10 @@ debootstrap --variant=minbase \
   || { tail -20 "$work/debootstrap.log" >&2; exit 1; }
 t1=$(date +%s)
 bind_system "$root"
+if [ "$kind" = offline ]; then
+  # before configure_guest: the chroot still resolves names through the host's resolv.conf debootstrap copied
+  provision_guest "$here" "$root"
+fi
 configure_guest "$root" "$insecure"
 core_image "$root" "$work/core.img"
 unmount_all
@@ -77,14 +96,14 @@ printf '{"provider": "libvirt", "format": "qcow2", "virtual_size": %d}\n' "$size
 # A box's own Vagrantfile: the user it was made for (with Vagrant's insecure key, Vagrant's default; Vagrant
 # swaps it for a new key on first boot).
 printf 'Vagrant.configure("2") do |config|\n  config.ssh.username = "vagrant"\nend\n' >"$work/box/Vagrantfile"
-tar -C "$work/box" -cf "$work/hpnlab-trixie.box" metadata.json Vagrantfile box.img
+tar -C "$work/box" -cf "$work/$name.box" metadata.json Vagrantfile box.img
 t3=$(date +%s)
 mkdir -p "$(dirname "$box")"
-mv "$work/hpnlab-trixie.box" "$box"
+mv "$work/$name.box" "$box"
 cat >"$(dirname "$box")/manifest.json" <<JSON
-{"key": "$key", "suite": "$suite", "kernel": "$kver", "box": "$box", "bytes": $(stat -c %s "$box"),
+{"key": "$key", "kind": "$kind", "suite": "$suite", "kernel": "$kver", "box": "$box", "bytes": $(stat -c %s "$box"),
  "built": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
  "seconds": {"debootstrap": $((t1-t0)), "configure": $((t2-t1)), "disk": $((t3-t2)), "total": $((t3-t0))}}
 JSON
-log "box $key: Debian $suite, kernel $kver, $(du -h "$box" | cut -f1), built in $((t3-t0)) s"
+log "box $key ($kind): Debian $suite, kernel $kver, $(du -h "$box" | cut -f1), built in $((t3-t0)) s"
 echo "$box"

@@ -11,6 +11,8 @@
 # temporary folder), the libvirt network, pool and volumes that did not exist before, and the kernel's
 # IPv4 forwarding switch libvirt turns on for the VM's NAT. The guest reaches the package registries
 # through that NAT; its test traffic stays inside it.
+#   HPNLAB_BOX_KIND=plain|offline (`make vagrant-test BOX=offline`): the offline box (build-box.sh) comes
+#   up on a network with no way out (HPNLAB_VM_NETWORK=isolated), so its provisioning must need none.
 #   HPNLAB_VM_DRIVER=kvm|qemu (default: kvm where it really boots, qemu (TCG) otherwise),
 #   HPNLAB_VM_CPUS (2), HPNLAB_VM_MEM (4096 MiB); arguments go to pytest.
 set -euo pipefail
@@ -24,15 +26,16 @@ log() { printf '[vagrant-test] %s\n' "$*" >&2; }
 if [ "$(id -u)" -ne 0 ]; then
   echo "vagrant-test: must run as root (libvirtd); fix: sudo make vagrant-test" >&2; exit 2
 fi
+kind=${HPNLAB_BOX_KIND:-plain}
 t0=$(date +%s)
-box=$(bash "$here/scripts/vm/build-box.sh" | tail -1)
+box=$(bash "$here/scripts/vm/build-box.sh" "$kind" | tail -1)
 t_box=$(( $(date +%s) - t0 ))
 ensure_libvirt_packages
 vm_accel vagrant-test
 [ "$accel" = kvm ] && driver=kvm || driver=qemu
 export HPNLAB_VM_DRIVER=${HPNLAB_VM_DRIVER:-$driver}
 
-out="$here/results/vagrant-$(date -u +%Y%m%d-%H%M%S)"
+out="$here/results/vagrant-$([ "$kind" = plain ] || echo "$kind-")$(date -u +%Y%m%d-%H%M%S)"
 work=$(mktemp -d /var/tmp/hpnlab-vagrant.XXXXXX)
 mkdir -p "$out"
 cleanup() {
@@ -50,13 +53,17 @@ trap 'exit 130' INT TERM
 libvirt_up "$work"
 export VAGRANT_HOME="$work/vagrant.d" VAGRANT_DEFAULT_PROVIDER=libvirt VAGRANT_CHECKPOINT_DISABLE=1
 export HPNLAB_BOX=hpnlab/trixie-test HPNLAB_VAGRANT_PROJECT="$work/project" HPNLAB_VAGRANT_OUT="$out"
+if [ "$kind" = offline ]; then network=isolated; else network=nat; fi
+export HPNLAB_BOX_KIND="$kind" HPNLAB_VM_NETWORK="$network"
 t1=$(date +%s)
 # from the work folder: any vagrant command reads the Vagrantfile where it runs and makes .vagrant/ beside it
 (cd "$work" && vagrant box add --name "$HPNLAB_BOX" "$box") >"$out/box-add.log" 2>&1 \
   || { tail -5 "$out/box-add.log" >&2; exit 1; }
 copy_tree "$here" "$work/project"
-printf '{"box_s": %d, "box_add_s": %d}\n' "$t_box" "$(( $(date +%s) - t1 ))" >"$out/times-setup.json"
-log "box ready in ${t_box} s; libvirt driver $HPNLAB_VM_DRIVER; Vagrant state in $work; results in $out"
+printf '{"box_kind": "%s", "box_s": %d, "box_add_s": %d}\n' "$kind" "$t_box" "$(( $(date +%s) - t1 ))" \
+  >"$out/times-setup.json"
+log "$kind box ready in ${t_box} s; libvirt driver $HPNLAB_VM_DRIVER, network $HPNLAB_VM_NETWORK;" \
+    "Vagrant state in $work; results in $out"
 rc=0
 "$here/.venv/bin/python" -m pytest -q -rs -p no:cacheprovider "${@:-$here/tests/vagrant}" || rc=$?
 log "total $(( $(date +%s) - t0 )) s (rc=$rc)"

@@ -46,3 +46,18 @@ def test_vm_scripts_parse_and_image_inputs_exist():
     for f in (ROOT / "scripts" / "vm").glob("*.sh"):
         r = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
         assert r.returncode == 0, f"{f.name}: {r.stderr}"
+
+
+def test_offline_box_is_provisioned_by_the_same_scripts_and_cached_by_them():
+    box, lib = ((ROOT / "scripts" / "vm" / f).read_text() for f in ("build-box.sh", "box.sh"))
+    provision = lib.split("provision_guest() {")[1].split("\n}\n")[0]
+    # the Vagrantfile's provisioners, in its order, where its synced folder puts the project
+    assert provision.index("/vagrant/scripts/vm/kernel.sh") < provision.index("/vagrant/scripts/bootstrap.sh")
+    offline = box.split("offline) inputs+=(")[1].split(")")[0].split()
+    assert {"scripts/vm/kernel.sh", "scripts/bootstrap.sh", "requirements.txt", "pyproject.toml"} <= set(offline)
+    assert all((ROOT / i).exists() for i in offline)
+    # the venv the box carries survives `vagrant up`: the synced folder's rsync excludes it (so never deletes it)
+    assert 'rsync__exclude: [".venv/"' in (ROOT / "Vagrantfile").read_text()
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "vm" / "build-box.sh"), "cloud"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2 and "BOX=cloud" in r.stderr and "fix:" in r.stderr and "\n" not in r.stderr.strip()

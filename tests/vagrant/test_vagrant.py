@@ -20,6 +20,7 @@ import pytest
 
 from topos import build
 
+KIND = os.environ.get("HPNLAB_BOX_KIND", "plain")  # plain: provisioned over NAT; offline: provisioned already
 PROJECT = Path(os.environ.get("HPNLAB_VAGRANT_PROJECT", "/nonexistent"))
 OUT = Path(os.environ.get("HPNLAB_VAGRANT_OUT", "/nonexistent"))
 CHROMIUM = "/usr/bin/chromium"
@@ -103,6 +104,24 @@ def test_up_runs_the_three_provisioners_and_boots_the_full_kernel(vm):
     assert caps["ovs_kernel_datapath"] and caps["rdma_rxe"] and caps["qdiscs"]["netem"] and caps["qdiscs"]["red"]
 
 
+def test_the_network_is_what_the_box_needs(vm):
+    """The plain box comes up on libvirt's NAT and its provisioning downloads the testbed; the offline box
+    comes up on a network with no way out (HPNLAB_VM_NETWORK=isolated): its guest cannot reach the Debian
+    mirror its apt names, and yet every provisioner found its work done."""
+    assert vm["rc"] == 0, "\n".join(line for _t, line in vm["lines"][-40:])
+    mirror = ssh("sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/hpnlab-backports.sources").stdout.strip()
+    probe = ssh(f"python3 -c 'import urllib.request; urllib.request.urlopen(\"{mirror}\", timeout=20)'", 120)
+    log = "\n".join(line for _t, line in vm["lines"])
+    downloaded = [m for m in ("[kernel] installing", "[bootstrap] installing") if m in log]
+    print(f"\n{KIND} box: the guest reaching {mirror}: {'yes' if probe.returncode == 0 else 'no'} "
+          f"({probe.stderr.strip().splitlines()[-1:] or 'ok'}); provisioning downloaded: {downloaded or 'nothing'}")
+    if KIND == "offline":
+        assert probe.returncode != 0 and not downloaded, (probe, downloaded)
+        assert "[bootstrap] system packages present" in log and "[bootstrap] venv up to date" in log
+    else:
+        assert probe.returncode == 0 and downloaded, (probe, downloaded)
+
+
 def test_lab_check_passes_in_the_guest(vm):
     """Lab 1 as a student types it (tests/vm/test_labs_vm.py: its runs, then `hpnlab lab check 1`)."""
     t0 = time.monotonic()
@@ -115,9 +134,9 @@ def test_lab_check_passes_in_the_guest(vm):
 
 
 def test_an_experiment_runs_in_the_guest_and_its_results_come_out(vm):
-    """failover.yaml over TCP: with the VM's default transport (rdma, soft-RoCE) its first run here halted, two
-    perftest queue pairs ended in error when the ToR uplink went down (rxe has a device per port and gives up
-    where TCP waits for the reroute; noted in issue #30, not yet explained)."""
+    """failover.yaml over TCP: with rdma (soft-RoCE) its first run here halted: h5's port flaps, and rxe's queue
+    pair on that port ends with it (one device per port, no bond; tests/vm/test_failover_vm.py). `auto` now
+    takes TCP for it by itself; the test says tcp, as it did before."""
     t0 = time.monotonic()
     r = ssh("cd /vagrant && sed '/^routing:/a transport: tcp' experiments/failover.yaml > /tmp/failover.yaml && "
             "sudo .venv/bin/hpnlab run /tmp/failover.yaml --quick")
@@ -137,7 +156,10 @@ def test_an_experiment_runs_in_the_guest_and_its_results_come_out(vm):
     fired = [f for f in rec["runs"][0]["failures"] if f.get("wall_t") is not None]
     print(f"\nfailover --quick in the guest: {len(ops)} ops, busbw {[round(o['busbw_bps'] / 1e6, 1) for o in ops]} "
           f"Mbit/s, {len(fired)} failures fired, verdict {rec['runs'][0]['fidelity']['status']}")
-    assert ops and all(o["bytes_ok"] for o in ops)
+    # Every byte arrives across the failures; the verdict is printed, not asserted: one TCG vCPU is CPU-bound
+    # (a function check, as the VM tier is).
+    assert ops and all(o["bytes_delivered"] == o["bytes_expected"] > 0 for o in ops)
+    assert rec["runs"][0]["fidelity"]["bytes_ok"] is True
     assert len(fired) == len(rec["runs"][0]["failures"]) > 0
 
 
