@@ -99,6 +99,7 @@ class HpnController(BaseApp):
     def _barrier(self, ev):
         sw = self._switch(ev.msg.datapath)
         if sw is not None:
+            self.stats.reply(ev.msg)
             self.confirmed(sw.name)
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
@@ -201,9 +202,11 @@ class HpnController(BaseApp):
         if dp is not None:
             dp.send_msg(ofmsgs.packet_out(dp, port, lldp_frame(self.topo.nodes[name].dpid, port)))
 
-    def _send(self, update: Update) -> None:
-        for dp, msg in ofmsgs.update_messages(update, self.dps):
+    def _send(self, update: Update) -> list[tuple[object, object]]:
+        sent = ofmsgs.update_messages(update, self.dps)
+        for dp, msg in sent:
             dp.send_msg(msg)
+        return sent
 
     # -- used by the REST server ------------------------------------------------------------
     def port_counters(self) -> dict:
@@ -240,9 +243,13 @@ class HpnController(BaseApp):
                 "refused_connections": self.refused_count, "last_refused": self.refused[-1] if self.refused else None}
 
     def declare(self, flows: list[FlowSpec]) -> list[dict]:
-        self._send(self.state.declare(flows))
-        for dp in list(self.dps.values()):
-            dp.send_msg(ofmsgs.barrier(dp))
+        """Install the flows' rules and answer once every switch they touch has applied them (a barrier each):
+        a declared connection's first byte must find its path in place, and a sender that starts while
+        userspace OVS is still taking in hundreds of rules competes with it for the CPU."""
+        touched = {id(dp): dp for dp, _m in self._send(self.state.declare(flows))}
+        late = self.stats.request_all([(dp, ofmsgs.barrier(dp)) for dp in touched.values()])
+        if late:
+            log.warning("%d of %d switches did not confirm the declared rules in time", late, len(touched))
         return [self.state.flow_view(f.key) for f in flows]
 
     def withdraw(self, keys: list[str] | None) -> int:
