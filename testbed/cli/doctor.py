@@ -50,9 +50,11 @@ def doctor(as_json: bool, cluster_file: str | None) -> None:
               "qos.cc: none, ecn, dctcp, dcqcn (ECN marks in the kernel)" if bpf_cc["available"]
               else f"qos.cc: none, ecn: {bpf_cc['why']}")
     t.add_row("bonding", _yes(caps.bonding), "dual-ToR by multipath routes" if not caps.bonding else "")
-    t.add_row("rdma_rxe (soft-RoCE)", _yes(caps.rdma_rxe), "")
+    t.add_row("rdma_rxe (soft-RoCE)", _yes(caps.rdma_rxe), "" if caps.rdma_rxe else caps.rxe_failure or "")
     t.add_row("rxe inside network namespaces", _yes(caps.rxe_in_netns),
-              "transport rdma" if caps.rxe_in_netns else "transport tcp (rdma needs the VM)")
+              "transport rdma" if caps.rxe_in_netns else
+              f"transport tcp: {caps.rxe_failure}" if caps.rdma_rxe and caps.rxe_failure else
+              "transport tcp (rdma needs the VM)")
     t.add_row("/dev/kvm", _yes(caps.kvm_device), "hardware virt" if caps.kvm_hw_virt else "TCG for the VM tier")
     t.add_row("Mininet", _yes(caps.mininet_version is not None), caps.mininet_version or "")
     console.print(t)

@@ -38,6 +38,13 @@ class Event:
     flap: float | None = None  # one down or up of a flapping link: its period (the detector watches for flaps)
 
 
+def host_links_down(events: list[Event], topo: Topology) -> list[str]:
+    """The host links the schedule takes down (named, flapped, at a failed ToR, or drawn at random), in order."""
+    host = {lk.name for lk in topo.links if lk.kind == "host-tor"}
+    return list(dict.fromkeys(name for e in events if not e.up and e.gray is None for name in e.links
+                              if name in host))
+
+
 def expand(exp: Experiment, topo: Topology) -> list[Event]:
     """Every failure event in time order; refused (before any is built) when there would be more than
     MAX_EVENTS: high random-failure rates over a long horizon on a large fabric reach millions."""

@@ -53,7 +53,7 @@ from traffic.timebase import stamp
 from traffic.transports import choose, make
 
 from .detector import Detector, delays
-from .failures import Injector, campaign_outages, expand
+from .failures import Injector, campaign_outages, expand, host_links_down
 from .fidelity import verdict
 from .jobs import Auto, Job, channels_of, demand, items, job_gpus, jobs, offered, resolve_auto
 from .measure import Sampler, port_delta
@@ -131,8 +131,14 @@ def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = 
     exp, auto = resolve_auto(exp, base, topo)
     for why in auto.lines():
         log.info("%s: %s", label, why)
-    kind = choose(exp.transport, probe().rxe_in_netns, len(cluster.servers) if cluster else 1)
-    return Plan(label, exp, topo, auto, kind, jobs(exp, base, topo), expand(exp, topo), channels_of(exp, topo))
+    events = expand(exp, topo)
+    caps, failing = probe(), host_links_down(events, topo)
+    rxe = caps.rxe_in_netns
+    kind = choose(exp.transport, rxe, len(cluster.servers) if cluster else 1, failing, caps.rxe_failure)
+    if exp.transport == "auto" and rxe and failing:  # choose took tcp for them
+        log.info("%s: transport auto: tcp, not rdma: the failures take host link %s down, and soft-RoCE's queue "
+                 "pairs end with their port", label, failing[0])
+    return Plan(label, exp, topo, auto, kind, jobs(exp, base, topo), events, channels_of(exp, topo))
 
 
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,

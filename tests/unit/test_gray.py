@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.experiment.detector import Detector, delays
-from testbed.experiment.failures import expand
+from testbed.experiment.failures import expand, host_links_down
 from testbed.experiment.spec import check_against, from_dict
 from testbed.qos.loss import ONE, threshold
 from topos import build
@@ -121,3 +121,18 @@ def test_flap_events_carry_their_period():
     events = expand(exp_, HPN)
     assert [(e.t, e.up, e.flap) for e in events] == [(1.0, False, 0.2), (1.2, True, 0.2), (1.4, False, 0.2),
                                                      (pytest.approx(1.6), True, 0.2)]
+
+
+def test_the_host_links_a_schedule_takes_down():
+    """What the rdma transport cannot ride through (traffic.transports.choose): host links going down, named,
+    flapped or under a failed ToR; not a fabric link, not a gray one, not one coming up."""
+    uplink = "tor-p0-s0-r0-a:5-agg-p0-pl0-0:1"
+    e = from_dict(exp({"at": 1.0, "link": uplink, "action": "down"},
+                      {"at": 1.5, "link": "h1:nic0:p0", "action": "lossy", "loss": 1e-4},
+                      {"at": 2.0, "link": "h5:nic0:p0", "action": "flap", "period": 0.5, "count": 2},
+                      {"at": 4.0, "link": uplink, "action": "up"}))
+    assert host_links_down(expand(e, HPN), HPN) == ["h5:nic0:p0"]
+    assert host_links_down(expand(from_dict(exp({"at": 1.0, "link": uplink})), HPN), HPN) == []
+    tor = from_dict(exp({"at": 1.0, "node": "tor-p0-s0-r0-a"}))
+    under = [lk.name for lk in HPN.links_of("tor-p0-s0-r0-a") if lk.kind == "host-tor"]
+    assert under and host_links_down(expand(tor, HPN), HPN) == under

@@ -145,4 +145,15 @@ def test_transport_choice():
     assert choose("auto", False) == "tcp" and choose("auto", True) == "rdma"
     with pytest.raises(InputError) as exc:
         choose("rdma", False)
-    assert "VM" in exc.value.fix
+    assert "VM" in exc.value.fix and "lacks" in str(exc.value)
+    # where the probe tried and failed, the error says what failed instead of blaming the kernel
+    with pytest.raises(InputError) as exc:
+        choose("rdma", False, rxe_failure="ib_write_bw exited 1: Couldn't connect")
+    assert "Couldn't connect" in str(exc.value) and "lacks" not in str(exc.value)
+    # a host port that goes down ends soft-RoCE's queue pairs on it (no bond): auto takes tcp, rdma is refused
+    assert choose("auto", True, host_ports_fail=["h5:nic0:p0"]) == "tcp"
+    assert choose("tcp", True, host_ports_fail=["h5:nic0:p0"]) == "tcp"
+    with pytest.raises(InputError) as exc:
+        choose("rdma", True, host_ports_fail=["h5:nic0:p0", "h1:nic0:p1"])
+    assert exc.value.field == "transport" and "h5:nic0:p0" in str(exc.value) and "tcp" in exc.value.fix
+    assert "\n" not in str(exc.value)

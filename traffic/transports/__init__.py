@@ -6,13 +6,20 @@ work between two network namespaces, tcp otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from topos.errors import InputError
 
 TRANSPORTS = ("auto", "tcp", "rdma")
 
 
-def choose(name: str, rxe_in_netns: bool | None, servers: int = 1) -> str:
-    """`servers`: how many servers the network spreads over; the rdma transport runs on one only."""
+def choose(name: str, rxe_in_netns: bool | None, servers: int = 1, host_ports_fail: Sequence[str] = (),
+           rxe_failure: str | None = None) -> str:
+    """`servers`: how many servers the network spreads over; the rdma transport runs on one only.
+    `rxe_failure`: why the capability probe saw no soft-RoCE between namespaces, where it tried.
+    `host_ports_fail`: the host links the run's failures take down. Soft-RoCE has one device per port and no
+    bond, so a queue pair on a port that goes down ends (the VM tier saw it flushed at once): an HPN NIC's
+    RoCE bond would move it to its other port. TCP rides through on the host's other port, so auto takes it."""
     if name not in TRANSPORTS:
         raise InputError("unknown transport", f"use one of: {', '.join(TRANSPORTS)}", field="transport", value=name)
     if name == "rdma" and servers > 1:
@@ -20,12 +27,16 @@ def choose(name: str, rxe_in_netns: bool | None, servers: int = 1) -> str:
                          "neighbours and perftest processes are set up on this server only)",
                          "use transport tcp (or auto)", field="transport", value=name)
     if name == "auto":
-        return "rdma" if rxe_in_netns and servers == 1 else "tcp"
+        return "rdma" if rxe_in_netns and servers == 1 and not host_ports_fail else "tcp"
     if name == "rdma" and not rxe_in_netns:
-        raise InputError("the rdma transport needs soft-RoCE (rdma_rxe) inside network namespaces, which this "
-                         "kernel lacks",
+        why = f"the probe's try failed: {rxe_failure}" if rxe_failure else "which this kernel lacks"
+        raise InputError(f"the rdma transport needs soft-RoCE (rdma_rxe) inside network namespaces, {why}",
                          "run it in a full-kernel VM (Debian trixie with its backports kernel), or use transport tcp",
                          field="transport", value=name)
+    if name == "rdma" and host_ports_fail:
+        raise InputError(f"the failures take host link {host_ports_fail[0]} down, and soft-RoCE's queue pairs end "
+                         "with their port (one device per port, no bond to move them to the NIC's other port)",
+                         "use transport tcp or auto (which takes tcp here)", field="transport", value=name)
     return name
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from topos.addressing import nic_address
 
+from .listening import wait_listening
 from .tcp import FlowRecord, wait_for_flows
 
 ROCE_PORT = 4791
@@ -170,11 +171,10 @@ class RdmaTransport:
         threading.Thread(target=self._run, args=(rec, nic, channel), daemon=True).start()
         return rec
 
-    def _listening(self, host: str, port: int) -> bool:
+    def _output(self, host: str, cmd: list[str]) -> str:
         # a short query waited for right here: not worth an ownership record per poll
-        p = self.net.node(host).popen(["ss", "-Hltn", f"sport = :{port}"], stdout=subprocess.PIPE, text=True)
-        out, _ = p.communicate(timeout=30)
-        return bool(out.strip())
+        p = self.net.node(host).popen(cmd, stdout=subprocess.PIPE, text=True)
+        return p.communicate(timeout=30)[0]
 
     def _run(self, rec: FlowRecord, src_nic: int, channel: int) -> None:
         try:
@@ -200,12 +200,10 @@ class RdmaTransport:
         try:
             server = self.net.popen(dst, [*base, "-d", ddev], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     text=True)
-            deadline = time.monotonic() + 60
-            while not self._listening(dst, ctrl):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    return self._finish(rec, error=f"ib_write_bw server on {dst} did not listen: "
-                                                   f"{server.communicate()[0].strip()[-200:]}")
-                time.sleep(0.02)
+            if not wait_listening(lambda cmd: self._output(dst, cmd), ctrl, server, timeout=60):
+                server.kill()
+                return self._finish(rec, error=f"ib_write_bw server on {dst} did not listen: "
+                                               f"{server.communicate()[0].strip()[-200:]}")
             start = time.time()
             label = flow_label_for(rec.sport) if rec.sport else 0
             client = self.net.popen(rec.src, [*base, "-d", sdev, "--flow_label", str(label), rec.dst_ip],
