@@ -9,7 +9,7 @@ from __future__ import annotations
 from topos.addressing import NicAddress, all_addresses, nic_address
 from topos.model import Topology
 
-from .links import OFFLOADS
+from .links import host_offloads_line
 from .naming import host_intfs
 from .static_routes import pin_rules
 from .workdir import Workdir
@@ -58,7 +58,7 @@ class Hosts:
                 a = nic_address(h, nic)
                 sh += [f"sysctl -qw net.ipv4.conf.{ifname}.rp_filter=0 "
                        f"net.ipv4.conf.{ifname}.ignore_routes_with_linkdown=1",
-                       f"ethtool -K {ifname} {' off '.join(OFFLOADS)} off >/dev/null 2>&1"]
+                       host_offloads_line(ifname)]
                 batch += [f"addr flush dev {ifname}", f"link set dev {ifname} address {a.mac}",
                           f"addr add {a.ip}/32 dev {ifname}",
                           f"link set dev {ifname}" + (f" mtu {self.mtu}" if self.mtu else "") + " up"]
