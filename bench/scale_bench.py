@@ -1,16 +1,16 @@
 """Scale benchmark: HPN at 8 to 128 hosts, hpnlab beside Mininet's own API with TCLink on the same graph.
 
     sudo .venv/bin/python -m bench.scale_bench [--hosts 8 16 32 64 128] [--out results/bench/scale.json]
-        [--dilation 1 8] [--floor] [--allreduce-only] [--from results/bench/scale.json]
+        [--dilation [D ...]] [--floor] [--allreduce-only] [--from results/bench/scale.json]
 
 Per size: start (built, routed, shaped) and teardown time, all-pairs ping time
 and loss, memory per host (MemAvailable before and after start), a ring
-all-reduce on rail 0 at scale auto (busbw as a fraction of ideal, exact bytes,
-fidelity verdict, what the PFC agent cost and how fast it acted), and the peer
+all-reduce on rail 0 at the default settings (time dilation and scale auto: busbw as a fraction of ideal,
+exact bytes, fidelity verdict, what the PFC agent cost and how fast it acted), and the peer
 baseline: the same hosts, switches and links at the same rates started and
-stopped with Mininet's API and TCLink. With
-`--dilation D ...`, the all-reduce again at that scale with time dilated D: the
-same bytes at 1/D of the per-port wall-clock load, timed in the fabric's time. With `--floor`, the emulator's
+stopped with Mininet's API and TCLink. With `--dilation D ...` (default 1; none: `--dilation` alone), the
+all-reduce again at each given D: D = 1 undilated at scale auto, D > 1 at the scale D = 1 takes (the same
+bytes at 1/D of the per-port wall-clock load), timed in the fabric's time. With `--floor`, the emulator's
 per-op floor is measured on each size first (`hpnlab calibrate --only floor --hosts N`, cached where
 HPNLAB_CACHE says), so that the verdict weighs each size's ops by its own floor, not the 8-host one.
 A run over the default sizes writes README's scale table (between its markers); `--from FILE` writes it
@@ -28,6 +28,7 @@ from bench.readme import ROOT, replace_block, table
 from testbed.experiment.calibration import calibrate
 from testbed.experiment.fidelity import line as fidelity_line
 from testbed.experiment.fidelity import reasons, status
+from testbed.experiment.jobs import resolve_auto
 from testbed.experiment.runner import run_one
 from testbed.experiment.spec import from_dict
 from testbed.net.network import Network
@@ -94,17 +95,23 @@ def mininet_lifecycle(hosts: int) -> dict:
     return {"up_s": round(up, 2), "down_s": round(time.monotonic() - t1, 2)}
 
 
-def allreduce(hosts: int, iters: int, dilation: float = 1.0, scale: float | str = "auto") -> dict:
-    """The ring all-reduce through the runner. With time dilated D, a fixed scale puts 1/D of the per-port
-    wall-clock load on the machine (scale auto would fill the budget again with D times the bytes)."""
-    exp = from_dict({"name": f"scale-{hosts}", "topology": {"name": "hpn", "params": probe_params(hosts)},
-                     "routing": "precise", "qos": {"scale": scale}, "time": {"dilation": dilation},
-                     "step_timeout_s": 300,
-                     "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0",
-                                                 "iters": iters}}})
+def _experiment(hosts: int, iters: int, dilation: float | None, scale: float | str):
+    return from_dict({"name": f"scale-{hosts}", "topology": {"name": "hpn", "params": probe_params(hosts)},
+                      "routing": "precise", "qos": {"scale": scale},
+                      **({} if dilation is None else {"time": {"dilation": dilation}}), "step_timeout_s": 300,
+                      "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0",
+                                                  "iters": iters}}})
+
+
+def allreduce(hosts: int, iters: int, dilation: float | None = None, scale: float | str = "auto") -> dict:
+    """The ring all-reduce through the runner, at the default settings (dilation and scale auto) unless a
+    dilation is given. With time dilated D, a fixed scale puts 1/D of the per-port wall-clock load on the
+    machine (scale auto would fill the budget again with D times the bytes)."""
+    exp = _experiment(hosts, iters, dilation, scale)
     t0 = time.monotonic()
     rec = run_one(f"{hosts}", exp, Path.cwd(), None, 0)
-    return {"scale": rec["scale"], "scale_auto": rec["scale_auto"], "dilation": rec["dilation"],
+    return {"settings": "default" if dilation is None else "given", "scale": rec["scale"],
+            "scale_auto": rec["scale_auto"], "dilation": rec["dilation"], "dilation_auto": rec.get("dilation_auto"),
             "traffic_s": rec["traffic_s"], "run_wall_s": round(time.monotonic() - t0, 1), "tcp": rec["tcp"],
             "drops": rec["drops"],
             "fraction_of_ideal": [round(o["fraction_of_ideal"], 4) for o in rec["ops"]],
@@ -143,7 +150,8 @@ def _verdict(fidelity: dict) -> str:
 
 def _allreduce_cells(ar: dict) -> list[str]:
     span = ar["traffic_s"]
-    return [f"1/{ar['scale']:,.0f}, D = {ar['dilation']:g}",
+    chosen = " (default: auto)" if ar.get("settings") == "default" else ""
+    return [f"1/{ar['scale']:,.0f}, D = {ar['dilation']:g}{chosen}",
             ", ".join(f"{f:.1%}" for f in ar["fraction_of_ideal"]) + ("" if ar["bytes_ok"] else " (bytes NOT exact)"),
             f"{span['virtual']:.2f} s in {span['wall']:.1f} s", _agent_cell(ar.get("pfc_agent")),
             _verdict(ar["fidelity"])]
@@ -171,15 +179,30 @@ def scale_table(rows: list[dict]) -> str:
                   "busbw of ideal (2 iterations)", "virtual in wall", "PFC agent", "verdict"], out)
 
 
+def _given(hosts: int, iters: int, dilations: list[float], default: dict) -> list[dict]:
+    """The all-reduce at each given dilation, beside the default settings' run (`default`; not again where
+    auto chose the same): D > 1 at the scale D = 1 takes."""
+    undilated_scale = None  # only a D > 1 needs it (building the topology is seconds at 128 hosts)
+    if any(d != 1 for d in dilations):
+        exp = _experiment(hosts, iters, 1.0, "auto")
+        undilated_scale = resolve_auto(exp, Path.cwd(), exp.topology.build())[0].qos.scale
+
+    def ran(d: float) -> bool:  # auto chose these settings: the default run is this one
+        return d == default["dilation"] and (d == 1 or undilated_scale == default["scale"])
+    return [allreduce(hosts, iters, d, "auto" if d == 1 else undilated_scale) for d in sorted(dilations)
+            if not ran(d)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, nargs="+", default=DEFAULT_HOSTS)
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--no-mininet", action="store_true", help="Skip the Mininet + TCLink baseline.")
     ap.add_argument("--out", default="results/bench/scale.json")
-    ap.add_argument("--dilation", type=float, nargs="+", default=[1.0],
-                    help="Also run the all-reduce with time dilated by each D at the scale D = 1 chose (1/D of "
-                         "the per-port wall-clock load).")
+    ap.add_argument("--dilation", type=float, nargs="*", default=[1.0],
+                    help="Besides the default settings (dilation and scale auto), also run the all-reduce with "
+                         "time dilated by each D (1: undilated, at scale auto; D > 1: at the scale D = 1 would "
+                         "choose, so 1/D of the per-port wall-clock load).")
     ap.add_argument("--allreduce-only", action="store_true", help="Skip the start/stop and pingall figures.")
     ap.add_argument("--floor", action="store_true", help="Measure and cache each size's per-op floor first.")
     ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
@@ -196,7 +219,7 @@ def main() -> None:
         if a.floor:
             row["floor"] = calibrate(hosts=n, budget=False)["floor"]
         row["allreduce"] = allreduce(n, a.iters)
-        row["dilated"] = [allreduce(n, a.iters, d, row["allreduce"]["scale"]) for d in a.dilation if d != 1]
+        row["dilated"] = _given(n, a.iters, a.dilation, row["allreduce"])
         rows.append(row)
         if "hpnlab" in row:
             h, mn = row["hpnlab"], row.get("mininet_tclink", {})

@@ -8,6 +8,7 @@ import subprocess
 from mininet.cli import CLI
 
 from controllers.routing import trace
+from testbed.experiment.spec import check_degraded_rate
 from testbed.net import Network
 from topos.addressing import nic_address
 from topos.errors import InputError
@@ -153,9 +154,10 @@ class TestbedCLI(CLI):
         if got is None:
             return
         link, gbps = got
-        if not 0 < gbps < link.rate_gbps:
-            why = f"the link runs at {link.rate_gbps:g} Gbit/s: a degraded one is slower"
-            self.stdout.write(f"{InputError(why, f'e.g. {link.rate_gbps / 4:g}', field='GBPS', value=gbps)}\n")
+        try:
+            check_degraded_rate(link, gbps, "GBPS")
+        except InputError as exc:
+            self.stdout.write(f"{exc}\n")
             return
         if self._gray_change(link, lambda: self.network.gray.set_rate(link.name, gbps / link.rate_gbps),
                              "start the network without PFC ('hpnlab up --qos --no-pfc'), or use lossy"):

@@ -50,10 +50,10 @@ def _fmt(bps: float) -> str:
               "unacknowledged bytes.")
 @click.option("--scale", type=SCALE, default="auto", show_default=True,
               help="Emulated rate = real / scale; auto fits the ranks' load into this machine's budget.")
-@click.option("--dilation", type=DILATION, default=1.0, show_default=True,
+@click.option("--dilation", type=DILATION, default=None,
               help="Time dilation D: the emulation runs D times slower than the fabric (links at real / (scale x "
-              "D)), so its own latencies shrink by D; every time reported is the fabric's. auto: the least D that "
-              "makes this machine's per-op latency 5% of every op's ideal time, within --max-wall.")
+              "D)), so its own latencies shrink by D; every time reported is the fabric's. auto (the default): "
+              "the least D that makes this machine's per-op latency 5% of every op's ideal time, within --max-wall.")
 @click.option("--max-wall", "max_wall", type=click.FloatRange(min=0, min_open=True), default=None,
               help="With --dilation auto: the most wall time (s) the traffic may take (default 600).")
 @click.option("--pfc/--no-pfc", default=True, show_default=True)
@@ -130,7 +130,8 @@ def _experiment(name, topo_name, preset, params, routing, hashing, transport, ch
                       "routing": routing, "hashing": hashing, "transport": transport, "channels": channels,
                       "connection_choice": connection_choice,
                       "qos": {"scale": scale, "pfc": {"enabled": pfc}, "cc": cc},
-                      "time": {"dilation": dilation, "max_wall_s": max_wall}, "workload": workload,
+                      "time": {"max_wall_s": max_wall, **({} if dilation is None else {"dilation": dilation})},
+                      "workload": workload,
                       "step_timeout_s": STEP_TIMEOUT_S})
 
 

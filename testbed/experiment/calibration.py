@@ -57,6 +57,7 @@ STEAL_RETRIES = 2  # a point spoilt only by steal is measured again before the s
 
 FLOOR_OPS = 40
 FLOOR_WARMUP = 5  # the first ops open connections and warm the agents up
+UNDILATED = 1.0  # the probes measure this machine in wall time: never dilated (the default, auto, would)
 FLOOR_Q = 0.9  # a floor that most ops stay under: the verdict and dilation auto go by it
 FLOOR_SCALE = 1000  # links at 200 Mbit/s: a frame takes microseconds there, so what an op takes is not its bytes
 FLOOR_SIZE = 64 * FLOOR_SCALE  # real bytes: 64 emulated, a few per chunk
@@ -84,7 +85,7 @@ def probe_experiment(scale: float, seconds: float = SECONDS, hosts: int = PROBE_
     size = int(ports * port_bps * seconds / 8) * scale  # real bytes: the emulated flow lasts `seconds`
     job = {"op": "sendrecv", "size": int(size), "iters": 1}
     return {"name": "calibrate", "topology": {"name": "hpn", "params": params}, "routing": "precise",
-            "qos": {"scale": scale}, "channels": ports, "step_timeout_s": 120,
+            "qos": {"scale": scale}, "time": {"dilation": UNDILATED}, "channels": ports, "step_timeout_s": 120,
             "jobs": [{"name": "there", "collective": {**job, "ranks": ",".join(f"{h}:0" for h in there)}},
                      {"name": "back", "collective": {**job, "ranks": ",".join(f"{h}:0" for h in back)}}]}
 
@@ -134,7 +135,7 @@ def floor_experiment(hosts: int, op: str, frames: bool = False) -> dict:
         scale = choose_scale(offered_load(topo), hosts=hosts).scale
         size, ops = FRAME_STEP_FRAMES * MSS * len(ranks) * 2 * int(scale), FRAME_OPS  # a ring step: size / ranks
     return {"name": f"floor-{op}" + ("-frames" if frames else ""), "topology": {"name": "hpn", "params": params},
-            "routing": "precise", "qos": {"scale": scale}, "channels": 2,
+            "routing": "precise", "qos": {"scale": scale}, "time": {"dilation": UNDILATED}, "channels": 2,
             "workload": {"collective": {"op": op, "size": size, "iters": ops,
                                         "ranks": ",".join(f"{h}:0" for h in ranks)}}}
 

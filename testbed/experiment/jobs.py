@@ -239,6 +239,8 @@ def resolve_time(exp: Experiment, real: list[Job], topo: Topology, channels: int
                                 tuple(op_times((s.op, sched) for s, sched in j.iteration)))
                   for j in real if j.iteration]
     if not ops and not any(it.ops for it in iterations):
+        if "dilation" not in exp.time.model_fields_set:  # auto by default: nothing to weigh, nothing to dilate
+            return exp.model_copy(update={"time": exp.time.model_copy(update={"dilation": 1.0})}), None
         raise InputError("dilation auto weighs the ops that cross the network, and this workload has none",
                          "give a number, e.g. time: {dilation: 10}", field="time.dilation", value="auto")
     span = max(virtual_s(j, topo, channels) for j in real)  # the jobs run side by side
@@ -281,9 +283,11 @@ def resolve_scale(exp: Experiment, base: Path, topo: Topology,
                   real: list[Job] | None = None) -> tuple[Experiment, ScaleChoice | None]:
     """The experiment with a numeric scale: `auto` becomes the scale that fits its workload's offered load
     (`offered`) into this machine's budget (testbed/qos/scale.py), at its (numeric) dilation. `real`: its
-    jobs at real size, if already made."""
+    jobs at real size, if already made. A dilation still `auto` is resolved first."""
     if exp.qos.scale != "auto":
         return exp, None
-    choice = choose_scale(offered(real or _real_jobs(exp, base, topo), topo), hosts=len(topo.hosts),
-                          dilation=exp.time.dilation)
+    real = real or _real_jobs(exp, base, topo)
+    if exp.time.dilation == "auto":  # the scale is chosen at the dilation (resolve_auto tells what that became)
+        exp, _choice = resolve_time(exp, real, topo, channels_of(exp, topo))
+    choice = choose_scale(offered(real, topo), hosts=len(topo.hosts), dilation=exp.time.dilation)
     return exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": choice.scale})}), choice

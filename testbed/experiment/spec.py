@@ -248,10 +248,11 @@ class TimeSpec(_Strict):
     """The emulation's clock against the fabric's (traffic/timebase.py)."""
 
     dilation: float | Literal["auto"] = Field(
-        1.0, description="wall seconds per virtual second: links run at rate / (qos.scale x dilation) and every "
-                         "time written here (compute, failures, timeouts) is the fabric's; the emulator's own "
-                         "latencies shrink by it. auto: the least that makes this machine's per-op latency 5% of "
-                         "every op's ideal time, within max_wall_s (testbed/qos/scale.py)")
+        "auto", description="wall seconds per virtual second: links run at rate / (qos.scale x dilation) and every "
+                            "time written here (compute, failures, timeouts) is the fabric's; the emulator's own "
+                            "latencies shrink by it. auto (the default): the least that makes this machine's per-op "
+                            "latency 5% of every op's ideal time, within max_wall_s (testbed/qos/scale.py); 1 when "
+                            "the workload has no op to weigh; 1 for bulk ops of a small fabric")
     max_wall_s: float | None = Field(None, gt=0, le=7 * 86_400,
                                      description="with dilation auto: the most wall time the traffic may take "
                                                  "(default 600 s); ops the cap leaves latency-bound are named")
@@ -478,6 +479,13 @@ def resolve(wl: WorkloadSpec, base: Path, attr: str, where: str = "workload") ->
     return confined(getattr(wl, attr), base, _workload_field(attr, where))
 
 
+def check_degraded_rate(link, gbps: float, field: str) -> None:
+    """A degraded link runs slower than its rate (the experiment file's check and the CLI's `degrade`)."""
+    if not 0 < gbps < link.rate_gbps:
+        raise InputError(f"the link runs at {link.rate_gbps:g} Gbit/s: a degraded one is slower",
+                         f"e.g. {link.rate_gbps / 4:g}", field=field, value=gbps)
+
+
 def check_against(exp: Experiment, topo) -> None:
     """Names in the failure schedule exist in the topology; a link degraded to less than its rate."""
     for i, f in enumerate(exp.failures):
@@ -486,10 +494,8 @@ def check_against(exp: Experiment, topo) -> None:
                 link = topo.find_link(f.link)
             except InputError as e:
                 raise InputError(e.what, e.fix, field=f"failures[{i}].link", value=f.link) from None
-            if f.action == "degrade" and not f.rate_gbps < link.rate_gbps:
-                raise InputError(f"the link runs at {link.rate_gbps:g} Gbit/s: a degraded one is slower",
-                                 f"give rate_gbps under {link.rate_gbps:g}", field=f"failures[{i}].rate_gbps",
-                                 value=f.rate_gbps)
+            if f.action == "degrade":
+                check_degraded_rate(link, f.rate_gbps, f"failures[{i}].rate_gbps")
             if f.action == "degrade" and exp.qos.pfc.enabled:
                 raise InputError("a degraded link under PFC is not emulated yet (the PFC agent puts a paused class's "
                                  "planned rate back)", "set qos: {pfc: {enabled: false}}, or use action lossy",

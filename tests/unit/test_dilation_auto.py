@@ -151,6 +151,10 @@ def test_the_floor_is_the_line_through_a_one_step_and_a_ring_probe(monkeypatch, 
     full = cal.floor_experiment(8, "allreduce", frames=True)
     assert full["qos"]["scale"] == 50_000 and full["channels"] == 2
     assert full["workload"]["collective"]["size"] == 4 * 1448 * 8 * 2 * 50_000
+    # the probes measure the machine in wall time: undilated, whatever the default dilation is (auto would
+    # dilate ops of next to no bytes and measure a floor of nothing)
+    for probe in (exp, full, cal.probe_experiment(20_000)):
+        assert cal.from_dict(probe).time.dilation == 1
 
 
 def test_a_sweep_that_found_nothing_keeps_the_cached_budget_and_its_points(monkeypatch, tmp_path):
@@ -182,3 +186,23 @@ def test_a_machine_without_kernel_events_calibrates_the_rest(monkeypatch, tmp_pa
     r = cal.calibrate(hosts=8, budget=False)
     assert "detect 'poll'" in r["reaction_error"] and "reaction" not in r
     assert sc.load_floor(hosts=8).calibrated and not sc.load_reaction(hosts=8).calibrated
+
+
+def test_by_default_time_is_auto_and_a_bulk_op_of_a_small_fabric_runs_undilated(tmp_path, monkeypatch):
+    monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")
+    exp = from_dict({"name": "x", "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0"}}})
+    resolved, auto = resolve_auto(exp, tmp_path, build("hpn"))
+    assert resolved.time.dilation == auto.time.dilation == 1 and auto.time.bound == 0
+    small = from_dict({**exp.model_dump(by_alias=True, exclude={"time"}),
+                       "workload": {"collective": {"op": "allreduce", "size": "16MB", "ranks": "rail0"}}})
+    assert resolve_auto(small, tmp_path, build("hpn"))[0].time.dilation > 100  # small ops: dilated by default
+
+
+def test_a_workload_with_no_network_op_runs_undilated_by_default_and_is_refused_when_auto_is_asked(tmp_path):
+    (tmp_path / "w.yaml").write_text("name: think\nops:\n  - {compute: 20ms}\n")
+    base = {"name": "x", "workload": {"file": "w.yaml"}}
+    resolved, auto = resolve_auto(from_dict(base), tmp_path, build("hpn"))
+    assert resolved.time.dilation == 1 and auto.time is None
+    with pytest.raises(InputError, match="has none") as exc:
+        resolve_auto(from_dict({**base, "time": {"dilation": "auto"}}), tmp_path, build("hpn"))
+    assert exc.value.field == "time.dilation"
