@@ -177,18 +177,19 @@ def test_run_shows_utilization_flows_and_busbw_then_the_results_folder(tmp_path,
         wait_drawn(page, errors, "window.hpnlab && hpnlab.states >= 1", 120, cmd)
         host_util = "Math.max(...hpnlab.cy.edges('[kind=\"host-tor\"]').map(e => e.data('util') || 0))"
         first = page.evaluate(host_util)
-        peak, shot = first, False
+        peak, shot, flows, flow_edges = first, False, 0, 0
         while page.evaluate("hpnlab.ops.length") < 2 and cmd.p.poll() is None:
             u = page.evaluate(host_util)
             peak = max(peak, u)
+            # while the ring runs: read after its last op, the flows may be withdrawn already (seen once: 0)
+            flows = max(flows, page.evaluate("hpnlab.state.flows.length"))
+            flow_edges = max(flow_edges, page.evaluate("hpnlab.cy.edges('.flow').length"))
             if u > 0.5 and not shot:  # the README's picture: the all-reduce in flight
                 page.wait_for_timeout(600)
                 SHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SHOTS / "live-allreduce.png"))
                 shot = True
             page.wait_for_timeout(200)
-        flows = page.evaluate("hpnlab.state.flows.length")
-        flow_edges = page.evaluate("hpnlab.cy.edges('.flow').length")
         ops = page.evaluate("hpnlab.ops")
         progress = page.inner_text("#progress-text")
         title, caption = page.inner_text("#title"), page.inner_text("#busbw-caption")
