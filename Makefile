@@ -22,9 +22,10 @@ browser: bootstrap
 lint: bootstrap
 	$(VENV)/bin/ruff check .
 
-# Unit + emulation tests; tests/emu/test_examples.py runs the scripts in examples/.
+# Unit + emulation tests; tests/emu/test_examples.py runs the scripts in examples/. The 25 slowest are
+# listed at the end: CI keeps only its output, and its time budget is spent there.
 test: bootstrap lint ryu-venv browser
-	$(SUDO) $(VENV)/bin/pytest -q -rs tests/unit tests/emu $(PYTEST_ARGS)
+	$(SUDO) $(VENV)/bin/pytest -q -rs --durations=25 tests/unit tests/emu $(PYTEST_ARGS)
 
 test-unit: bootstrap lint
 	$(VENV)/bin/pytest -q tests/unit $(PYTEST_ARGS)

@@ -32,7 +32,9 @@ def delivered(run: dict) -> bool:
 def summary(run: dict) -> str:
     fired = [f for f in run["failures"] if f.get("wall_t") is not None]
     return (f"transport {run['transport']}, {len(run['ops'])} ops, every byte delivered: {delivered(run)}, "
-            f"{len(fired)} of {len(run['failures'])} failures fired, halted {run['halted']}")
+            f"{len(fired)} of {len(run['failures'])} failures fired, halted {run['halted']}, dilation "
+            f"{run['dilation']:g}, traffic {run['traffic_s']['virtual']:.1f} s virtual in "
+            f"{run['traffic_s']['wall']:.1f} s")
 
 
 def test_auto_takes_tcp_through_a_host_port_flap_and_rdma_is_refused(tmp_path):
@@ -50,8 +52,12 @@ def test_auto_takes_tcp_through_a_host_port_flap_and_rdma_is_refused(tmp_path):
 
 def test_rdma_rides_through_a_fabric_links_failure(tmp_path):
     # one iteration: under TCG each step is a perftest process pair (~7 s), so the uplink's failure at 1 s and
-    # its repair at 4 s both fall inside the first op, and four took 8 minutes
+    # its repair at 4 s both fall inside the first op, and four took 8 minutes. A fifth of the bytes: at 40 GB
+    # the VM's CPU ran out (idle 0%), the PFC agent went unheard for 2.3 s and the lossless class dropped 1,393
+    # frames, which rxe resends from the lost one on: 465 s of traffic, 532-678 s for the test (CI past 60
+    # minutes); at 8 GB dilation auto takes D = 4 and the test took 362 s
     text = SPEC.replace("routing: ecmp", "routing: ecmp\ntransport: rdma").replace("iters: 4", "iters: 1")
+    text = text.replace("size: 40GB", "size: 8GB")
     text = "\n".join(line for line in text.splitlines() if "h5:nic0:p0" not in line) + "\n"
     r, run = hpnlab_run(tmp_path, text)
     assert r.returncode == 0 and run is not None, (r.stdout + r.stderr)[-3000:]
