@@ -58,6 +58,7 @@ def test_rdma_rides_through_a_fabric_links_failure(tmp_path):
     # minutes); at 8 GB dilation auto takes D = 4 and the test took 362 s
     text = SPEC.replace("routing: ecmp", "routing: ecmp\ntransport: rdma").replace("iters: 4", "iters: 1")
     text = text.replace("size: 40GB", "size: 8GB")
+    assert "size: 8GB" in text and "iters: 1" in text, "failover.yaml changed: see the sizes above"
     text = "\n".join(line for line in text.splitlines() if "h5:nic0:p0" not in line) + "\n"
     r, run = hpnlab_run(tmp_path, text)
     assert r.returncode == 0 and run is not None, (r.stdout + r.stderr)[-3000:]
