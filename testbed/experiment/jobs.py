@@ -275,19 +275,15 @@ def resolve_auto(exp: Experiment, base: Path, topo: Topology) -> tuple[Experimen
         return exp, Auto()
     real = _real_jobs(exp, base, topo)
     exp, dilation = resolve_time(exp, real, topo, channels_of(exp, topo))
-    exp, scale = resolve_scale(exp, base, topo, real)
+    exp, scale = _resolve_scale(exp, real, topo)
     return exp, Auto(scale, dilation)
 
 
-def resolve_scale(exp: Experiment, base: Path, topo: Topology,
-                  real: list[Job] | None = None) -> tuple[Experiment, ScaleChoice | None]:
+def _resolve_scale(exp: Experiment, real: list[Job], topo: Topology) -> tuple[Experiment, ScaleChoice | None]:
     """The experiment with a numeric scale: `auto` becomes the scale that fits its workload's offered load
-    (`offered`) into this machine's budget (testbed/qos/scale.py), at its (numeric) dilation. `real`: its
-    jobs at real size, if already made. A dilation still `auto` is resolved first."""
+    (`offered`, from its jobs at real size) into this machine's budget (testbed/qos/scale.py), at its dilation,
+    which resolve_auto has made a number first."""
     if exp.qos.scale != "auto":
         return exp, None
-    real = real or _real_jobs(exp, base, topo)
-    if exp.time.dilation == "auto":  # the scale is chosen at the dilation (resolve_auto tells what that became)
-        exp, _choice = resolve_time(exp, real, topo, channels_of(exp, topo))
     choice = choose_scale(offered(real, topo), hosts=len(topo.hosts), dilation=exp.time.dilation)
     return exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": choice.scale})}), choice

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed.experiment.calibration import probe_experiment
-from testbed.experiment.jobs import jobs, resolve_scale
+from testbed.experiment.jobs import jobs, resolve_auto
 from testbed.experiment.spec import from_dict
 from testbed.qos import scale as sc
 from topos import build
@@ -66,19 +66,21 @@ def test_a_fabric_uses_the_calibration_of_the_largest_probe_not_bigger_than_itse
     assert "--hosts" not in sc.Budget(60e6, True, 32).source(32)
 
 
-def test_resolve_scale_uses_the_ranks_of_the_workload(tmp_path, monkeypatch):
+def test_scale_auto_uses_the_ranks_of_the_workload(tmp_path, monkeypatch):
     monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")
     topo = build("hpn")
     exp = from_dict({"name": "x", "qos": {"scale": "auto"},
                      "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0"}}})
-    resolved, choice = resolve_scale(exp, tmp_path, topo)
+    resolved, auto = resolve_auto(exp, tmp_path, topo)
+    choice = auto.scale
+    assert resolved.time.dilation == 1  # dilation auto, for bulk ops of this small fabric: the scale is D = 1's
     assert choice.offered_real_bps == 8 * 2 * 200e9  # rail 0 only: every rank sends and receives at NIC rate
     assert resolved.qos.scale == choice.scale == sc.nice_ceil(3.2e12 / (sc.DEFAULT_BUDGET_BPS * sc.SAFETY))
     (o, sched), *_ = jobs(resolved, tmp_path, topo)[0].items
     assert o.size == int(160e9 / resolved.qos.scale)
-    fixed, none = resolve_scale(from_dict({**exp.model_dump(by_alias=True), "qos": {"scale": 20_000}}), tmp_path,
+    fixed, given = resolve_auto(from_dict({**exp.model_dump(by_alias=True), "qos": {"scale": 20_000}}), tmp_path,
                                 topo)
-    assert none is None and fixed.qos.scale == 20_000
+    assert given.scale is None and fixed.qos.scale == 20_000
 
 
 def test_calibration_probe_loads_every_host_both_ways_for_the_asked_seconds():
