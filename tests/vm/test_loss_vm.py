@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import subprocess
-import time
 from contextlib import contextmanager
 from types import SimpleNamespace
 
 from testbed.net.links import OFFLOADS
 from testbed.qos.loss import LossyLink
+from traffic.transports.listening import wait_listening
 
 RATE = 0.02
 UDP_S, UDP_BPS, UDP_LEN = 4, "2M", 250  # 4,000 datagrams
@@ -20,6 +21,7 @@ TCP_BYTES = "4M"
 NS = ("hpnlab-vmloss-0", "hpnlab-vmloss-1")
 IFS = ("vl0", "vl1")
 ADDR = ("192.0.2.1", "192.0.2.2")
+IPERF_PORT = 5201  # iperf3's default
 
 
 def sh(ns: str, cmd: str) -> str:
@@ -58,7 +60,10 @@ def iperf3(*args: str) -> dict:
     for attempt in range(1, STARTS + 1):
         server = subprocess.Popen(["ip", "netns", "exec", NS[1], "iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
         try:
-            time.sleep(0.5)
+            # the client only once the server listens (under TCG a server can take over the half second once
+            # slept here), as the testbed's own transports wait for theirs
+            assert wait_listening(lambda cmd: sh(NS[1], shlex.join(cmd)), IPERF_PORT, server, timeout=30), \
+                f"iperf3's server in {NS[1]} did not listen on {IPERF_PORT} within 30 s"
             run = subprocess.run(["ip", "netns", "exec", NS[0], "iperf3", "-c", ADDR[1], "--json", *args],
                                  capture_output=True, text=True, timeout=60)
         finally:
