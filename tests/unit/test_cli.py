@@ -74,3 +74,44 @@ def test_validate_prints_what_would_run(hpnlab):
     r = hpnlab("validate", "experiments/link_flapping.yaml")
     assert r.returncode == 0, r.stderr
     assert "failure event(s)" in r.stdout and "valid" in r.stdout
+
+
+_SWALLOWED_CTRL_C = """
+import importlib, sys, time
+import click
+m = importlib.import_module("testbed.cli.main")  # the package re-exports main(), the function
+
+class Dies:
+    def __del__(self):
+        raise KeyboardInterrupt  # what a SIGINT that lands inside a __del__ or weakref callback does
+
+@click.command()
+@click.option("--until-end", is_flag=True)
+def work(until_end):
+    Dies()
+    t = time.monotonic()
+    while time.monotonic() - t < (0.0 if until_end else 2.0):
+        pass
+    print("ran to the end")
+
+m.cli.add_command(work)
+sys.argv = ["hpnlab", "work"] + sys.argv[1:]
+m.main()
+"""
+
+
+@pytest.mark.parametrize("until_end", [False, True])
+def test_a_ctrl_c_swallowed_by_a_del_still_stops_the_command_and_exits_130(tmp_path, until_end):
+    """CI (`up` interrupted at 2.44 s): the KeyboardInterrupt a __del__ swallowed was raised again inside the
+    unraisable hook itself, swallowed there too, and the command exited 0. It must stop the work (delivered again
+    once the hook has returned) or, if the work ends first, still make the exit 130."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "swallow.py"
+    script.write_text(_SWALLOWED_CTRL_C)
+    r = subprocess.run([sys.executable, str(script)] + (["--until-end"] if until_end else []),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 130, (r.returncode, r.stdout, r.stderr[-2000:])
+    assert until_end or "ran to the end" not in r.stdout
+    assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
