@@ -53,7 +53,7 @@ from traffic.timebase import stamp
 from traffic.transports import choose, make
 
 from .detector import Detector, delays
-from .failures import Injector, campaign_outages, expand, host_links_down
+from .failures import Injector, campaign_outages, expand, host_links_down_in_any_rep
 from .fidelity import verdict
 from .jobs import Auto, Job, channels_of, demand, items, job_gpus, jobs, offered, resolve_auto
 from .measure import Sampler, port_delta
@@ -120,7 +120,8 @@ class Plan:
     channels: int
 
 
-def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = None) -> Plan:
+def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = None, rep: int = 0) -> Plan:
+    """Repetition `rep` of a variant (`exp` has its seed) as it will run."""
     topo = exp.topology.build()
     check_against(exp, topo)
     gray = [f.action for f in exp.failures if f.action in GRAY]
@@ -132,7 +133,7 @@ def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = 
     for why in auto.lines():
         log.info("%s: %s", label, why)
     events = expand(exp, topo)
-    caps, failing = probe(), host_links_down(events, topo)
+    caps, failing = probe(), host_links_down_in_any_rep(exp, topo, rep)
     rxe = caps.rxe_in_netns
     kind = choose(exp.transport, rxe, len(cluster.servers) if cluster else 1, failing, caps.rxe_failure)
     if exp.transport == "auto" and rxe and failing:  # choose took tcp for them
@@ -149,7 +150,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
     network, every op and iteration as they happen (the live web view); `cluster`: the servers it spreads
     over (testbed.cluster), recorded with their versions and the placement."""
     watch = watch or Watch()
-    p = plan(label, exp, base, cluster)
+    p = plan(label, exp, base, cluster, rep)
     exit_cleanly_on_signals()
     rec = RunRecord(label, rep, watch, progress, timebase=p.exp.timebase, transport=p.kind, channels=p.channels,
                     scale=p.exp.qos.scale, scale_auto=p.auto.scale.why() if p.auto.scale else None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.experiment.detector import Detector, delays
-from testbed.experiment.failures import expand, host_links_down
+from testbed.experiment.failures import expand, host_links_down, host_links_down_in_any_rep
 from testbed.experiment.spec import check_against, from_dict
 from testbed.qos.loss import ONE, threshold
 from topos import build
@@ -136,3 +136,17 @@ def test_the_host_links_a_schedule_takes_down():
     tor = from_dict(exp({"at": 1.0, "node": "tor-p0-s0-r0-a"}))
     under = [lk.name for lk in HPN.links_of("tor-p0-s0-r0-a") if lk.kind == "host-tor"]
     assert under and host_links_down(expand(tor, HPN), HPN) == under
+
+
+def test_every_repetition_of_a_campaign_gets_the_transport_its_failures_allow():
+    """Each repetition draws its campaign with its own seed: with one outage a repetition, seed 2 and 3 hit
+    fabric links only and seed 4 a host port. Chosen per repetition, auto gave the first two rdma and the third
+    tcp, three runs that do not compare; the host ports of every repetition decide it, the same for all."""
+    e = from_dict({"name": "g", "topology": {"name": "hpn"},
+                   "workload": {"collective": {"op": "allreduce", "size": "1GB"}}, "seed": 2, "repetitions": 3,
+                   "campaign": {"outages": 1, "kinds": ["nic-tor", "agg", "tor-agg"]}})
+    reps = [e.model_copy(update={"seed": 2 + r}) for r in range(3)]
+    assert [host_links_down(expand(r, HPN), HPN) for r in reps] == [[], [], ["h4:nic1:p1"]]
+    assert [host_links_down_in_any_rep(r, HPN, i) for i, r in enumerate(reps)] == [["h4:nic1:p1"]] * 3
+    one = e.model_copy(update={"repetitions": 1})
+    assert host_links_down_in_any_rep(one, HPN) == []  # rep 0 alone hits no host port: rdma stays possible
