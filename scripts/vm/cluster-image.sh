@@ -8,6 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cache="${HPNLAB_VM_CACHE:-/var/cache/hpnlab/vm}"
 log() { printf '[cluster-image] %s\n' "$*" >&2; }
+. "$here/scripts/vm/common.sh"
 PACKAGES=(openssh-server openssh-client sudo)
 
 base=$(bash "$here/scripts/vm/build-image.sh" | tail -1)
@@ -21,8 +22,7 @@ work="$cache/build-$key"
 mnt="$work/root"
 mounted=()
 cleanup() {  # our mounts and the half-built image, also on Ctrl-C
-  local m
-  for ((i=${#mounted[@]}-1; i>=0; i--)); do m="${mounted[$i]}"; umount -l "$m" 2>/dev/null || true; done
+  unmount_all quiet
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -31,8 +31,8 @@ rm -rf "$work"; mkdir -p "$work/out" "$mnt"
 t0=$(date +%s)
 cp --sparse=always "$base/disk.img" "$work/out/disk.img"
 mount -o loop "$work/out/disk.img" "$mnt"; mounted+=("$mnt")
-for m in proc sys dev dev/pts; do mount --bind "/$m" "$mnt/$m"; mounted+=("$mnt/$m"); done
-[ -f /etc/pip.conf ] && cp /etc/pip.conf "$mnt/etc/pip.conf"
+bind_system "$mnt"
+site_trust "$mnt"
 printf '#!/bin/sh\nexit 101\n' >"$mnt/usr/sbin/policy-rc.d"; chmod +x "$mnt/usr/sbin/policy-rc.d"
 cp /etc/resolv.conf "$mnt/etc/resolv.conf"  # the chroot fetches from the image's own Debian sources
 log "installing ${PACKAGES[*]}"
@@ -40,8 +40,7 @@ chroot "$mnt" apt-get update -qq
 chroot "$mnt" apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
 rm -f "$mnt/usr/sbin/policy-rc.d" "$mnt"/etc/ssh/ssh_host_*  # each VM makes its own host keys at boot
 chroot "$mnt" apt-get clean
-for ((i=${#mounted[@]}-1; i>=0; i--)); do umount "${mounted[$i]}"; done
-mounted=()
+unmount_all
 cp "$base/vmlinuz" "$base/initrd.img" "$work/out/"
 printf '{"key": "%s", "base": "%s", "packages": "%s", "seconds": %d}\n' "$key" "$(basename "$base")" \
   "${PACKAGES[*]}" "$(( $(date +%s) - t0 ))" >"$work/out/manifest.json"
