@@ -68,20 +68,6 @@ def _testbed_programs() -> set[str]:
             if p.get("name") in ("on_enqueue", "on_dequeue", "mark_ecn") or p.get("name", "").startswith("hpn_")}
 
 
-def _default_sigint() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-@pytest.fixture
-def as_from_a_terminal():
-    """A Popen preexec_fn giving the child Ctrl-C's default disposition. A suite started in the background
-    of a non-interactive shell inherits SIGINT ignored (POSIX), and the child's Python then never raises
-    KeyboardInterrupt: the Ctrl-C tests would test how the suite was launched, not the testbed."""
-    return _default_sigint
-
-
 @pytest.fixture
 def take_snapshot():
     return snapshot

@@ -101,7 +101,7 @@ m.main()
 
 
 @pytest.mark.parametrize("until_end", [False, True])
-def test_a_ctrl_c_swallowed_by_a_del_still_stops_the_command_and_exits_130(tmp_path, until_end):
+def test_a_ctrl_c_swallowed_by_a_del_still_stops_the_command_and_exits_130(tmp_path, until_end, as_from_a_terminal):
     """CI (`up` interrupted at 2.44 s): the KeyboardInterrupt a __del__ swallowed was raised again inside the
     unraisable hook itself, swallowed there too, and the command exited 0. It must stop the work (delivered again
     once the hook has returned) or, if the work ends first, still make the exit 130."""
@@ -111,7 +111,7 @@ def test_a_ctrl_c_swallowed_by_a_del_still_stops_the_command_and_exits_130(tmp_p
     script = tmp_path / "swallow.py"
     script.write_text(_SWALLOWED_CTRL_C)
     r = subprocess.run([sys.executable, str(script)] + (["--until-end"] if until_end else []),
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, preexec_fn=as_from_a_terminal)
     assert r.returncode == 130, (r.returncode, r.stdout, r.stderr[-2000:])
     assert until_end or "ran to the end" not in r.stdout
     assert "Exception ignored" not in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
