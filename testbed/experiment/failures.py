@@ -45,13 +45,11 @@ def host_links_down(events: list[Event], topo: Topology) -> list[str]:
                               if name in host))
 
 
-def host_links_down_in_any_rep(exp: Experiment, topo: Topology, rep: int = 0) -> list[str]:
-    """The host links the schedule takes down in any of the experiment's repetitions, `exp` being repetition
-    `rep`'s (seed + rep): each draws its random failures and campaign with its own seed, and the transport is
-    chosen from these, so that every repetition of a variant runs on the same one and they compare."""
-    first = exp.seed - rep
-    names = [n for r in range(exp.repetitions)
-             for n in host_links_down(expand(exp.model_copy(update={"seed": first + r}), topo), topo)]
+def host_links_down_in_any_rep(exp: Experiment, topo: Topology) -> list[str]:
+    """The host links the schedule takes down in any of the experiment's repetitions: each draws its random
+    failures and campaign with its own seed (Experiment.repetition), and the transport is chosen from these, so
+    that every repetition of a variant runs on the same one and they compare."""
+    names = [n for r in range(exp.repetitions) for n in host_links_down(expand(exp.repetition(r), topo), topo)]
     return list(dict.fromkeys(names))
 
 

@@ -120,8 +120,9 @@ class Plan:
     channels: int
 
 
-def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = None, rep: int = 0) -> Plan:
-    """Repetition `rep` of a variant (`exp` has its seed) as it will run."""
+def plan(label: str, variant: Experiment, base: Path, cluster: ClusterSpec | None = None, rep: int = 0) -> Plan:
+    """Repetition `rep` of a variant as it will run."""
+    exp = variant.repetition(rep)
     topo = exp.topology.build()
     check_against(exp, topo)
     gray = [f.action for f in exp.failures if f.action in GRAY]
@@ -133,7 +134,7 @@ def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = 
     for why in auto.lines():
         log.info("%s: %s", label, why)
     events = expand(exp, topo)
-    caps, failing = probe(), host_links_down_in_any_rep(exp, topo, rep)
+    caps, failing = probe(), host_links_down_in_any_rep(variant, topo)
     rxe = caps.rxe_in_netns
     kind = choose(exp.transport, rxe, len(cluster.servers) if cluster else 1, failing, caps.rxe_failure)
     if exp.transport == "auto" and rxe and failing:  # choose took tcp for them
@@ -145,7 +146,7 @@ def plan(label: str, exp: Experiment, base: Path, cluster: ClusterSpec | None = 
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
             progress: Callable[[], None] | None = None, watch: Watch | None = None,
             stage: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None) -> dict:
-    """One variant, one repetition, on a network of its own; returns the run's record. `progress` is called
+    """Repetition `rep` of variant `exp`, on a network of its own; returns the run's record. `progress` is called
     after each op, `stage` with each stage of the network's start (minutes at 128 hosts); `watch` hears of the
     network, every op and iteration as they happen (the live web view); `cluster`: the servers it spreads
     over (testbed.cluster), recorded with their versions and the placement."""
@@ -550,8 +551,7 @@ def _run_variants(exp: Experiment, variants: list[Prepared], base: Path, outdir:
                     tell()
 
                 stage("starting the network")
-                v_rep = v.model_copy(update={"seed": v.seed + rep})
-                runs.append(run_one(label, v_rep, base, outdir / f"{label}-rep{rep}", rep, progress=advance,
+                runs.append(run_one(label, v, base, outdir / f"{label}-rep{rep}", rep, progress=advance,
                                     watch=watch, stage=stage, cluster=cluster))
                 _save(outdir, exp, runs, complete=False)
 

@@ -380,6 +380,11 @@ class Experiment(_Strict):
         """What the switches do: precise-host is plain ECMP there (the hosts choose the paths)."""
         return "ecmp" if self.routing == "precise-host" else self.routing
 
+    def repetition(self, rep: int) -> Experiment:
+        """Repetition `rep` (0 is the experiment itself): its own seed, so it draws its own random failures and
+        campaign."""
+        return self.model_copy(update={"seed": self.seed + rep})
+
     def expand(self) -> list[tuple[str, Experiment]]:
         """(label, experiment) per variant; the experiment itself when there are none."""
         if not self.variants:
