@@ -7,10 +7,12 @@ Each file runs as a one-job experiment through the runner (routing precise, scal
 unless given, one iteration after a warm-up iteration) and prints the measured iteration time, the
 prediction (compute in SimAI's order plus each network op at the fabric's ideal rate, traffic/iteration.py)
 and their ratio, with the number of network ops and the mean time an op spends beyond its closed form (the
-emulator's own cost per op). `--rows N` keeps the first N layer rows of each file (the GPT-13B and DeepSeek
-files have thousands of ops).
-Files without compute (GPT-7B) are listed as such: their iteration is communication only.
-A run of every file in full writes README's SimAI table (between its markers).
+emulator's own cost per op). `--rows N` keeps the first N layer rows of each file (a production model's
+file has thousands of ops).
+By default the files are the project's own (tests/data/simai_*.txt, written by `python -m traffic.simai`);
+`--files` takes paths to any other SimAI/AICB files instead, e.g. those of SimAI's own examples.
+Files without compute are listed as such: their iteration is communication only.
+A run of the project's files in full writes README's SimAI table (between its markers).
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from testbed.experiment.spec import from_dict
 from traffic.workload import load_simai
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "workloads"
-FILES = [ROOT / "tests" / "data" / "two_layers_simai.txt", *sorted(SHARED.glob("simai_*.txt"))]
+# The project's own SimAI files (traffic/simai.py writes them); a user's files come in through --files.
+FILES = sorted((ROOT / "tests" / "data").glob("simai_*.txt"))
 
 
 def first_rows(src: Path, dst: Path, rows: int | None) -> None:
@@ -89,7 +91,8 @@ def simai_table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=None, help="first N layer rows of each file")
-    ap.add_argument("--files", nargs="*", default=None, help="file names (default: every SimAI file here)")
+    ap.add_argument("--files", nargs="*", type=Path, default=None,
+                    help="SimAI workload files (default: the project's own, tests/data/simai_*.txt)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "simai_iterations.json")
     ap.add_argument("--dilation", default="auto", help="time dilation D, or auto (default)")
     ap.add_argument("--max-wall", type=float, default=None, help="cap on the wall time auto may choose for")
@@ -101,7 +104,7 @@ def main() -> None:
         replace_block(ROOT / "README.md", "simai", simai_table(json.loads(a.saved.read_text())))
         return
     dilation = a.dilation if a.dilation == "auto" else float(a.dilation)
-    files = [f for f in FILES if a.files is None or f.name in a.files]
+    files = FILES if a.files is None else a.files
     rows = []
     for f in files:
         r = measure(f, a.rows, dilation, a.max_wall, a.keep)

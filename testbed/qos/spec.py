@@ -2,7 +2,7 @@
 
 Rates: a link of R Gbit/s in the Topology is emulated at R / scale. The default
 scale puts a 200G host port at 20 Mbit/s, where 2 cores of userspace OVS keep
-up (see ../shared/DESIGN.md, Scale).
+up (README: Benchmarks, the scale table).
 
 Classes (HTB children of one per-port parent at the link rate):
     high         DSCP 48 (CNP, control), TCP pure ACKs and the traffic agents' one-byte

@@ -68,7 +68,7 @@ def test_a_workload_with_compute_runs_as_training_iterations(tmp_path, no_leftov
     beside the closed-form prediction, exact bytes."""
     import shutil
 
-    shutil.copy(Path(__file__).resolve().parents[1] / "data" / "two_layers_simai.txt", tmp_path / "two_layers.txt")
+    shutil.copy(Path(__file__).resolve().parents[1] / "data" / "simai_dp16_two_layers.txt", tmp_path / "two_layers.txt")
     (tmp_path / "training.yaml").write_text(TRAINING)
     r = subprocess.run([HPNLAB, "run", "training.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

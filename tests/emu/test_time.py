@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
-WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
+WORKLOADS = Path(__file__).resolve().parents[1] / "data"  # written by traffic/simai.py
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 DILATED = """
@@ -61,7 +61,7 @@ name: skipping
 routing: precise
 qos: {{scale: 5000}}
 time: {{dilation: 10, skip_compute: {skip}}}
-workload: {{simai: two_layers_simai.txt, iterations: 2}}
+workload: {{simai: simai_dp16_two_layers.txt, iterations: 2}}
 """
 
 
@@ -69,7 +69,7 @@ def _run(tmp_path: Path, name: str, text: str) -> dict:
     work = tmp_path / name
     work.mkdir()
     (work / "x.yaml").write_text(text)
-    (work / "two_layers_simai.txt").write_text((DATA / "two_layers_simai.txt").read_text())
+    (work / "simai_dp16_two_layers.txt").write_text((DATA / "simai_dp16_two_layers.txt").read_text())
     r = subprocess.run([HPNLAB, "run", "x.yaml"], cwd=work, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     (out,) = list((work / "results").iterdir())
@@ -106,14 +106,14 @@ def test_compute_is_skipped_and_the_iterations_virtual_time_stays_exact(tmp_path
 
 
 def _micro(dilation: str) -> dict:
-    r = subprocess.run([HPNLAB, "traffic", "run", "--simai", str(WORKLOADS / "simai_microAllReduce.txt"),
+    r = subprocess.run([HPNLAB, "traffic", "run", "--simai", str(WORKLOADS / "simai_allreduce_8g.txt"),
                         "--dilation", dilation, "--json"], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
 
 
 def test_small_ops_replay_right_with_time_dilated(no_leftovers):
-    """SimAI's microAllReduce (16 MB and 64 MB all-reduces: sub-millisecond at 200 Gbit/s, 1.1 ms of compute):
+    """A SimAI file of two all-reduces (16 MB and 64 MB: sub-millisecond at 200 Gbit/s, 1.1 ms of compute):
     at D = 1 the emulator's own latency makes it many times its closed form and the verdict says latency-bound;
     with dilation auto (1,000 here: the iteration's 3.6 ms against its two ops' floors, 23 ms per op) the
     iteration is within 15% of its closed form (1.06x here

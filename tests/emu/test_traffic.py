@@ -14,7 +14,7 @@ from traffic.replay import Replayer, op_schedule
 from traffic.transports.tcp import TcpTransport
 from traffic.workload import load_simai
 
-WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
+WORKLOADS = Path(__file__).resolve().parents[1] / "data"  # written by traffic/simai.py
 SCALE = 20_000  # 200G host ports at 10 Mbit/s: 16 connections stay well within 2 cores
 
 
@@ -60,7 +60,7 @@ def test_ring_allreduce_precise_on_hpn(fabric, cpu_window):
 
 def test_simai_micro_workload_replays_end_to_end(fabric):
     net, tr = fabric("ecmp")
-    w = load_simai(WORKLOADS / "simai_microAllReduce.txt").scaled(2_000)
+    w = load_simai(WORKLOADS / "simai_allreduce_8g.txt").scaled(2_000)
     hosts = [h.name for h in net.topo.hosts]
     rp = Replayer(net, tr, channels=2)
     for op in w.ops:
@@ -70,7 +70,7 @@ def test_simai_micro_workload_replays_end_to_end(fabric):
         assert r.bytes_delivered == r.bytes_expected == 4 * 2 * 3 * (op.size)
 
 
-TWO_LAYERS = Path(__file__).resolve().parents[1] / "data" / "two_layers_simai.txt"  # 1 s of compute per rank
+TWO_LAYERS = Path(__file__).resolve().parents[1] / "data" / "simai_dp16_two_layers.txt"  # 1 s of compute per rank
 
 
 def test_simai_iteration_with_compute_overlaps_weight_gradients(fabric, cpu_window):

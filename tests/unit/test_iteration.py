@@ -11,7 +11,7 @@ from topos.errors import InputError
 from traffic.iteration import Step, predict, transformer_order
 from traffic.workload import Op, from_plan, load_simai, load_yaml, parse_duration
 
-WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
+WORKLOADS = Path(__file__).resolve().parents[1] / "data"  # written by traffic/simai.py
 
 
 def test_prediction_overlaps_weight_gradients_with_later_compute():
@@ -36,8 +36,8 @@ def _rows(path: Path) -> list[list[str]]:
     return [l.split() for l in path.read_text().splitlines()[2:] if l.strip()]
 
 
-@pytest.mark.parametrize("name", ["simai_gpt13b_tp4_16g", "simai_deepseek16b_ep4_32g", "simai_microAllReduce",
-                                  "simai_gpt7b_64g"])
+@pytest.mark.parametrize("name", ["simai_tp4_dp4_16g", "simai_moe_tp2_pp2_ep4_32g", "simai_allreduce_8g",
+                                  "simai_tp8_dp8_64g", "simai_dp16_two_layers"])
 def test_simai_rows_keep_their_compute(name):
     path = WORKLOADS / f"{name}.txt"
     w = load_simai(path)
@@ -55,9 +55,11 @@ def test_simai_rows_keep_their_compute(name):
         sum(max(1, int(s.op.size / 1000)) for s in w.iteration if s.op))
 
 
-def test_gpt13b_has_compute_and_gpt7b_none():
-    assert load_simai(WORKLOADS / "simai_gpt13b_tp4_16g.txt").compute_s > 1.0
-    assert load_simai(WORKLOADS / "simai_gpt7b_64g.txt").compute_s == 0.0  # its compute columns are all 1
+def test_compute_columns_of_one_are_no_compute():
+    # TP 4: 6 layers x 4 halves x 12 ms forward, as much again for input and weight gradients, + the last row
+    assert load_simai(WORKLOADS / "simai_tp4_dp4_16g.txt").compute_s == pytest.approx(
+        (6 * 4 * 3 + 1 + 3) * 0.012)
+    assert load_simai(WORKLOADS / "simai_tp8_dp8_64g.txt").compute_s == 0.0  # its compute columns are all 1
 
 
 def test_yaml_compute_and_overlap(tmp_path):

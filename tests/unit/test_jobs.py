@@ -12,7 +12,7 @@ from testbed.experiment.spec import from_dict, load
 from topos.errors import InputError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-SIMAI = "two_layers_simai.txt"  # 1 s of compute per rank, two weight-gradient all-reduces of 10 GB
+SIMAI = "simai_dp16_two_layers.txt"  # 1 s of compute per rank, two weight-gradient all-reduces of 10 GB
 
 
 def spec(**over) -> dict:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from traffic.replay import concurrent, op_schedule
 from traffic.transports import choose
 from traffic.workload import Op, from_plan, load_simai, load_yaml, map_groups, parse_size
 
-WORKLOADS = Path(__file__).resolve().parents[3] / "shared" / "workloads"
+WORKLOADS = Path(__file__).resolve().parents[1] / "data"  # written by traffic/simai.py (test_simai.py checks)
 
 
 def test_parse_size():
@@ -46,17 +47,24 @@ def test_yaml_errors_name_the_field(tmp_path, text, field):
     assert exc.value.field == field
 
 
-def test_simai_examples_import():
-    w = load_simai(WORKLOADS / "simai_gpt7b_64g.txt")
+def test_simai_files_import():
+    w = load_simai(WORKLOADS / "simai_tp8_dp8_64g.txt")
     assert w.plan == {"tp": 8, "ep": 1, "pp": 1, "all_gpus": 64, "dp": 8}
     dp = [o for o in w.ops if o.group == "dp"]
-    assert [(o.op, o.size) for o in dp] == [("reducescatter", 3058696192)]
+    # 7e9 parameters x 2 bytes over TP 8: the gradients' reduce-scatter, the parameters' all-gather at half
+    assert [(o.op, o.size) for o in dp] == [("allgather", 875_000_000), ("reducescatter", 1_750_000_000)]
     tp = [o for o in w.ops if o.group == "tp"]
-    # forward types in the file: 521 ALLGATHER, 512 REDUCESCATTER, 15 ALLREDUCE; input-gradient all NONE
-    assert len(tp) == 521 + 512 + 15
-    micro = load_simai(WORKLOADS / "simai_microAllReduce.txt")
+    # 8 layers x (attention, MLP) x (column, row) x (forward, input gradient), one all-reduce at the end
+    assert Counter(o.op for o in tp) == {"allgather": 32, "reducescatter": 32, "allreduce": 1}
+    assert {o.size for o in tp} == {2048 * 4096 * 2}
+    micro = load_simai(WORKLOADS / "simai_allreduce_8g.txt")
     assert [(o.op, o.size, o.group) for o in micro.ops] == [("allreduce", 16777216, "tp"),
                                                              ("allreduce", 67108864, "tp")]
+    moe = load_simai(WORKLOADS / "simai_moe_tp2_pp2_ep4_32g.txt")
+    assert moe.plan == {"tp": 2, "ep": 4, "pp": 2, "all_gpus": 32, "dp": 8}
+    groups = Counter((o.op, o.group) for o in moe.ops)
+    # 2 layers per stage x (dispatch, combine) x (forward, input gradient); _DP_EP rows land in dp
+    assert groups[("alltoall", "ep")] == 8 and groups[("allgather", "dp")] == 2 == groups[("reducescatter", "dp")]
 
 
 def test_simai_errors_give_the_line(tmp_path):
