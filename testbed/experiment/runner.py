@@ -37,6 +37,7 @@ from testbed.qos.cc import socket_cc
 from testbed.qos.pfc import in_fabric_time
 from testbed.qos.scale import load_budget, load_floor
 from testbed.qos.shaper import ROOT, leaf_handles
+from testbed.system import stages
 from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.system.versions import versions
@@ -166,6 +167,7 @@ def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: 
             rec.data["cluster"] = net.cluster.record()
         if stage:
             stage("traffic")
+        stages.reached("traffic")
         if e.scheduler == "crux":
             rec.data["crux"] = _crux_classes(net, e, p.jobs, p.topo, p.channels)
         rec.data["jobs"] = {j.name: _job_record(j, p.topo) for j in p.jobs}
@@ -522,6 +524,7 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
             _write_reports_quietly(outdir, exp, runs)
         raise
     _save(outdir, exp, runs, complete=True)
+    stages.reached("results")  # results.json written, the plots and summary not yet
     write_reports(outdir, exp, runs)
     return outdir
 

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from testbed.system import stages
 from testbed.system.capabilities import Capabilities
 from testbed.system.ownership import BRIDGE_TAG
 from testbed.system.site import LocalSite
@@ -44,12 +45,16 @@ def build(topo: Topology, caps: Capabilities, local: LocalSite, of_port: int | N
         if of_port is not None:
             _add_controller(net, local, cluster, of_port)
         _add_nodes(net, topo, caps, local, cluster, site_of, host_cls, switch_cls)
-        for l in topo.links:
+        stages.reached("build.nodes")
+        for i, l in enumerate(topo.links):
+            if i == len(topo.links) // 2:  # half the veths made, the rest not yet
+                stages.reached("build.links")
             net.addLink(topo.nodes[l.a].short, topo.nodes[l.b].short, port1=l.a_port, port2=l.b_port)
         net.build()
         for site, ifnames in root_intfs_by_site(topo, site_of).items():  # the proof, for cleanup, that they are ours
             site.group(ifnames)
         net.start()
+        stages.reached("build.started")
     except BaseException:
         _stop_half_built(net)
         raise

@@ -33,6 +33,7 @@ from testbed.cluster.placement import check_fits, place
 from testbed.cluster.servers import ClusterRun, refuse_on_servers
 from testbed.cluster.spec import ClusterSpec
 from testbed.qos.spec import QosSpec
+from testbed.system import stages
 from testbed.system.capabilities import Capabilities, probe
 from testbed.system.ownership import RUN_DIR, Ownership, signals_deferred
 from testbed.system.site import LocalSite
@@ -127,6 +128,7 @@ class Network:
         self.owner = Ownership()
         self.workdir = Workdir(self.owner)
         self.local = LocalSite(self.owner, self.workdir.path)
+        stages.reached("owner")
         if self.cluster_spec is not None:
             self.progress(f"starting the agents on {len(self.cluster_spec.servers) - 1} more servers")
             self.cluster = ClusterRun(self.cluster_spec, placement, self.local, str(ROOT))
@@ -143,6 +145,7 @@ class Network:
             self._controller = ControllerProcess(self.topo, self.mode, Path(self.log_dir or self.workdir.path),
                                                  self.hashing, self.controller_runtime, **where)
             of_port = self._controller.start(self.owner, self.workdir.write("topology.json", [self.topo.to_json()]))
+            stages.reached("controller")
         self.progress(f"building {len(tp.switches)} OVS switches, {len(tp.hosts)} hosts and {len(tp.links)} links "
                       "in Mininet")
         self.net = emulation.build(self.topo, self.caps, self.local, of_port, self.cluster)
@@ -150,11 +153,13 @@ class Network:
         self.progress(f"turning offloads off on {2 * len(tp.links)} interfaces")
         for site, ifnames in emulation.root_intfs_by_site(tp, self.site_of).items():
             site.sh(links.offloads_off_script(ifnames))
+        stages.reached("offloads")
         if self.delay_ms:
             links.delay(root_intfs(self.topo), self.delay_ms)
         self.progress(f"addressing {len(tp.hosts)} hosts")
         self.hosts = Hosts(self.topo, self.node, self.workdir, self.cluster_spec and self.cluster_spec.mtu)
         self.hosts.configure(static_neighbours=self.routing == "static")
+        stages.reached("hosts")
         if self._controller is not None:
             self.progress(f"waiting for the controller to route {len(tp.switches)} switches")
             t1 = time.monotonic()
@@ -167,10 +172,12 @@ class Network:
         self.progress("installing routes" + (f" on {len(tp.switches)} switches" if self.routing == "static" else
                                              " on the hosts"))
         self.reconcile()
+        stages.reached("routes")
         if self.qos_spec is not None:
             self.progress(f"shaping {2 * len(tp.links)} ports (HTB, priority classes)")
             self.start_qos(self.qos_spec)
         self.timings["start_s"] = time.monotonic() - t0
+        stages.reached("up")
         log.info("network up in %.1f s (%d switches, %d hosts)", self.timings["start_s"], len(self.topo.switches),
                  len(self.topo.hosts))
 
@@ -198,6 +205,7 @@ class Network:
         else:
             self.qos = split_shaper(ports, spec, self.site_of, self.local)
         self.qos.apply()
+        stages.reached("qos.shaped")
         # `hpnlab qos show` and the web view read this server's queues only: the others' namespaces are not here
         write_ports(self.owner.run_id, self.qos.local_ports() if self.cluster else self.qos.ports.values())
         if spec.ecn.enabled:  # marking reads the queues the kernel watches; PFC, when on, acts on the same
@@ -209,6 +217,7 @@ class Network:
             self.pfc = (PfcProcess(self.qos, state_file, self.owner, kernel=self.kqueues) if self.cluster is None
                         else SplitPfc(self.cluster, self.qos, state_file))
             self.pfc.start()
+            stages.reached("qos.pfc")
         self.timings["qos_s"] = time.monotonic() - t
 
     def _kernel_reaction_ms(self, spec: QosSpec) -> float | None:
@@ -290,8 +299,10 @@ class Network:
             self.stop_qos()
         except Exception as exc:  # noqa: BLE001 - the interfaces go with Mininet below anyway
             log.warning("qos teardown: %s", exc)
+        stages.reached("teardown.qos")
         if self._controller is not None:  # before Mininet, so it does not chase the teardown's port events
             self._controller.stop()
+            stages.reached("teardown.controller")
         if self.owner is not None:  # while the hosts' shells still hold their namespaces (ownership.py says why)
             strays = self.owner.end_namespace_processes()
             if strays:
@@ -302,6 +313,7 @@ class Network:
             except Exception as exc:  # noqa: BLE001 - the owner record still removes what is left
                 log.warning("mininet stop failed: %s", exc)
             self.net = None
+            stages.reached("teardown.mininet")
         if self.owner is not None:
             left = self.owner.undo()
             if left:

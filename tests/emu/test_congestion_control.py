@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from testbed.experiment.measure import iperf, receiver_bottleneck
 from testbed.net.network import Network
 from testbed.qos.cc import DCTCP_NAME, socket_cc
@@ -13,6 +15,8 @@ from testbed.qos.show import snapshot
 from testbed.qos.spec import QosSpec
 from testbed.system.ownership import RUN_DIR
 from topos import build
+
+pytestmark = pytest.mark.slow
 
 DSCP26 = 26 << 2
 SECONDS = 6

@@ -16,8 +16,11 @@ from topos import build
 FRAMEWORK = {"os-ken": "os-ken", "ryu-manager": "ryu"}
 
 
+RYU = pytest.mark.slow  # ryu-manager from .venv-ryu: the slow tier (make test-slow builds that venv)
+
+
 @pytest.mark.parametrize("mode,runtime", [("ecmp", "os-ken"), ("precise", "os-ken"), ("shortest", "os-ken"),
-                                          ("precise", "ryu-manager")])
+                                          pytest.param("precise", "ryu-manager", marks=RYU)])
 def test_modes_reach_all_pairs_with_proxy_arp(no_leftovers, mode, runtime):
     """Every mode under os-ken; the same app under Ryu's own `ryu-manager controllers.app` (from .venv-ryu)."""
     with Network(build("hpn"), routing="controller", mode=mode, controller_runtime=runtime) as net:
@@ -34,7 +37,7 @@ def test_modes_reach_all_pairs_with_proxy_arp(no_leftovers, mode, runtime):
         assert "FLOOD" not in flows and "ALL" not in flows.replace("ALL_", "")
 
 
-@pytest.mark.parametrize("runtime", ["os-ken", "ryu-manager"])
+@pytest.mark.parametrize("runtime", ["os-ken", pytest.param("ryu-manager", marks=RYU)])
 def test_precise_flows_take_the_assigned_disjoint_uplinks(no_leftovers, runtime):
     with Network(build("hpn"), routing="controller", mode="precise", controller_runtime=runtime) as net:
         assert net.controller.health()["framework"] == FRAMEWORK[runtime]

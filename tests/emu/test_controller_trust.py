@@ -85,6 +85,7 @@ def test_a_forged_switch_is_refused_and_its_port_status_ignored(no_leftovers):
         assert net.pingall().loss == 0
 
 
+@pytest.mark.slow
 def test_switch_reconnects_keep_threads_memory_and_health_flat(no_leftovers):
     """200 disconnect/reconnects of a real switch; os-ken leaked 2 threads each and never saw the disconnect."""
     cycles = 200

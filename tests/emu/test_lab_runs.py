@@ -48,6 +48,7 @@ def by_variant(data: dict) -> dict[str, list[dict]]:
     return out
 
 
+@pytest.mark.slow
 def test_lab2_steps_pass(tmp_path, quick_results, no_leftovers):
     work = tmp_path / "lab-work"
     prepare(LABS[2], work)
@@ -88,6 +89,7 @@ def _lab3_cli(tmp_path: Path) -> list[int]:
     return [int(n) for n in re.findall(r"(\d+) path\(s\) h5 -> h0", r.stdout)]
 
 
+@pytest.mark.slow
 def test_lab3_steps_pass(tmp_path, quick_results, no_leftovers):
     before, after = _lab3_cli(tmp_path)  # lab start also made lab-work/
     assert (before, after) == (8, 4)  # two planes, then only plane 1 for h5's NIC 0
@@ -101,6 +103,7 @@ def test_lab3_steps_pass(tmp_path, quick_results, no_leftovers):
     assert "4 of 4 checks passed" in r.stdout
 
 
+@pytest.mark.slow
 def test_lab3_without_failing_the_link_fails_on_paths_after(tmp_path, quick_results):
     prepare(LABS[3], tmp_path / "lab-work")
     student_copy(tmp_path, quick_results, "dual_tor_failover")
@@ -112,6 +115,7 @@ def test_lab3_without_failing_the_link_fails_on_paths_after(tmp_path, quick_resu
     assert "3 of 4 checks passed" in r.stdout
 
 
+@pytest.mark.slow
 def test_lab4_steps_pass(tmp_path, quick_results, no_leftovers):
     work = tmp_path / "lab-work"
     prepare(LABS[4], work)
@@ -125,6 +129,7 @@ def test_lab4_steps_pass(tmp_path, quick_results, no_leftovers):
     assert "4 of 4 checks passed" in r.stdout
 
 
+@pytest.mark.slow
 def test_lab4_without_reading_the_counters_names_the_missing_answer(tmp_path, quick_results):
     prepare(LABS[4], tmp_path / "lab-work")
     student_copy(tmp_path, quick_results, "pfc_incast")
@@ -146,6 +151,7 @@ def test_lab4_cli_shows_queues_and_flows_of_a_switch(tmp_path, no_leftovers):
     assert "no such switch: 'h0'" in r.stdout
 
 
+@pytest.mark.slow
 def test_lab6_steps_pass(tmp_path, quick_results, no_leftovers):
     from testbed.net.balance import cross_segment_bytes
     from traffic.metrics import cluster_utilization
@@ -189,6 +195,7 @@ def _lab7_answers(tmp_path: Path, quick_results) -> dict:
             "named_after_s": round(named["named_after_s"], 3)}
 
 
+@pytest.mark.slow
 def test_lab7_steps_pass(tmp_path, quick_results, no_leftovers):
     """The campaign and gray-failure runs read as the guide says; the CLI step (a lossy link by hand, iperf3
     over it, `gray`, `restore`) prints what the guide promises."""
@@ -211,6 +218,7 @@ def test_lab7_steps_pass(tmp_path, quick_results, no_leftovers):
     assert "8 of 8 checks passed" in r.stdout
 
 
+@pytest.mark.slow
 def test_lab7_wrong_answers_and_missing_runs_fail_with_hints(tmp_path, quick_results):
     prepare(LABS[7], tmp_path / "lab-work")
     r = check(tmp_path, 7)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from testbed.system import stages
 
 HOLD = """
 import sys, time
@@ -137,6 +141,60 @@ COMMANDS = {
 }
 
 
+# Every stage boundary of a start, its work and its teardown (testbed/system/stages.py), once each: `up` with
+# everything a run can start (controller, web view, shaping, the PFC agent), `run` for the traffic and results.
+UP = ["up", "hpn", "hosts_per_segment=2", "--routing", "controller", "--qos", "--pfc", "--web", "--no-cli"]
+# A Ctrl-C in the teardown waits for its end (signals_deferred): one teardown stage shows it; a kill -9 there is
+# the one that stranded a bridge deletion in OVS before.
+AT_STAGE = [(UP, s) for s in (*stages.START, "teardown.controller", "teardown.mininet")] + \
+    [(["run", "tiny.yaml"], s) for s in stages.WORK]
+KILL_AT = ["build.links", "qos.pfc", "teardown.mininet", "traffic"]
+
+
+def _at_stage(argv: list[str], stage: str, sig: str, cwd, preexec) -> subprocess.CompletedProcess:
+    (cwd / "tiny.yaml").write_text(TINY)
+    env = {**os.environ, stages.ENV: f"{stage}:{sig}"}
+    p = subprocess.run([str(Path(sys.executable).parent / "hpnlab"), *argv], cwd=cwd, env=env, text=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=preexec, timeout=240)
+    assert f"stage {stage}: SIG{sig}" in p.stderr, f"never reached {stage}:\n{p.stderr[-3000:]}"
+    return p
+
+
+@pytest.mark.parametrize("argv,stage", AT_STAGE, ids=[s for _, s in AT_STAGE])
+def test_ctrl_c_at_each_stage_exits_130_and_leaves_nothing(no_leftovers, take_snapshot, leftovers, as_from_a_terminal,
+                                                          tmp_path, argv, stage):
+    """A Ctrl-C at a stage boundary (the same point on any machine): exit 130 (or death by SIGINT once the
+    interpreter finalizes), no traceback, nothing left, the scratch folder gone too."""
+    before = {**no_leftovers, "scratch folders": _scratch()}
+    p = _at_stage(argv, stage, "INT", tmp_path, as_from_a_terminal)
+    left = leftovers(before, lambda: {**take_snapshot(), "scratch folders": _scratch()})
+    assert p.returncode in (130, -signal.SIGINT) and not left, f"exit {p.returncode}, left {left}\n{p.stderr[-3000:]}"
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+
+
+@pytest.mark.parametrize("stage", KILL_AT)
+def test_kill_9_at_a_stage_then_clean_leaves_nothing(no_leftovers, take_snapshot, leftovers, hpnlab, tmp_path, stage):
+    """A kill -9 at a stage boundary (mid-build, with the PFC agent up, while the teardown deletes bridges):
+    `hpnlab clean` removes everything the run made; after the last, the next `up` works."""
+    argv = next(a for a, s in AT_STAGE if s == stage)  # every KILL_AT stage is in AT_STAGE
+    before = {**no_leftovers, "scratch folders": _scratch()}
+    p = _at_stage(argv, stage, "KILL", tmp_path, None)
+    assert p.returncode == -signal.SIGKILL
+    r = hpnlab("clean")
+    left = leftovers(before, lambda: {**take_snapshot(), "scratch folders": _scratch()})
+    assert r.returncode == 0 and not left, (r.stdout[-800:], left)
+    if stage == "teardown.mininet":
+        r = hpnlab("up", "hpn", "--pingall", "--no-cli", timeout=300)
+        assert r.returncode == 0 and "0.0% loss" in " ".join(r.stdout.split()), r.stdout[-1500:] + r.stderr[-1500:]
+
+
+def _scratch() -> set[str]:
+    import tempfile
+
+    return set(map(str, Path(tempfile.gettempdir()).glob("hpnlab-*")))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_ctrl_c_or_kill_at_any_point_then_clean_and_up_again(no_leftovers, take_snapshot, as_from_a_terminal,
                                                              hpnlab, tmp_path, command, leftovers):

@@ -82,6 +82,7 @@ def test_network_start_failure_leaves_nothing(no_leftovers, monkeypatch):
             pass
 
 
+@pytest.mark.slow
 def test_64_hosts_ping_all_pairs(no_leftovers):
     """No host command grows with the fabric: 64 hosts x 126 NIC addresses, every one answers."""
     topo = build("hpn", segments_per_pod=8, hosts_per_segment=8)

@@ -24,6 +24,7 @@ DSCP26 = 26 << 2
 PPS = 1340
 
 
+@pytest.mark.timing
 def test_single_flow_gets_the_shaped_rate(no_leftovers, cpu_window):
     with Network(build("hpn"), qos=QosSpec(pfc={"enabled": False})) as net:
         rate = net.qos.ports["h0:0"].plan.rate_bps  # 200G / 10,000 = 20 Mbit/s
@@ -51,6 +52,7 @@ def incast(pfc: bool, seconds: float = 6):
     return goodput, bottleneck, drops, report, plans
 
 
+@pytest.mark.timing
 def test_incast_lossless_with_pfc_and_lossy_without(no_leftovers, cpu_window):
     goodput, bottleneck, drops, report, plans = incast(pfc=True)
     assert drops == {}, f"lossless queues dropped: {drops}"

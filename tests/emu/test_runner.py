@@ -159,6 +159,7 @@ def test_sigkill_mid_run_then_clean_leaves_nothing(tmp_path, no_leftovers, hpnla
 SHIPPED = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.yaml"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
 def test_shipped_experiment_runs_quick(path, quick_results, no_leftovers):
     r, cwd = quick_results(path.stem)
@@ -169,6 +170,7 @@ def test_shipped_experiment_runs_quick(path, quick_results, no_leftovers):
     assert all(run["ops"] or run["halted"] for run in runs)
 
 
+@pytest.mark.slow
 def test_crux_gives_the_most_intense_job_the_first_lossless_priority(quick_results, no_leftovers):
     """crux_multi_job --quick: the controller orders the jobs by GPU intensity and compresses them onto the two
     lossless priorities; every job trains on its own hosts, in its class, lossless, with exact bytes."""
@@ -189,6 +191,7 @@ def test_crux_gives_the_most_intense_job_the_first_lossless_priority(quick_resul
     assert "Cluster GPU utilization" in summary and "A (4 GPUs" in summary
 
 
+@pytest.mark.slow
 def test_compact_placement_keeps_traffic_inside_segments(quick_results, no_leftovers):
     """placement --quick: compact puts B in one segment and A across two (a third of its ring hops cross);
     scattered makes every hop cross. OVS's counters on the ToR uplinks say how many bytes crossed."""
@@ -207,6 +210,7 @@ def test_compact_placement_keeps_traffic_inside_segments(quick_results, no_lefto
     assert all(i["bytes_ok"] for run in runs.values() for i in run["iterations"])
 
 
+@pytest.mark.slow
 def test_a_failure_campaign_costs_dual_tor_a_slowdown_and_single_tor_a_restart(quick_results, no_leftovers):
     """failure_campaign --quick: NIC-ToR link outages sampled from the published rates, played on a ring
     all-reduce over every NIC. On dual-ToR HPN none fails the job (the other port carries on, slower, the
@@ -236,6 +240,7 @@ def test_a_failure_campaign_costs_dual_tor_a_slowdown_and_single_tor_a_restart(q
         {v: run["fidelity"]["reasons"] for v, run in runs.items()}
 
 
+@pytest.mark.slow
 def test_gray_failures_slow_the_job_and_the_detector_names_the_link(quick_results, no_leftovers):
     """gray_failures --quick: against the healthy run, a link at a quarter of its rate slows the ring; lossy links
     are named by the detector from the input errors it counted, and their losses are the BPF program's."""

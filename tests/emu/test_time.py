@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.timing
+
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
-WORKLOADS = Path(__file__).resolve().parents[1] / "data"  # written by traffic/simai.py
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"  # written by traffic/simai.py
 
 DILATED = """
 name: dilated
@@ -106,7 +107,7 @@ def test_compute_is_skipped_and_the_iterations_virtual_time_stays_exact(tmp_path
 
 
 def _micro(dilation: str) -> dict:
-    r = subprocess.run([HPNLAB, "traffic", "run", "--simai", str(WORKLOADS / "simai_allreduce_8g.txt"),
+    r = subprocess.run([HPNLAB, "traffic", "run", "--simai", str(DATA / "simai_allreduce_8g.txt"),
                         "--dilation", dilation, "--json"], capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)

@@ -35,6 +35,7 @@ def fabric(no_leftovers):
         net.stop()
 
 
+@pytest.mark.timing
 def test_ring_allreduce_precise_on_hpn(fabric, cpu_window):
     net, tr = fabric("precise")
     ranks = [(h.name, 0) for h in net.topo.hosts]
@@ -150,6 +151,7 @@ def test_traffic_run_refuses_bad_ranks_before_starting(no_leftovers, hpnlab):
     assert "ranks='h99:0': no such host NIC" in r.stderr
 
 
+@pytest.mark.timing
 def test_fidelity_verdict_sees_a_cpu_hog(no_leftovers, hpnlab):
     """Busy loops on every core: the run must be marked unfaithful, and say why."""
     import os
@@ -167,6 +169,7 @@ def test_fidelity_verdict_sees_a_cpu_hog(no_leftovers, hpnlab):
     assert "fidelity: NOT faithful: CPU-bound: idle fell to" in " ".join(r.stdout.split()), r.stdout[-1500:]
 
 
+@pytest.mark.timing
 def test_fidelity_verdict_of_a_quiet_run(no_leftovers, hpnlab):
     import pytest
 

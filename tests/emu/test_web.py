@@ -20,6 +20,8 @@ import pytest
 
 from topos import build
 
+pytestmark = pytest.mark.slow
+
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
 CHROMIUM = "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parents[2] / "results" / "screenshots"
