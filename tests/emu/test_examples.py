@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -25,6 +27,7 @@ def test_fail_a_port_keeps_every_pair_reachable(no_leftovers):
     assert "link-down h5:nic0:p0" in out
 
 
+@pytest.mark.slow
 def test_replay_collective_delivers_the_closed_form(no_leftovers, cpu_window):
     out = run_example("replay_collective.py")
     got, want = (int(x.replace(",", "")) for x in re.search(r"bytes delivered ([\d,]+) of ([\d,]+)", out).groups())
@@ -34,6 +37,7 @@ def test_replay_collective_delivers_the_closed_form(no_leftovers, cpu_window):
     assert fraction > 0.6, out
 
 
+@pytest.mark.slow
 def test_run_experiment_from_python_leaves_a_results_folder(no_leftovers, tmp_path):
     out = run_example("run_experiment.py", "--quick", cwd=tmp_path)
     folder = tmp_path / re.search(r"results: (\S+)", out).group(1)

@@ -134,11 +134,23 @@ workload:
 # from the imports through the routed network (up ~2.3 s after launch) into its teardown (`up --no-cli` ends
 # ~4.4 s after launch; a kill -9 during the teardown left its bridge deletion in flight in OVS, CI at 2.38 s).
 # `lab start` (lab 4: shaped, PFC) ends ~4.5 s after launch, `run` of TINY ~9 s: start-up, traffic, results.
+# Each point is drawn uniformly within its slice of that span, from a seed printed with the test (set
+# HPNLAB_SWEEP_SEED to replay one), so the sweep looks between the stage boundaries the fast tier checks.
 COMMANDS = {
-    "up": (["up", "hpn", "--routing", "controller", "--web", "--no-cli"], [0.4 + 0.34 * i for i in range(11)]),
-    "lab start": (["lab", "start", "4", "--workdir", "lab-work", "--no-cli"], [0.5 + 0.6 * i for i in range(6)]),
-    "run": (["run", "tiny.yaml"], [0.6 + 1.3 * i for i in range(6)]),
+    "up": (["up", "hpn", "--routing", "controller", "--web", "--no-cli"], (0.4, 4.1, 11)),
+    "lab start": (["lab", "start", "4", "--workdir", "lab-work", "--no-cli"], (0.5, 3.5, 6)),
+    "run": (["run", "tiny.yaml"], (0.6, 7.1, 6)),
 }
+
+
+def _sampled(span: tuple[float, float, int]) -> list[float]:
+    import random
+
+    seed = int(os.environ.get("HPNLAB_SWEEP_SEED") or random.SystemRandom().randrange(1 << 32))
+    print(f"interrupt sweep seed {seed} (HPNLAB_SWEEP_SEED={seed} replays it)")
+    rng, (lo, hi, n) = random.Random(seed), span
+    step = (hi - lo) / n
+    return [round(lo + step * (i + rng.random()), 3) for i in range(n)]
 
 
 # Every stage boundary of a start, its work and its teardown (testbed/system/stages.py), once each: `up` with
@@ -146,7 +158,8 @@ COMMANDS = {
 UP = ["up", "hpn", "hosts_per_segment=2", "--routing", "controller", "--qos", "--pfc", "--web", "--no-cli"]
 # A Ctrl-C in the teardown waits for its end (signals_deferred): one teardown stage shows it; a kill -9 there is
 # the one that stranded a bridge deletion in OVS before.
-AT_STAGE = [(UP, s) for s in (*stages.START, "teardown.controller", "teardown.mininet")] + \
+# Offloads and shaping sit between stages checked on either side of them.
+AT_STAGE = [(UP, s) for s in stages.START if s not in ("offloads", "qos.shaped")] + [(UP, "teardown.mininet")] + \
     [(["run", "tiny.yaml"], s) for s in stages.WORK]
 KILL_AT = ["build.links", "qos.pfc", "teardown.mininet", "traffic"]
 
@@ -215,7 +228,8 @@ def test_ctrl_c_or_kill_at_any_point_then_clean_and_up_again(no_leftovers, take_
         return leftovers(before, with_folders)
 
     (tmp_path / "tiny.yaml").write_text(TINY)
-    argv, points = COMMANDS[command]
+    argv, span = COMMANDS[command]
+    points = _sampled(span)
     before = {**no_leftovers, "scratch folders": set(map(str, Path(tempfile.gettempdir()).glob("hpnlab-*")))}
     for at in points:
         p = _interrupt(argv, tmp_path, at, signal.SIGINT, as_from_a_terminal)

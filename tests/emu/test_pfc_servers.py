@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import secrets
 
+import pytest
+
 from testbed.cluster.pauses import start_agent
 from testbed.cluster.placement import place
 from testbed.experiment.measure import StreamSpec, run_streams
@@ -39,6 +41,7 @@ class ServerShare:
         self._shaper.set_paused(key, priority, paused)
 
 
+@pytest.mark.slow
 def test_pauses_cross_between_two_servers_agents_and_nothing_is_lost(no_leftovers):
     topo = build("hpn")
     placement = place(topo, ["a", "b"])

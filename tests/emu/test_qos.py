@@ -70,7 +70,7 @@ def test_incast_lossless_with_pfc_and_lossy_without(no_leftovers, cpu_window):
     assert goodput >= 0.9 * bottleneck, f"{goodput / 1e6:.1f} of {bottleneck / 1e6:g} Mbit/s"
 
 
-@pytest.mark.parametrize("detect", ["kernel", "poll"])
+@pytest.mark.parametrize("detect", ["kernel", pytest.param("poll", marks=pytest.mark.slow)])  # poll: the fallback
 def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers, detect):
     """UDP like RoCE (no congestion control), 4 hosts of segment 0 into one of segment 1 at ~1.5x its ports;
     crossings seen by the kernel's BPF programs, and by the poll where a machine has none."""
@@ -98,6 +98,7 @@ def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers, detec
     assert any(k.split(":")[0] in {"h0", "h1", "h2", "h3"} for k in report["ports"]), report["ports"]
 
 
+@pytest.mark.slow
 def test_each_lossless_priority_pauses_alone(no_leftovers):
     """Two lossless priorities (802.1p 3 and 4) congested in turn by a UDP incast into h4, while a light stream
     of the other priority crosses the same switches to h5: both lossless, and only the congested one paused."""

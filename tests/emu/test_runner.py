@@ -116,46 +116,6 @@ def test_single_tor_failure_halts_the_job_and_the_run_says_so(tmp_path, no_lefto
     assert "1 of 1" in (out / "summary.md").read_text()
 
 
-LONG = EXPERIMENT.replace("iters: 2", "iters: 50").replace("variants:", "old_variants:").split("old_variants:")[0]
-
-
-def _start_and_wait(tmp_path, preexec=None):
-    """An experiment running in its own process, caught after its network is shaped and traffic flows."""
-    import time
-
-    from testbed.system.ownership import RUN_DIR
-
-    (tmp_path / "long.yaml").write_text(LONG)
-    p = subprocess.Popen([HPNLAB, "run", "long.yaml"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, preexec_fn=preexec)
-    deadline = time.monotonic() + 60
-    while not list(RUN_DIR.glob("*.qos.json")):  # written once the network is up and shaped
-        assert time.monotonic() < deadline and p.poll() is None, "the run did not get going"
-        time.sleep(0.2)
-    time.sleep(3)  # traffic agents started, ops under way
-    return p
-
-
-def test_ctrl_c_mid_run_leaves_nothing(tmp_path, no_leftovers, take_snapshot, as_from_a_terminal):
-    import signal
-
-    p = _start_and_wait(tmp_path, as_from_a_terminal)
-    assert len(take_snapshot()["bridges"] - no_leftovers["bridges"]) > 0
-    p.send_signal(signal.SIGINT)
-    assert p.wait(timeout=60) != 0
-
-
-def test_sigkill_mid_run_then_clean_leaves_nothing(tmp_path, no_leftovers, hpnlab):
-    import signal
-
-    p = _start_and_wait(tmp_path)
-    p.send_signal(signal.SIGKILL)
-    p.wait(timeout=30)
-    r = hpnlab("clean")
-    assert r.returncode == 0, r.stderr
-    assert "removed bridge" in r.stdout and "hpnlab controller" in r.stdout
-
-
 SHIPPED = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.yaml"))
 
 

@@ -183,6 +183,7 @@ def test_fidelity_verdict_of_a_quiet_run(no_leftovers, hpnlab):
     assert "fidelity: faithful (CPU idle >=" in out, out[-1500:]
 
 
+@pytest.mark.slow
 def test_traffic_run_simai_takes_any_path_and_replays_training_iterations(tmp_path, no_leftovers, hpnlab):
     """`--simai FILE` with an absolute path outside the working folder (there is no experiment file to be inside
     of), replayed as a training job: compute included, `--iters` iterations, each beside its prediction."""

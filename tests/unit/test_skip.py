@@ -38,6 +38,7 @@ def test_a_jump_never_reaches_a_compute_end_or_the_limit(now, rel, limit):
         assert limit is None or now + gap < now + limit
 
 
+@pytest.mark.timing
 def test_a_skipper_jumps_the_clock_once_every_rank_computes_and_wakes_its_sleepers():
     clock = Clock(Timebase(10.0))
     sk = Skipper(clock)

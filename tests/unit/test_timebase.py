@@ -61,6 +61,7 @@ def test_a_dilated_network_is_shaped_d_times_slower_with_the_same_buffer_bytes()
         QosSpec(scale="auto").dilated(10)
 
 
+@pytest.mark.timing
 def test_a_failure_fires_at_its_virtual_time():
     """A failure at t = 0.2 s of the fabric's time under D = 10 fires 2 s of wall time in, and its record says
     0.2 s (and 2 s of wall time)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 from traffic import udpstream
 
@@ -20,9 +19,11 @@ def test_the_receiver_stays_open_while_packets_still_come():
     is counted, and the receiver closes once the stream has stopped."""
     port = free_udp_port()
     got: dict = {}
-    t = threading.Thread(target=lambda: got.update(udpstream.recv(port, duration=0.5, gap_ms=100)))
+    bound = threading.Event()
+    t = threading.Thread(target=lambda: got.update(udpstream.recv(port, duration=0.5, gap_ms=100,
+                                                                  on_bound=bound.set)))
     t.start()
-    time.sleep(0.3)  # bound before the first packet (its window opens at the first packet, not here)
+    assert bound.wait(10)  # bound before the first packet (its window opens at the first packet, not here)
     sent = udpstream.send("127.0.0.1", port, 0, pps=200, duration=1.5, size=200, stream=3)
     t.join(timeout=10)
     assert not t.is_alive()

@@ -3,8 +3,11 @@ says "unknown": a watcher that died must not read as one that saw a quiet, empty
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
+
+import pytest
 
 from testbed.experiment.fidelity import verdict
 from testbed.experiment.measure import Sampler
@@ -13,6 +16,14 @@ from testbed.qos.shaper import Shaper
 from testbed.qos.spec import QosSpec
 
 QUIET = [{"cpu_idle": 0.4, "steal": 0.0, "ovs_thread": 0.3}]
+
+
+def until(cond, timeout: float = 30.0) -> None:
+    """Wait for a state, not for a time: `cond()` true within a generous timeout."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "never reached"
+        time.sleep(0.01)
 
 
 class _Qos:
@@ -34,7 +45,7 @@ def _sampler(qos: _Qos) -> Sampler:
 
 def test_a_sampler_that_dies_is_reported_and_the_verdict_is_unknown():
     s = _sampler(_Qos(fail_after=3))
-    time.sleep(0.5)
+    until(lambda: s.error is not None)
     s.stop()
     assert s.error == "KeyError: 'tor-p0-s0-r0-a:5'" and len(s.rows) == 2
     v = verdict(s.rows, sampler_error=s.error)
@@ -64,7 +75,7 @@ def test_a_pfc_agent_that_dies_makes_the_verdict_unknown():
     agent = _agent(poll)
     since = time.monotonic()
     agent.start()
-    time.sleep(0.3)
+    until(lambda: agent.report(since)["error"] is not None)
     agent.stop()
     report = agent.report(since)
     assert report["error"] == "OSError: netlink socket closed" and report["polls"] == 5
@@ -73,20 +84,26 @@ def test_a_pfc_agent_that_dies_makes_the_verdict_unknown():
 
 
 def test_a_pfc_agent_that_stalls_makes_the_verdict_unknown():
+    held, release = threading.Event(), threading.Event()
+
     def poll(_dumpers, include_hosts=True):
         if agent.polls == 3:
-            time.sleep(2.5)  # held (the GIL, a netlink call that hangs): the queues go unwatched
+            held.set()
+            release.wait(30)  # held (the GIL, a netlink call that hangs): the queues go unwatched
 
     agent = _agent(poll)
     since = time.monotonic()
     agent.start()
-    time.sleep(1.5)
+    assert held.wait(30)
+    time.sleep(1.5)  # the silence: at least this long, however slow the machine (the agent is blocked)
     agent.stop()  # the stop comes while the agent still hangs
     report = agent.report(since)
+    release.set()
     assert report["error"] is None and report["last_poll_age_ms"] > 1400
     assert verdict(QUIET, report, pfc_enabled=True)["unknown"][0].startswith("the PFC agent was silent for")
 
 
+@pytest.mark.timing  # 20 polls in 0.3 s: the machine's pace
 def test_a_pfc_agent_that_keeps_its_period_is_judged_on_its_figures():
     agent = _agent(lambda _d, include_hosts=True: None)
     since = time.monotonic()
