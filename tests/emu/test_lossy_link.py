@@ -4,6 +4,7 @@ beside ECN marking on the same switch port, and takes itself off again (issue #2
 from __future__ import annotations
 
 import math
+import shlex
 import subprocess
 
 from testbed.experiment.measure import StreamSpec, run_streams
@@ -11,6 +12,7 @@ from testbed.net.network import Network
 from testbed.qos.spec import QosSpec
 from topos import build
 from topos.addressing import nic_address
+from traffic.transports.listening import wait_listening
 
 RATE = 0.05
 PPS, SECONDS = 1000, 3.0
@@ -73,7 +75,8 @@ def test_a_lossy_links_counts_are_frames_even_for_tcp(no_leftovers):
         before = net.port_counters()[link.b][link.b_port]
         server = net.popen("h3", ["iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
         try:
-            out = net.node("h1").cmd(f"sleep 0.5; iperf3 -c {nic_address(topo.nodes['h3'], 0).ip} -n 1M")
+            assert wait_listening(lambda cmd: net.node("h3").cmd(shlex.join(cmd)), 5201, server, timeout=30)
+            out = net.node("h1").cmd(f"iperf3 -c {nic_address(topo.nodes['h3'], 0).ip} -n 1M")
         finally:
             server.wait(timeout=60)
         got = net.port_counters()[link.b][link.b_port]["rx_packets"] - before["rx_packets"]

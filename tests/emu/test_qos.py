@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -15,6 +15,7 @@ from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import HIGH_MINOR, QosSpec
 from topos import build
 from topos.addressing import nic_address
+from traffic.transports.listening import wait_listening
 from traffic.transports.tcp import AGENT_PORT
 
 TC_H_ROOT = 0xFFFFFFFF
@@ -205,9 +206,10 @@ def test_pfc_frames_are_on_the_wire(no_leftovers, tmp_path):
 
     with Network(build("hpn"), qos=QosSpec(pfc={"frames": True})) as net:
         caps = [tmp_path / f"h4-eth{i}.pcap" for i in (0, 1)]  # h4's two rail-0 ports, one per plane
-        dumps = [net.popen("h4", ["tcpdump", "-i", f"h4-eth{i}", "-U", "-w", str(c), "ether", "proto", "0x8808"])
-                 for i, c in enumerate(caps)]
-        time.sleep(1)
+        dumps = [net.popen("h4", ["tcpdump", "-i", f"h4-eth{i}", "-U", "-w", str(c), "ether", "proto", "0x8808"],
+                           stderr=subprocess.PIPE, text=True) for i, c in enumerate(caps)]
+        for d in dumps:  # capturing once it says so
+            assert "listening on" in d.stderr.readline()
         iperf(net, [(f"h{i}", "h7") for i in range(7) if i != 4], duration=3, tos=DSCP26)
         for d in dumps:
             d.terminate()
@@ -305,7 +307,7 @@ def test_pure_acks_ride_the_high_class_and_small_data_segments_stay_in_theirs(no
     with Network(build("hpn"), qos=QosSpec()) as net:
         before = {h: net.qos.stats(h) for h in (high, lossless)}
         server = net.popen("h4", ["iperf3", "-s", "-1", "-p", "5301"])
-        time.sleep(0.5)
+        assert wait_listening(lambda cmd: net.node("h4").cmd(shlex.join(cmd)), 5301, server, timeout=30)
         client = net.popen("h0", ["iperf3", "-c", nic_address(net.topo.nodes["h4"], 0).ip, "-p", "5301", "-t", "2",
                                   "-l", "16", "-N", "-b", "200k", "-S", str(DSCP26)])
         assert client.wait(timeout=30) == 0 and server.wait(timeout=10) == 0

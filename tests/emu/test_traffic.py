@@ -74,6 +74,7 @@ def test_simai_micro_workload_replays_end_to_end(fabric):
 TWO_LAYERS = Path(__file__).resolve().parents[1] / "data" / "simai_dp16_two_layers.txt"  # 1 s of compute per rank
 
 
+@pytest.mark.timing
 def test_simai_iteration_with_compute_overlaps_weight_gradients(fabric, cpu_window):
     """1 s of compute per rank (forward 2 x 0.3 s, backward 4 x 0.1 s) and two data-parallel all-reduces of the
     weight gradients that overlap the backward pass: the iteration takes what SimAI's order predicts."""
