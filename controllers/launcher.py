@@ -19,7 +19,7 @@ import time
 
 from .client import read_token
 from .hashing import MODELS as HASH_MODELS
-from .peers import own_listener
+from .peers import listening, own_listener
 from .state import MODES
 
 # A switch that stops answering echo requests for ~10 s is disconnected (a hung or stopped
@@ -85,6 +85,8 @@ def run(topology: str, mode: str, of_port: int, rest_port: int, verbose: bool = 
     # Not AppManager.run_apps: with os-ken's native threads its shutdown path
     # calls a kill() its threads do not have. Start the apps, wait for a signal,
     # close them, and leave.
+    if listening(of_port):  # before os-ken binds it, a listener there is another process's
+        fail(f"--of-port={of_port}: another process listens there; choose a free port", remove_at_exit)
     mgr = AppManager.get_instance()
     mgr.load_apps(["controllers.app"])
     try:

@@ -60,6 +60,11 @@ def socket_uid(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
     return None
 
 
+def listening(port: int) -> bool:
+    """Does any socket here listen on TCP `port`?"""
+    return any(s["state"] == LISTEN and s["local"][1] == port for s in tcp_sockets())
+
+
 def own_listener(port: int, pid: int | str = "self") -> bool:
     """Does process `pid` hold a socket listening on TCP `port`? (Not just: does anyone.)"""
     inodes = {s["inode"] for s in tcp_sockets() if s["state"] == LISTEN and s["local"][1] == port}

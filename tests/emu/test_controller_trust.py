@@ -137,7 +137,7 @@ def test_a_second_controller_on_a_taken_port_exits_with_the_reason(tmp_path):
                             str(port), "--rest-port", str(rest_port), "--token-file", str(tmp_path / "token")],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
-    assert f"--of-port={port}: not listening" in r.stderr
+    assert f"--of-port={port}: another process listens there" in r.stderr
 
 
 @pytest.mark.parametrize("mode", ["0644"])
