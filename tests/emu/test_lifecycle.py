@@ -178,9 +178,9 @@ def test_ctrl_c_at_each_stage_exits_130_and_leaves_nothing(no_leftovers, take_sn
                                                           tmp_path, argv, stage):
     """A Ctrl-C at a stage boundary (the same point on any machine): exit 130 (or death by SIGINT once the
     interpreter finalizes), no traceback, nothing left, the scratch folder gone too."""
-    before = {**no_leftovers, "scratch folders": _scratch()}
+    before = _with_scratch(no_leftovers)
     p = _at_stage(argv, stage, "INT", tmp_path, as_from_a_terminal)
-    left = leftovers(before, lambda: {**take_snapshot(), "scratch folders": _scratch()})
+    left = leftovers(before, lambda: _with_scratch(take_snapshot()))
     assert p.returncode in (130, -signal.SIGINT) and not left, f"exit {p.returncode}, left {left}\n{p.stderr[-3000:]}"
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
 
@@ -190,21 +190,22 @@ def test_kill_9_at_a_stage_then_clean_leaves_nothing(no_leftovers, take_snapshot
     """A kill -9 at a stage boundary (mid-build, with the PFC agent up, while the teardown deletes bridges):
     `hpnlab clean` removes everything the run made; after the last, the next `up` works."""
     argv = next(a for a, s in AT_STAGE if s == stage)  # every KILL_AT stage is in AT_STAGE
-    before = {**no_leftovers, "scratch folders": _scratch()}
+    before = _with_scratch(no_leftovers)
     p = _at_stage(argv, stage, "KILL", tmp_path, None)
     assert p.returncode == -signal.SIGKILL
     r = hpnlab("clean")
-    left = leftovers(before, lambda: {**take_snapshot(), "scratch folders": _scratch()})
+    left = leftovers(before, lambda: _with_scratch(take_snapshot()))
     assert r.returncode == 0 and not left, (r.stdout[-800:], left)
     if stage == "teardown.mininet":
         r = hpnlab("up", "hpn", "--pingall", "--no-cli", timeout=300)
         assert r.returncode == 0 and "0.0% loss" in " ".join(r.stdout.split()), r.stdout[-1500:] + r.stderr[-1500:]
 
 
-def _scratch() -> set[str]:
+def _with_scratch(snap: dict) -> dict:
+    """A leftovers snapshot with the runs' scratch folders in the temporary directory."""
     import tempfile
 
-    return set(map(str, Path(tempfile.gettempdir()).glob("hpnlab-*")))
+    return {**snap, "scratch folders": set(map(str, Path(tempfile.gettempdir()).glob("hpnlab-*")))}
 
 
 @pytest.mark.slow
@@ -216,21 +217,13 @@ def test_ctrl_c_or_kill_at_any_point_then_clean_and_up_again(no_leftovers, take_
     from the moment they exist, the scratch folder is named by the record, bridges its own teardown was deleting
     are waited for). Then the next `up` works. Before: 12-64 veths stranded in 4 of 8 tries, 'nothing to
     clean', and the next `up` refused."""
-    import tempfile
-    from pathlib import Path
-
-    def with_folders() -> dict:
-        snap = take_snapshot()
-        snap["scratch folders"] = set(map(str, Path(tempfile.gettempdir()).glob("hpnlab-*")))
-        return snap
-
     def left_behind() -> dict:
-        return leftovers(before, with_folders)
+        return leftovers(before, lambda: _with_scratch(take_snapshot()))
 
     (tmp_path / "tiny.yaml").write_text(TINY)
     argv, span = COMMANDS[command]
     points = _sampled(span)
-    before = {**no_leftovers, "scratch folders": set(map(str, Path(tempfile.gettempdir()).glob("hpnlab-*")))}
+    before = _with_scratch(no_leftovers)
     for at in points:
         p = _interrupt(argv, tmp_path, at, signal.SIGINT, as_from_a_terminal)
         left = left_behind()
