@@ -102,6 +102,46 @@ def leftovers(before: dict[str, set[str]], take=snapshot) -> dict[str, list[str]
         time.sleep(0.2)
 
 
+@pytest.fixture(scope="module")
+def shared_network(request):
+    """A network that several tests of a module only read, or change and put back: tests ask for it with
+    `@pytest.mark.parametrize("shared_network", [KEY], indirect=True)`, KEY naming a factory in the module's
+    NETWORKS. pytest runs the tests of one KEY together and stops that network before the next KEY's starts, so
+    one is up at a time (hpnlab runs one network per machine). What its run leaves is checked once it stops."""
+    before = snapshot()
+    with request.module.NETWORKS[request.param]() as net:
+        yield net
+    left = leftovers(before)
+    assert not left, f"left behind by the shared network {request.param!r}: {left}"
+
+
+@pytest.fixture
+def net(shared_network):
+    """The shared network, put back after the test as the next test expects it: every link the test set down is
+    up again, every precise flow it declared withdrawn and unpinned, and the controller routes every switch."""
+    yield shared_network
+    restore(shared_network)
+
+
+def restore(net) -> None:
+    for name in sorted(net.down):
+        net.set_link(name, up=True)
+    for flow in list(net.steered.values()):
+        net.unsteer(flow)
+    if net.controller is not None:
+        import time
+
+        net.controller.withdraw()
+        # the controller hears a link come back from its switch's port status, a moment after `set_link`
+        deadline = time.monotonic() + 30
+        while (down := [lk["name"] for lk in net.controller.get("/links") if not lk["up"]]) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not down, f"the controller still has {down} down 30 s after they came up"
+        health = net.controller.wait_ready(timeout=30)
+        assert not net.controller.get("/flows"), health
+
+
 @pytest.fixture(scope="session")
 def quick_results(tmp_path_factory):
     """`hpnlab run --quick` of a shipped experiment, once per session: the lab tests read the same runs."""

@@ -25,6 +25,10 @@ TIMING = pytest.mark.timing
 # 4 senders at 15 Mbit/s into a host's two 20 Mbit/s ports: 30 on each even if the hash splits them 2/2
 # (at 9 Mbit/s an even split congested nothing, and whether a run tested PFC at all was up to the hash)
 PPS = 1340
+# The network the last tests of this module share (conftest's shared_network; they come last, so no network of
+# the tests above is up beside it)
+NETWORKS = {"hpn-qos": lambda: Network(build("hpn"), qos=QosSpec())}
+SHARED = pytest.mark.parametrize("shared_network", ["hpn-qos"], indirect=True)
 
 
 @pytest.mark.timing
@@ -294,21 +298,20 @@ for _ in range(300):
 """
 
 
-def test_the_agents_one_byte_acknowledgements_ride_the_high_class(no_leftovers):
+@SHARED
+def test_the_agents_one_byte_acknowledgements_ride_the_high_class(net):
     """A receiver's one-byte "got it all" from an agent's port (traffic/agent.py) rides the high class beside
     TCP's own ACKs, not the data's class behind the host's own bulk data; the sender's data stays in its
     class."""
     high, lossless = HIGH_MINOR << 16, lossless_leaf(3)
-    with Network(build("hpn"), qos=QosSpec()) as net:
-        before = {h: net.qos.stats(h) for h in (high, lossless)}
-        server = net.popen("h4", [sys.executable, "-c", ACKER % (DSCP26, AGENT_PORT)], stdout=subprocess.PIPE,
-                           text=True)
-        assert server.stdout.readline().strip() == "ready"
-        client = net.popen("h0", [sys.executable, "-c", ASKER % (AGENT_PORT, DSCP26),
-                                  nic_address(net.topo.nodes["h4"], 0).ip])
-        assert client.wait(timeout=60) == 0 and server.wait(timeout=10) == 0
-        after = {h: net.qos.stats(h) for h in (high, lossless)}
-        ports = [p.key for p in net.qos.ports.values() if p.is_host and p.node == "h4"]
+    before = {h: net.qos.stats(h) for h in (high, lossless)}
+    server = net.popen("h4", [sys.executable, "-c", ACKER % (DSCP26, AGENT_PORT)], stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "ready"
+    client = net.popen("h0", [sys.executable, "-c", ASKER % (AGENT_PORT, DSCP26),
+                              nic_address(net.topo.nodes["h4"], 0).ip])
+    assert client.wait(timeout=60) == 0 and server.wait(timeout=10) == 0
+    after = {h: net.qos.stats(h) for h in (high, lossless)}
+    ports = [p.key for p in net.qos.ports.values() if p.is_host and p.node == "h4"]
 
     def packets(handle: int) -> int:
         return sum(after[handle][k][0].packets - before[handle][k][0].packets for k in ports)
@@ -316,21 +319,21 @@ def test_the_agents_one_byte_acknowledgements_ride_the_high_class(no_leftovers):
     assert packets(high) >= 300 and packets(lossless) <= 10, (packets(high), packets(lossless))
 
 
-def test_pure_acks_ride_the_high_class_and_small_data_segments_stay_in_theirs(no_leftovers):
+@SHARED
+def test_pure_acks_ride_the_high_class_and_small_data_segments_stay_in_theirs(net):
     """16-byte writes without Nagle from h0 to h4 in the lossless class: every data segment, however small, stays
     in its class (in the high one a chunk's short tail overtook the data queued before it, and TCP took the
     reordering for loss: spurious fast retransmits under time dilation), while h4's pure ACKs ride the high
     class."""
     high, lossless = HIGH_MINOR << 16, lossless_leaf(3)
-    with Network(build("hpn"), qos=QosSpec()) as net:
-        before = {h: net.qos.stats(h) for h in (high, lossless)}
-        server = net.popen("h4", ["iperf3", "-s", "-1", "-p", "5301"])
-        assert wait_listening(lambda cmd: net.node("h4").cmd(shlex.join(cmd)), 5301, server, timeout=30)
-        client = net.popen("h0", ["iperf3", "-c", nic_address(net.topo.nodes["h4"], 0).ip, "-p", "5301", "-t", "2",
-                                  "-l", "16", "-N", "-b", "200k", "-S", str(DSCP26)])
-        assert client.wait(timeout=30) == 0 and server.wait(timeout=10) == 0
-        after = {h: net.qos.stats(h) for h in (high, lossless)}
-        ports = {h: [p.key for p in net.qos.ports.values() if p.is_host and p.node == h] for h in ("h0", "h4")}
+    before = {h: net.qos.stats(h) for h in (high, lossless)}
+    server = net.popen("h4", ["iperf3", "-s", "-1", "-p", "5301"])
+    assert wait_listening(lambda cmd: net.node("h4").cmd(shlex.join(cmd)), 5301, server, timeout=30)
+    client = net.popen("h0", ["iperf3", "-c", nic_address(net.topo.nodes["h4"], 0).ip, "-p", "5301", "-t", "2",
+                              "-l", "16", "-N", "-b", "200k", "-S", str(DSCP26)])
+    assert client.wait(timeout=30) == 0 and server.wait(timeout=10) == 0
+    after = {h: net.qos.stats(h) for h in (high, lossless)}
+    ports = {h: [p.key for p in net.qos.ports.values() if p.is_host and p.node == h] for h in ("h0", "h4")}
 
     def packets(handle: int, host: str) -> int:
         return sum(after[handle][k][0].packets - before[handle][k][0].packets for k in ports[host])
