@@ -15,6 +15,7 @@ from traffic.metrics import cluster_utilization
 
 from .fidelity import reasons, status
 from .record import bytes_ok
+from .sections import campaign_lines, gray_lines, pfc_lines
 
 RESULTS = Path("results")
 
@@ -189,6 +190,7 @@ def summary_lines(exp, runs: list[dict]) -> list[str]:
                   "|---|---|---|---|---|---|", *balance]
     if runs and runs[0].get("cluster"):
         lines += ["", cluster_line(runs[0]["cluster"]) + " (results.json: each run's `cluster`)."]
+    lines += pfc_lines(runs)
     lines += campaign_lines(runs)
     lines += gray_lines(runs)
     lines += time_lines(runs)
@@ -197,82 +199,6 @@ def summary_lines(exp, runs: list[dict]) -> list[str]:
     return lines + _fidelity_lines(runs) + [
         "", "Files: ops.csv, timeline.csv, results.json, busbw.png, throughput.png, queues.png, environment.json"
         + (", campaign.png." if any(r.get("campaign") for r in runs) else ".")]
-
-
-def campaign_lines(runs: list[dict]) -> list[str]:
-    """A failure campaign's summary per run and job, and its outcomes per kind of component (testbed/campaign)."""
-    rows = [(r, job, s) for r in runs if r.get("campaign") for job, s in r["campaign"]["summary"].items()]
-    if not rows:
-        return []
-    c0 = rows[0][0]["campaign"]
-    lines = ["", f"Failure campaign: outages sampled from production failure rates, each held "
-             f"{c0['resilience']['watchdog_s']:g} s of the watchdog or longer; a restart costs "
-             f"{c0['resilience']['restart_s']:g} s and the work since the last checkpoint (every "
-             f"{c0['resilience']['checkpoint_s']:g} s); a slowdown costs its share of the real repair time. Per month "
-             "of this fabric slice:", "",
-             "| variant | job | outages | restarts | slowdowns | confounded | survived | months | compression | "
-             "interruptions / month | lost GPU-h / month | goodput |", "|" + "---|" * 12]
-    for r, job, s in rows:
-        c = r["campaign"]
-        lines.append(f"| {r['variant']} #{r['repetition']} | {job} | {s['outages']} | {s['restarts']} | "
-                     f"{s['slowdowns']} | {s['confounded']} | {_pct(s['survived'])} | {c['months']:,.1f} | "
-                     f"{c['compression']:,.0f}x | "
-                     f"{s['interruptions_per_month']:.4f} | {s['lost_gpu_hours_per_month']:.3f} | "
-                     f"{s['goodput']:.6f} |")
-    lines += ["", "Per kind of component (restart / slowdown / no effect / confounded: still stalled from the outage "
-              "before; mean slowdown of those slowed; mean "
-              "reroute, the controller hearing of it and recomputing):", "",
-              "| variant | kind | outcomes | mean slowdown | mean reroute (ms) |", "|---|---|---|---|---|"]
-    for r in [r for r in runs if r.get("campaign")]:
-        for kind in sorted({o["kind"] for o in r["campaign"]["outcomes"]}):
-            outs = [o for o in r["campaign"]["outcomes"] if o["kind"] == kind]
-            n = {k: sum(1 for o in outs if o["outcome"] == k) for k in ("restart", "slowdown", "none", "confounded")}
-            slow = [o["slowdown"] for o in outs if o["outcome"] == "slowdown"]
-            rr = [o["reroute_ms"] for o in outs if o["reroute_ms"] is not None]
-            lines.append(f"| {r['variant']} #{r['repetition']} | {kind} | {n['restart']} / {n['slowdown']} / "
-                         f"{n['none']} / {n['confounded']} | {_mean_or_dash(slow, '.2f')} | "
-                         f"{_mean_or_dash(rr, '.1f')} |")
-    return lines
-
-
-def gray_lines(runs: list[dict]) -> list[str]:
-    """Gray failures: each one, how soon the detector named its link, what the link lost, the hosts' TCP
-    retransmissions and the ops' time against the run without one (testbed/experiment/detector.py)."""
-    rows = [r for r in runs if r.get("gray")]
-    if not rows:
-        return []
-    healthy = [o["seconds"] for r in runs if not r.get("gray") and not r["failures"] for o in r["ops"]]
-    base = statistics.mean(healthy) if healthy else None
-    lines = ["", "Gray failures (a link that keeps running: lossy, dropped by a BPF program; or slower; or one that "
-             "flaps): when the detector named the link from the operator's counters (input errors; operational "
-             "speed; carrier changes), the frames it lost each way, the hosts' TCP retransmissions, and the mean "
-             "op time"
-             + (" against the runs without a failure" if base else "") + ":", "",
-             "| variant | failure | named after (s) | frames lost / carried | TCP retransmissions | op time (s) |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        ops = [o["seconds"] for o in r["ops"]]
-        t = statistics.mean(ops) if ops else None
-        slow = f" ({t / base:.2f}x)" if t and base else ""
-        for d in r["gray"]["delays"]:
-            c = r["gray"]["counters"].get(d["links"][0], {})
-            lost, carried = sum(c.get("errors", {}).values()), sum(c.get("frames", {}).values())
-            frames = f"{lost:,} / {lost + carried:,}" if "errors" in c else "-"
-            named = "never" if d["named_after_s"] is None else f"{d['named_after_s']:.3f}"
-            what = f"flap every {d['value']:g} s" if d["failure"] == "flap" else f"{d['failure']} {d['value']:g}"
-            lines.append(f"| {r['variant']} #{r['repetition']} | {what} on "
-                         f"{d['links'][0]} at {d['at']:.2f} s | {named} | {frames} | "
-                         f"{(r.get('tcp') or {}).get('RetransSegs', '-')} | "
-                         f"{'-' if t is None else f'{t:.3f}'}{slow} |")
-    return lines
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0%}"
-
-
-def _mean_or_dash(xs: list[float], fmt: str) -> str:
-    return format(statistics.mean(xs), fmt) if xs else "-"
 
 
 def _plot_campaign(outdir: Path, runs: list[dict]) -> None:
