@@ -27,6 +27,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -158,6 +159,11 @@ def _finite(text: str) -> float:
 class _Server(ThreadingHTTPServer):
     request_queue_size = LISTEN_BACKLOG  # http.server's 5 refused clients of a busy run
     daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client gone before its answer (closed, reset, timed out) is one debug line, not socketserver's
+        traceback on stderr: that is the controller's log, and any local user can open connections."""
+        log.debug("REST: the request from %s ended early (%s)", client_address, sys.exc_info()[1])
 
 
 class RestServer:

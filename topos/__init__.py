@@ -51,21 +51,28 @@ def get_builder(name: str) -> Builder:
     return BUILDERS[name]
 
 
-def resolve_params(name: str, preset: str | None = None, **params: Any) -> Params:
-    """Preset values overlaid with explicit ones, validated by the builder's model."""
+def resolve_params(name: str, preset: str | None = None, params: dict[str, Any] | None = None) -> Params:
+    """Preset values overlaid with explicit ones, validated by the builder's model. `params` is a mapping, not
+    keywords: a user's parameter called `name` or `preset` is then an unknown parameter, not a clash."""
     b = get_builder(name)
     preset = preset or "mini"
     if preset not in b.presets:
         raise InputError(f"{name}: unknown preset", f"use one of: {', '.join(b.presets)}", field="preset",
                          value=preset)
-    return parse_params(b.params, name, {**b.presets[preset], **params})
+    return parse_params(b.params, name, {**b.presets[preset], **(params or {})})
 
 
-def build(name: str, preset: str | None = None, **params: Any) -> Topology:
+def build_from(name: str, preset: str | None, params: dict[str, Any]) -> Topology:
+    """The topology of a builder, a preset and parameters as a user gave them (an experiment file, the CLI)."""
     b = get_builder(name)
-    p = resolve_params(name, preset, **params)
+    p = resolve_params(name, preset, params)
     try:  # a builder's own parameters map onto the common fabric's, whose bounds hold for all
         fabric = b.to_fabric(p)
     except ValidationError as exc:
         raise input_error(exc, FabricParams, name) from None
     return build_fabric(fabric, name, p.model_dump())
+
+
+def build(name: str, preset: str | None = None, **params: Any) -> Topology:
+    """build_from with the parameters as keywords, for code: build("hpn", hosts_per_segment=2)."""
+    return build_from(name, preset, params)

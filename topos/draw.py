@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .inputs import save_figure
 from .model import Node, Topology
 
 PLANE_COLOURS = ["#1f77b4", "#ff7f0e"]
@@ -76,8 +77,9 @@ def draw(topo: Topology, path: str | Path, title: str | None = None) -> Path:
     for side in ("top", "right", "bottom"):
         ax.spines[side].set_visible(False)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, "--png")
+    finally:
+        plt.close(fig)
     return path

@@ -8,14 +8,19 @@ folder, and errors that name the file and the line but never print what the
 file holds (it could be any file root can read). Lives in the lowest layer so
 every parser (experiments, workloads, labs) goes through the same door. A file
 the testbed creates (a token, a student's answers template) is created new,
-never through whatever link someone left at its name.
+never through whatever link someone left at its name; every other file it
+writes (results, logs, pictures, records, outputs the user names) goes
+through `open_output`, which refuses a link, a device or a FIFO at the name.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 import yaml
 
@@ -46,6 +51,20 @@ def read_text(path: str | Path, field: str, max_bytes: int = MAX_FILE_BYTES) -> 
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise InputError(f"not UTF-8 text (line {line})", "save it as UTF-8", field=field, value=str(p)) from None
+
+
+def read_head(path: str | Path, n: int) -> bytes | None:
+    """The first `n` bytes of a regular file (a magic number), or None for anything else or an unreadable
+    name: a device is not read on, a FIFO does not block, a folder is no file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(n)
 
 
 def _expanded_size(node: yaml.Node, memo: dict[int, int], active: set[int], limit: int) -> int:
@@ -114,6 +133,59 @@ def confined(name: str, base: Path, field: str) -> Path:
 
 def create_new(path: str | Path, data: bytes, mode: int) -> None:
     """A new file holding `data`; FileExistsError if anything (a file, a dangling link) has that name."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+
+
+# Opening a file to write, whatever name it is given: a link at the name is refused (O_NOFOLLOW), a FIFO
+# does not block the open, and only a regular file (or a new one) is written.
+_WRITE = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_output(path: str | Path, field: str, append: bool = False, mode: int = 0o644) -> BinaryIO:
+    """A file hpnlab writes (a result, a log, a picture, a record, an output the user named), opened as a
+    regular file of its own name: never through a symbolic link left there, never a device or a FIFO.
+    Emptied unless `append`. Refused in one line (InputError), before anything is written."""
+    p = Path(path)
+    fix = "remove what is there, or give another path"
+    try:
+        fd = os.open(p, _WRITE | (os.O_APPEND if append else 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise InputError("not a regular file", fix, field=field, value=str(p)) from None
+        if exc.errno == errno.ELOOP:
+            raise InputError("is a symbolic link; hpnlab writes only to a file of its own name", fix, field=field,
+                             value=str(p)) from None
+        raise InputError(f"cannot write it ({exc.strerror})", "give a path in a folder you can write to",
+                         field=field, value=str(p)) from None
+    f = os.fdopen(fd, "ab" if append else "wb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        f.close()
+        raise InputError("not a regular file" if not stat.S_ISREG(st.st_mode) else "a file with other names "
+                         "(hard links); hpnlab writes only to a file of its own", fix, field=field, value=str(p))
+    os.set_blocking(fd, True)
+    if not append:
+        f.truncate(0)
+    return f
+
+
+def write_file(path: str | Path, data: bytes | str, field: str, mode: int = 0o644) -> Path:
+    """`data` written whole to `path` through open_output (a full disk is a one-line error too)."""
+    raw = data.encode() if isinstance(data, str) else data
+    with open_output(path, field, mode=mode) as f:
+        try:
+            f.write(raw)
+            f.flush()
+        except OSError as exc:
+            raise InputError(f"cannot write it ({exc.strerror})", "free some space, or give another path",
+                             field=field, value=str(path)) from None
+    return Path(path)
+
+
+def save_figure(fig, path: str | Path, field: str, **kw) -> Path:
+    """A matplotlib figure as a PNG at `path`, written through write_file (matplotlib opens names itself)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", **kw)
+    return write_file(path, buf.getvalue(), field)

@@ -19,6 +19,8 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from topos.inputs import write_file
+
 NONE_NS = 1  # SimAI's "no compute recorded"
 
 
@@ -66,7 +68,7 @@ class SimaiFile:
         return "\n".join([self.plan.header(), str(len(self.rows)), *(r.line() for r in self.rows)]) + "\n"
 
     def write(self, path: Path) -> Path:
-        path.write_text(self.text())
+        write_file(path, self.text(), "path")
         return path
 
 

@@ -20,6 +20,8 @@ import struct
 import sys
 import time
 
+from topos.inputs import write_file
+
 HEADER = struct.Struct("!QdI")  # seq, send time, stream id
 STILL_COMING_S = 1.0  # the receiver waits this long after a packet before it may close
 
@@ -123,8 +125,7 @@ def main(argv: list[str] | None = None) -> None:
                    if a.ready else None)
     text = json.dumps(out)
     if getattr(a, "out", None):
-        with open(a.out, "w") as f:
-            f.write(text)
+        write_file(a.out, text, "--out")
     else:
         sys.stdout.write(text + "\n")
 

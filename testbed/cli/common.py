@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 
 from controllers.hashing import MODELS as HASH_MODELS
-from topos import build
+from topos import build_from
 from topos.errors import InputError
 from traffic.timebase import MAX_DILATION
 
@@ -42,7 +42,7 @@ def parse_kv(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def topology_from_args(name: str, preset: str | None, params: tuple[str, ...]):
-    return build(name, preset=preset, **parse_kv(params))
+    return build_from(name, preset, parse_kv(params))
 
 
 class AutoOrNumber(click.ParamType):

@@ -8,6 +8,8 @@ import click
 from rich.table import Table
 
 from topos import BUILDERS
+from topos.errors import InputError
+from topos.inputs import write_file
 
 from .common import console, err_console, preset_opt, topology_from_args
 from .tables import figures_table, invariants_table
@@ -38,14 +40,18 @@ def topo_list() -> None:
 @click.option("--no-png", is_flag=True, help="Skip the picture.")
 def topo_show(name: str, params: tuple[str, ...], preset: str | None, png: str | None, no_png: bool) -> None:
     """Counts, ratios and invariants of a topology, and a picture of it. PARAMS are key=value."""
+    if png is not None and not png.endswith(".png"):
+        raise InputError("the picture is a PNG", "give a file name ending in .png", field="--png", value=png)
     tp = topology_from_args(name, preset, params)
+    if not no_png and png is None:  # the default folder is made; a folder the user names must exist
+        png = str(Path("results/topo") / f"{name}-{preset or 'mini'}.png")
+        Path(png).parent.mkdir(parents=True, exist_ok=True)
     console.print(figures_table(tp))
     console.print(invariants_table(tp))
     if not no_png:
         from topos.draw import draw
 
-        out = draw(tp, png or Path("results/topo") / f"{name}-{preset or 'mini'}.png")
-        console.print(f"picture: {out}")
+        console.print(f"picture: {draw(tp, png)}")
 
 
 @topo.command("export")
@@ -70,5 +76,5 @@ def topo_export(name: str, params: tuple[str, ...], preset: str | None, output: 
     if output == "-":
         click.echo(text)
     else:
-        Path(output).write_text(text)
+        write_file(output, text, "--output")
         err_console.print(f"wrote {output}")

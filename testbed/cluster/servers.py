@@ -23,6 +23,7 @@ from testbed.system.capabilities import Capabilities
 from testbed.system.site import LocalSite
 from testbed.system.versions import versions
 from topos.errors import InputError
+from topos.inputs import open_output
 
 from .placement import Placement
 from .spec import ClusterSpec, Server
@@ -53,7 +54,7 @@ class ServerAgent:
         self._lock = threading.Lock()  # one request at a time: the replies are not tagged
 
     def start(self) -> dict:
-        with open(self.log_path, "ab") as err:
+        with open_output(self.log_path, "server log", append=True) as err:
             # its own session: a Ctrl-C meant for the master must not cut the agent off before teardown
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                          text=True, start_new_session=True)

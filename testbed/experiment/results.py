@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 import statistics
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from testbed.net.balance import cross_segment_bytes, links_used, nic_balance, ratio_text
 from topos.errors import InputError
-from topos.inputs import read_text
+from topos.inputs import open_output, read_text, save_figure, write_file
 from traffic.metrics import cluster_utilization
 
 from .fidelity import reasons, status
@@ -79,11 +80,16 @@ def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
     _plot_throughput(outdir, runs)
     _plot_queues(outdir, runs)
     _plot_campaign(outdir, runs)
-    (outdir / "summary.md").write_text("\n".join(summary_lines(exp, runs)) + "\n")
+    write_file(outdir / "summary.md", "\n".join(summary_lines(exp, runs)) + "\n", "summary.md")
+
+
+def _csv(path: Path):
+    """A CSV file opened through open_output (never through a link at its name)."""
+    return io.TextIOWrapper(open_output(path, path.name), newline="")
 
 
 def _write_csvs(outdir: Path, runs: list[dict]) -> None:
-    with open(outdir / "ops.csv", "w", newline="") as f:
+    with _csv(outdir / "ops.csv") as f:
         w = csv.writer(f)
         w.writerow(["variant", "repetition", "label", "op", "algorithm", "ranks", "size", "start_s", "seconds",
                     "algbw_bps", "busbw_bps", "ideal_busbw_bps", "fraction_of_ideal", "bytes_ok"])
@@ -93,7 +99,7 @@ def _write_csvs(outdir: Path, runs: list[dict]) -> None:
                             o["start"], o["seconds"], round(o["algbw_bps"]), round(o["busbw_bps"]),
                             round(o["ideal_busbw_bps"]), round(o["fraction_of_ideal"], 4),
                             bytes_ok(o)])
-    with open(outdir / "timeline.csv", "w", newline="") as f:
+    with _csv(outdir / "timeline.csv") as f:
         w = csv.writer(f)
         # t: the fabric's (virtual) time; wall_t and host_tx_bps: this machine's clock (D x slower when dilated)
         w.writerow(["variant", "repetition", "t", "wall_t", "cpu_idle", "host_tx_bps"])
@@ -123,7 +129,7 @@ def _plot_busbw(outdir: Path, exp, runs: list[dict]) -> None:
     ax.set_ylabel("busbw (Mbit/s, emulated)")
     ax.set_title(f"{exp.name}: busbw per variant")
     fig.tight_layout()
-    fig.savefig(outdir / "busbw.png")
+    save_figure(fig, outdir / "busbw.png", "busbw.png")
     plt.close(fig)
 
 
@@ -141,7 +147,7 @@ def _plot_throughput(outdir: Path, runs: list[dict]) -> None:
     ax.set_ylabel("all hosts' NICs sending (Mbit/s)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(outdir / "throughput.png")
+    save_figure(fig, outdir / "throughput.png", "throughput.png")
     plt.close(fig)
 
 
@@ -169,7 +175,7 @@ def _plot_queues(outdir: Path, runs: list[dict]) -> None:
         ax.legend(fontsize=7)
         ax2.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(outdir / "queues.png")
+    save_figure(fig, outdir / "queues.png", "queues.png")
     plt.close(fig)
 
 
@@ -219,7 +225,7 @@ def _plot_campaign(outdir: Path, runs: list[dict]) -> None:
     ax.set_yscale("log")
     ax.legend(fontsize="small")
     fig.tight_layout()
-    fig.savefig(outdir / "campaign.png", dpi=100)
+    save_figure(fig, outdir / "campaign.png", "campaign.png", dpi=100)
     plt.close(fig)
 
 
@@ -425,6 +431,8 @@ def compare(run_a: str, run_b: str) -> tuple[list[tuple[str, ...]], Path]:
     ax.legend(fontsize=7)
     fig.tight_layout()
     png = RESULTS / f"compare-{da.name}-vs-{db.name}.png"
-    fig.savefig(png)
-    plt.close(fig)
+    try:
+        save_figure(fig, png, "compare picture")
+    finally:
+        plt.close(fig)
     return rows, png

@@ -42,7 +42,7 @@ from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.system.versions import versions
 from topos.errors import InputError
-from topos.inputs import read_text
+from topos.inputs import read_text, write_file
 from topos.model import Topology
 from traffic import closed_form
 from traffic.agent import TCP_COUNTERS
@@ -486,7 +486,13 @@ def prepare(exp: Experiment, base: Path, reduced: bool = False) -> list[Prepared
         topo = v.topology.build()
         check_against(v, topo)
         scaled, auto = resolve_auto(v, base, topo)
-        out.append(Prepared(label, v, topo, items(scaled, base, topo), expand(v, topo), auto))
+        its = items(scaled, base, topo)
+        if not any(sched is not None for _op, sched in its):  # run and validate alike: nothing to measure
+            raise InputError(f"variant '{label}': the workload sends nothing over the network ({len(its)} op(s), none "
+                             "between hosts: rows of NONE, counts of 0, or every group inside one host)",
+                             "give a workload with at least one collective between hosts", field="workload",
+                             value=label)
+        out.append(Prepared(label, v, topo, its, expand(v, topo), auto))
     return out
 
 
@@ -513,9 +519,9 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     digest = hashlib.sha256(text.encode()).hexdigest()[:7]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     outdir = new_folder(results / f"{stamp}-{exp.name}{'-quick' if reduced else ''}-{digest}")
-    (outdir / "spec.yaml").write_text(text)
-    (outdir / "environment.json").write_text(json.dumps({"capabilities": caps.to_dict(), "versions": versions(caps)},
-                                                        indent=1))
+    write_file(outdir / "spec.yaml", text, "spec.yaml")
+    write_file(outdir / "environment.json", json.dumps({"capabilities": caps.to_dict(), "versions": versions(caps)},
+                                                       indent=1), "environment.json")
     runs: list[dict] = []
     try:
         _run_variants(exp, variants, base, outdir, runs, total, watch, cluster)
@@ -563,8 +569,8 @@ def _save(outdir: Path, exp: Experiment, runs: list[dict], complete: bool) -> No
     """results.json, written whole or not at all: a run stopped mid-write leaves no truncated record behind.
     `complete` is false while variants are still to come (or when the run stopped early)."""
     tmp = outdir / "results.json.tmp"
-    tmp.write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "complete": complete, "runs": runs},
-                              indent=1, default=str))
+    write_file(tmp, json.dumps({"experiment": exp.model_dump(by_alias=True), "complete": complete, "runs": runs},
+                               indent=1, default=str), "results.json")
     tmp.replace(outdir / "results.json")
 
 

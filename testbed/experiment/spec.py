@@ -81,9 +81,9 @@ class TopologySpec(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
     def build(self):
-        from topos import build
+        from topos import build_from
 
-        return build(self.name, preset=self.preset, **self.params)
+        return build_from(self.name, self.preset, self.params)
 
 
 class CollectiveSpec(_Strict):

@@ -8,11 +8,12 @@ results folders `hpnlab run` leaves in `results/`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from topos.errors import InputError
-from topos.inputs import load_yaml, read_text
+from topos.inputs import load_yaml, read_head, read_text
 
 
 @dataclass
@@ -55,15 +56,19 @@ class Evidence:
 
 
 def number(answers: dict, key: str) -> float | None:
+    """The answer as a finite number ("47%" is 0.47), or None: a number too large for a float is no answer."""
     v = answers.get(key)
     if isinstance(v, bool):
         return None
-    if isinstance(v, (int, float)):
-        return float(v)
     try:
-        return float(str(v).strip().rstrip("%")) / (100 if str(v).strip().endswith("%") else 1)
-    except (TypeError, ValueError):
+        if isinstance(v, (int, float)):
+            x = float(v)
+        else:
+            text = str(v).strip()
+            x = float(text.rstrip("%")) / (100 if text.endswith("%") else 1)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return x if math.isfinite(x) else None
 
 
 def answer_check(answers: dict, key: str, want, close: float = 0.0, how: str = "") -> Check:
@@ -82,5 +87,7 @@ def answer_check(answers: dict, key: str, want, close: float = 0.0, how: str = "
 
 
 def png_check(path: Path, how: str) -> Check:
-    ok = path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    return Check(f"picture {path}", ok, "" if ok else f"{path} is missing: {how}")
+    """A PNG by its first 8 bytes, read from a regular file only (a student's path may name a device, a FIFO or
+    a folder)."""
+    ok = read_head(path, 8) == b"\x89PNG\r\n\x1a\n"
+    return Check(f"picture {path}", ok, "" if ok else f"{path} is missing or not a PNG: {how}")

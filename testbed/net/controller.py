@@ -20,6 +20,7 @@ from controllers.launcher import app_environment
 from controllers.peers import own_listener
 from testbed.system.ownership import RUN_DIR, Ownership
 from topos.errors import InputError
+from topos.inputs import open_output
 from topos.model import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +76,7 @@ class ControllerProcess:
         self.token_file = RUN_DIR / f"{owner.run_id}.token"
         token = write_token(str(self.token_file))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "w")
+        self._log = open_output(self.log_path, "controller log")
         for _ in range(3):  # a port picked free can be taken before the controller binds it; it then exits 2
             self.of_port, rest_port = free_ports(2)
             self.proc = subprocess.Popen(self._command(topo_file, rest_port), env=self._env(topo_file, rest_port),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from testbed.system.ownership import Ownership
+from topos.inputs import write_file
 
 
 class Workdir:
@@ -21,6 +22,4 @@ class Workdir:
         text = "\n".join(lines) + "\n"
         if node is not None and self.site_of is not None:
             return self.site_of(node).write(name, text)
-        path = self.path / name
-        path.write_text(text)
-        return str(path)
+        return str(write_file(self.path / name, text, "scratch file"))

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.system.bpf import BpfObject, BpfUnavailable, RingBuffer, build, mmap_by_id, mmap_fd
+from topos.inputs import write_file
 
 from .ports import Port
 from .shaper import Shaper
@@ -200,8 +201,8 @@ class KernelQueues(QueueMaps):
     def publish(self, path: Path) -> None:
         """Where other processes find these queues' figures (QueueMaps.published): the map's id, the queues'
         keys and priorities; removed by close()."""
-        path.write_text(json.dumps({"map_id": self.obj.map_id("queues"), "keys": self.keys,
-                                    "priorities": self.priorities}))
+        write_file(path, json.dumps({"map_id": self.obj.map_id("queues"), "keys": self.keys,
+                                     "priorities": self.priorities}), "queue maps record")
         self._published = path
 
     def handoff(self) -> dict:

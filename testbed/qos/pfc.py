@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from testbed.system.poll import readable
+from topos.inputs import write_file
 from traffic.timebase import Timebase
 
 from .netlink import QdiscDumper, dumper_in
@@ -502,7 +503,7 @@ class PfcAgent:
         state = {"paused": sorted(queue_key(*k) for k in self.shaper.paused),
                  "pause_events": {queue_key(*k): s.events for k, s in self.pauses.items() if s.events}}
         tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
+        write_file(tmp, json.dumps(state), "PFC state")
         tmp.replace(self.state_file)
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from topos import build
 from topos.errors import InputError
+from topos.inputs import write_file
 from topos.model import Topology
 from traffic.timebase import MAX_DILATION
 
@@ -403,7 +404,7 @@ def save_budget(result: dict, path: Path | None = None, hosts: int = PROBE_HOSTS
     data[machine_key()] = {"by_hosts": by_hosts}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
+    write_file(tmp, json.dumps(data, indent=1), "calibration")
     tmp.replace(path)
     return path
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from testbed.system.bpf import BpfUnavailable
 from testbed.system.ownership import RUN_DIR, live_runs
+from topos.inputs import write_file
 
 from .kqueues import QueueMaps
 from .netlink import dumper_in
@@ -23,12 +24,12 @@ from .spec import class_of_minor, lossless_class
 
 def write_ports(run_id: str, ports) -> Path:
     path = RUN_DIR / f"{run_id}.qos.json"
-    path.write_text(json.dumps([{"key": p.key, "ifname": p.ifname, "netns": p.netns, "ifindex": p.ifindex,
+    write_file(path, json.dumps([{"key": p.key, "ifname": p.ifname, "netns": p.netns, "ifindex": p.ifindex,
                                  "rate_bps": p.plan.rate_bps, "buffer": p.plan.buffer_bytes,
                                  "lossless": {lossless_class(prio): {"priority": prio, "xoff": q.xoff, "xon": q.xon,
                                                                      "limit": q.limit}
                                               for prio, q in p.plan.lossless.items()}}
-                                for p in ports]))
+                                for p in ports]), "qos record")
     return path
 
 

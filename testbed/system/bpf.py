@@ -28,6 +28,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from topos.inputs import open_output
+
 from .netns import in_netns
 
 log = logging.getLogger(__name__)
@@ -70,7 +72,7 @@ def build(source: Path, defines: dict[str, int | str]) -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     vmlinux = out.parent / "vmlinux.h"
-    with open(vmlinux, "w") as f:
+    with open_output(vmlinux, "vmlinux.h") as f:
         _run(["bpftool", "btf", "dump", "file", str(VMLINUX_BTF), "format", "c"], stdout=f)
     tmp = out.with_suffix(".tmp")
     _run(["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", f"-D__TARGET_ARCH_{_arch()}", *flags,

@@ -35,6 +35,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from topos.inputs import write_file
+
 from .capabilities import ovs_db_target
 from .linkgroup import unless_vanished
 
@@ -171,7 +173,7 @@ class Ownership:
     def _save(self) -> None:
         RUN_DIR.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data))
+        write_file(tmp, json.dumps(self.data), "run record")
         tmp.replace(self.path)
 
     @property

@@ -10,6 +10,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from topos.inputs import write_file
+
 from .linkgroup import delete_links, group_links
 from .ownership import Ownership
 
@@ -45,6 +47,4 @@ class LocalSite:
         return r.returncode, r.stdout + r.stderr
 
     def write(self, name: str, text: str) -> str:
-        path = self.scratch / name
-        path.write_text(text)
-        return str(path)
+        return str(write_file(self.scratch / name, text, "scratch file"))

@@ -333,3 +333,24 @@ def test_an_internal_error_is_a_500_with_a_log_line(server, monkeypatch, caplog)
     assert status == 500 and answer == {"error": "internal error: KeyError"}
     assert any("REST get /counters/ports failed" in r.getMessage() for r in caplog.records)
     assert call(port, "GET", "/health")[0] == 200  # and it keeps serving
+
+
+def test_a_client_gone_before_its_answer_leaves_no_traceback(server, capfd):
+    """socketserver prints a traceback to stderr (the controller's log) for every failed request unless told
+    otherwise; a client that sends without the token and resets before reading its 401 is one debug line."""
+    import struct
+
+    _, port = server
+    for _ in range(10):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = reset
+        s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        s.close()
+    srv = rest._Server.handle_error.__get__(object.__new__(rest._Server))
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError:
+        srv(None, ("127.0.0.1", 1))  # what socketserver calls when the write of the 401 fails
+    assert call(port, "GET", "/health")[0] == 200
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

@@ -1,0 +1,230 @@
+"""What a hostile user or student can leave where hpnlab writes or reads (issue #42): links planted at the names
+of files it writes, devices, FIFOs and folders where a lab expects a picture, numbers too large for a float,
+policies that exit or never return, parameters that clash with the builder's own arguments, output paths
+that cannot be written. Each gets a one-line refusal or a failed check with its hint; nothing is written
+through a link, nothing hangs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.labs.checks import lab1, lab5
+from testbed.labs.evidence import Evidence, number
+from testbed.labs.registry import LABS, prepare
+from topos.errors import InputError
+from topos.inputs import open_output, save_figure, write_file
+
+ROOT = Path(__file__).resolve().parents[2]
+HPNLAB = str(Path(sys.executable).parent / "hpnlab")
+SECRET = "the victim's own content\n"
+
+
+def hpnlab(cwd: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([HPNLAB, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(r: subprocess.CompletedProcess, *words: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpnlab: error: ") and "Traceback" not in r.stderr, r.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+
+
+@pytest.fixture
+def victim(tmp_path) -> Path:
+    v = tmp_path / "victim"
+    v.write_text(SECRET)
+    return v
+
+
+def test_writing_refuses_a_link_a_device_a_fifo_a_folder_and_a_hard_link(tmp_path, victim):
+    link = tmp_path / "link"
+    link.symlink_to(victim)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    hard = tmp_path / "hard"
+    os.link(victim, hard)
+    for path, says in ((link, "symbolic link"), (Path("/dev/full"), "not a regular file"), (fifo, "not a regular"),
+                       (tmp_path, "cannot write it"), (hard, "hard links"), (tmp_path / "no" / "x", "cannot write")):
+        with pytest.raises(InputError, match=says) as exc:
+            write_file(path, "x", "out")
+        assert exc.value.field == "out" and exc.value.value == str(path)
+    assert victim.read_text() == SECRET
+
+
+def test_writing_makes_a_new_file_empties_an_old_one_and_appends_when_asked(tmp_path):
+    p = tmp_path / "f"
+    write_file(p, "a long first content", "out")
+    write_file(p, "short", "out")
+    assert p.read_text() == "short"
+    with open_output(p, "out", append=True) as f:
+        f.write(b"+more")
+    assert p.read_text() == "short+more"
+
+
+def test_a_figure_is_written_as_png_through_the_same_door(tmp_path, victim):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure()
+    try:
+        save_figure(fig, tmp_path / "f.png", "png")
+        (tmp_path / "l.png").symlink_to(victim)
+        with pytest.raises(InputError, match="symbolic link"):
+            save_figure(fig, tmp_path / "l.png", "png")
+    finally:
+        plt.close(fig)
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG" and victim.read_text() == SECRET
+
+
+# Every primitive that creates or writes a file by name, outside the one door (topos/inputs.py)
+WRITES = re.compile(r"\.write_text\(|\.write_bytes\(|\.savefig\((?!buf)|\bopen\([^)]*[\"'][wax]b?[\"']|"
+                    r"shutil\.copy(?!fileobj)|os\.open\(")
+
+
+def test_every_file_hpnlab_writes_goes_through_one_door():
+    """results, logs, pictures, records, outputs the user names: no write primitive outside topos/inputs.py
+    (reads go through its read_text; /proc, /sys and namespaces are the kernel's, opened read-only)."""
+    found = []
+    for pkg in ("topos", "controllers", "traffic", "testbed"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if path == ROOT / "topos" / "inputs.py":
+                continue
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if WRITES.search(line) and "O_RDONLY" not in line:
+                    found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == [], "\n".join(found)
+
+
+def test_cli_outputs_refuse_links_devices_and_missing_folders_in_one_line(tmp_path, victim):
+    (tmp_path / "results" / "topo").mkdir(parents=True)
+    (tmp_path / "results" / "topo" / "hpn-mini.png").symlink_to(victim)
+    one_line_error(hpnlab(tmp_path, "topo", "show", "hpn"), "--png", "symbolic link")
+    (tmp_path / "out.json").symlink_to(victim)
+    one_line_error(hpnlab(tmp_path, "topo", "export", "hpn", "-o", "out.json"), "--output", "symbolic link")
+    one_line_error(hpnlab(tmp_path, "topo", "export", "hpn", "-o", "/dev/full"), "--output", "not a regular file")
+    one_line_error(hpnlab(tmp_path, "topo", "export", "hpn", "-o", "/nonexistent/dir/x.json"), "--output",
+                   "No such file or directory")
+    one_line_error(hpnlab(tmp_path, "topo", "show", "hpn", "--png", "x.txt"), "--png", "ending in .png")
+    os.mkfifo(tmp_path / "fifo.png")
+    one_line_error(hpnlab(tmp_path, "topo", "show", "hpn", "--png", "fifo.png"), "--png", "not a regular file")
+    assert victim.read_text() == SECRET
+    r = hpnlab(tmp_path, "topo", "show", "hpn", "--png", "mine.png")
+    assert r.returncode == 0 and (tmp_path / "mine.png").read_bytes()[:4] == b"\x89PNG", r.stderr
+
+
+@pytest.mark.parametrize("args", [("topo", "show", "hpn", "name=x", "--no-png"),
+                                  ("topo", "show", "hpn", "preset=paper", "--no-png"),
+                                  ("topo", "export", "hpn", "preset=paper")])
+def test_name_or_preset_as_a_parameter_is_an_unknown_parameter(tmp_path, args):
+    one_line_error(hpnlab(tmp_path, *args), "unknown parameter")
+
+
+@pytest.mark.parametrize("param", ["name", "preset"])
+def test_an_experiments_topology_parameter_called_name_or_preset_is_refused(tmp_path, param):
+    (tmp_path / "e.yaml").write_text(f"name: e\ntopology: {{name: hpn, params: {{{param}: x}}}}\n"
+                                     "workload: {collective: {op: allreduce, size: 1MB, ranks: rail0}}\n")
+    one_line_error(hpnlab(tmp_path, "validate", "e.yaml"), "unknown parameter", param)
+
+
+@pytest.mark.parametrize("plant", ["dev-zero", "fifo", "folder", "link-to-a-png-elsewhere-is-read"])
+def test_lab1_picture_that_is_not_a_regular_file_fails_its_check(tmp_path, plant):
+    work = tmp_path / "lab-work"
+    prepare(LABS[1], work)
+    pic = work / "hpn.png"
+    if plant == "dev-zero":
+        pic.symlink_to("/dev/zero")
+    elif plant == "fifo":
+        os.mkfifo(pic)
+    elif plant == "folder":
+        pic.mkdir()
+    else:
+        (tmp_path / "real.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 100)
+        pic.symlink_to(tmp_path / "real.png")
+    (c,) = [c for c in lab1(Evidence(work)) if c.name == f"picture {pic}"]
+    assert c.ok == (plant == "link-to-a-png-elsewhere-is-read")
+    if not c.ok:
+        assert "hpnlab topo show hpn --png" in c.hint
+
+
+@pytest.mark.parametrize("value", ["1" * 400, "1e400", "-1e999", ".nan", "inf%", "-.inf"])
+def test_an_answer_too_large_for_a_float_is_no_answer(value):
+    assert number({"k": value}, "k") is None
+    import yaml
+
+    assert number(yaml.safe_load(f"k: {value}"), "k") is None
+
+
+def test_lab1_with_a_400_digit_answer_fails_with_its_hint(tmp_path):
+    prepare(LABS[1], tmp_path / "lab-work")
+    (tmp_path / "lab-work" / "lab1.yaml").write_text(f"hpn_paths: {'9' * 400}\n")
+    r = hpnlab(tmp_path, "lab", "check", "1")
+    assert r.returncode == 1 and "FAIL answer 'hpn_paths'" in r.stdout and "Traceback" not in r.stderr, r.stderr
+
+
+POLICIES = {
+    "exits 0": "import sys\ndef choose(flow, candidates, load):\n    sys.exit(0)\n",
+    "exits at import": "import os\nos._exit(0)\ndef choose(flow, candidates, load):\n    return 0\n",
+    "loops": "def choose(flow, candidates, load):\n    while True:\n        pass\n",
+    "answers a string": "def choose(flow, candidates, load):\n    return 'best'\n",
+    "raises": "def choose(flow, candidates, load):\n    raise KeyboardInterrupt\n",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(POLICIES))
+def test_lab5_a_policy_that_exits_loops_or_answers_nonsense_is_a_failed_step(tmp_path, monkeypatch, kind):
+    from testbed.labs import sandbox
+
+    monkeypatch.setattr(sandbox, "CALL_TIMEOUT_S", 3.0)  # the loop's wait, shortened
+    work = tmp_path / "lab-work"
+    prepare(LABS[5], work)
+    (work / "lab5_policy.py").write_text(POLICIES[kind])
+    (c,) = lab5(Evidence(work))
+    assert c.name == "your policy runs" and not c.ok, c
+    assert {"exits 0": "ended (exit 0)", "exits at import": "ended (exit 0)", "loops": "did not return within 3 s",
+            "answers a string": "must return an index", "raises": "KeyboardInterrupt"}[kind] in c.hint, c.hint
+
+
+def test_lab5_a_policy_that_exits_makes_lab_check_fail_not_pass(tmp_path):
+    work = tmp_path / "lab-work"
+    prepare(LABS[5], work)
+    (work / "lab5_policy.py").write_text(POLICIES["exits 0"])
+    r = hpnlab(tmp_path, "lab", "check", "5")
+    assert r.returncode == 1 and "FAIL your policy runs" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_lab5_the_students_code_runs_without_roots_rights(tmp_path, monkeypatch):
+    """Run by root without sudo, the child is nobody's (under sudo, the caller's): its euid is in what it says."""
+    import pwd
+
+    monkeypatch.delenv("SUDO_UID", raising=False)
+    work = tmp_path / "lab-work"
+    prepare(LABS[5], work)
+    (work / "lab5_policy.py").write_text("import os\ndef choose(flow, candidates, load):\n"
+                                         "    raise RuntimeError(f'euid {os.geteuid()} groups {os.getgroups()}')\n")
+    (c,) = lab5(Evidence(work))
+    root = os.geteuid() == 0
+    nobody = pwd.getpwnam("nobody").pw_uid
+    assert f"euid {nobody if root else os.geteuid()} " in c.hint, c.hint
+    if root:
+        assert "groups []" in c.hint, c.hint
+
+
+@pytest.mark.parametrize("rows", [["layer\t-1\t100\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0\t100"],
+                                  ["layer\t-1\t100\tALLREDUCE\t0\t1\tNONE\t0\t1\tNONE\t0\t100"]])
+def test_a_workload_that_sends_nothing_is_refused_alike_by_validate_and_run(tmp_path, rows):
+    header = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ep: 1 pp: 1 vpp: 1 ga: 1 all_gpus: 8 "
+              "checkpoints: 0 checkpoint_initiates: 0 pp_comm: 0")
+    (tmp_path / "w.txt").write_text("\n".join([header, str(len(rows)), *rows]) + "\n")
+    (tmp_path / "e.yaml").write_text("name: e\ntopology: {name: hpn}\nworkload: {simai: w.txt}\n")
+    for cmd in ("validate", "run"):
+        one_line_error(hpnlab(tmp_path, cmd, "e.yaml"), "workload=", "sends nothing over the network")
+    assert not (tmp_path / "results").exists()
