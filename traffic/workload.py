@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from topos import inputs
-from topos.errors import InputError
+from topos.errors import InputError, hides_values
 
 from .collectives import ALGORITHMS, Rank
 from .iteration import Step, transformer_order
@@ -149,6 +149,7 @@ def _check_op(op: str, where: str) -> None:
 
 
 # -- (a) YAML -----------------------------------------------------------------------
+@hides_values
 def load_yaml(path: str | Path) -> Workload:
     data = inputs.load_yaml(inputs.read_text(path, "file"), "file") or {}
     if not isinstance(data, dict) or not isinstance(data.get("ops"), list):
@@ -300,6 +301,7 @@ def _simai_type(token: str, default_group: str, path: Path, lineno: int) -> tupl
     return SIMAI_TYPES[base], group
 
 
+@hides_values
 def load_simai(path: str | Path) -> Workload:
     """Header `HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 8 ep: 1 pp: 1 ... all_gpus: 64`,
     a row count, then per layer: name, reserved, then (compute time, comm type, comm bytes) for forward,

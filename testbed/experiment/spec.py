@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from controllers.hashing import HashModel
 from testbed.qos.spec import QosSpec
-from topos.errors import InputError
+from topos.errors import InputError, hides_values
 from topos.inputs import confined, load_yaml, read_text
 from traffic.collectives import ALGORITHMS
 from traffic.timebase import MAX_DILATION, Timebase
@@ -448,6 +448,7 @@ def from_dict(data: dict) -> Experiment:
         raise _first_error(exc) from None
 
 
+@hides_values
 def load(path: str | Path) -> Experiment:
     p = Path(path)
     if not p.is_file():

@@ -228,3 +228,21 @@ def test_a_workload_that_sends_nothing_is_refused_alike_by_validate_and_run(tmp_
     for cmd in ("validate", "run"):
         one_line_error(hpnlab(tmp_path, cmd, "e.yaml"), "workload=", "sends nothing over the network")
     assert not (tmp_path / "results").exists()
+
+
+def test_an_error_never_prints_what_a_refused_file_holds(tmp_path):
+    """A 0600 file given to hpnlab (run through sudo, it reads what root reads): the line names the field and the
+    value's type, never the value."""
+    secret = "hunter2-db-password"
+    files = {"secret.yaml": f"db_password: {secret}\nname: x\n",
+             "op.yaml": f"name: x\nworkload: {{collective: {{op: {secret}}}}}\n",
+             "wl.yaml": f"ops: {secret}\n",
+             "simai.txt": f"HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: {secret}\n1\nx\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        os.chmod(tmp_path / name, 0o600)
+    for args in (("validate", "secret.yaml"), ("validate", "op.yaml"), ("traffic", "run", "--workload", "wl.yaml"),
+                 ("traffic", "run", "--simai", "simai.txt")):
+        r = hpnlab(tmp_path, *args)
+        assert r.returncode == 2 and secret not in r.stdout + r.stderr, (args, r.stderr)
+        assert "from the file>" in r.stderr or "line 1" in r.stderr, (args, r.stderr)
