@@ -103,7 +103,18 @@ class Topology:
         return [n for n in self.nodes.values() if n.is_switch]
 
     def links_of(self, node: str) -> Iterator[Link]:
-        return (l for l in self.links if node in (l.a, l.b))
+        """The links at a node, from an index of the links by node: planning asks per rank and per op, and a
+        scan of every link each time made `validate` of a paper-scale fabric quadratic. Built at the first
+        call, again once links were added (builders only append)."""
+        index = self.__dict__.get("_by_node")
+        if index is None or index[0] != len(self.links):
+            by_node: dict[str, list[Link]] = {}
+            for l in self.links:
+                by_node.setdefault(l.a, []).append(l)
+                if l.b != l.a:
+                    by_node.setdefault(l.b, []).append(l)
+            index = self.__dict__["_by_node"] = (len(self.links), by_node)
+        return iter(index[1].get(node, ()))
 
     def find_link(self, name: str) -> Link:
         """A link by its name, or by the pair of nodes it joins written `A--B` (either order)."""

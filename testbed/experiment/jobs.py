@@ -176,11 +176,13 @@ def nic_bps(topo: Topology, rank: tuple[str, int], channels: int) -> float:
 
 def ideal_s(sched: Schedule, topo: Topology, channels: int) -> float:
     """An op alone on the fabric, at its size: the busiest rank's bytes out or in at its NIC's rate."""
+    sent: dict = {}
     received: dict = {}
-    for step in sched.steps:
+    for step in sched.steps:  # one pass over the flows (per rank, a pass each was quadratic in the ranks)
         for f in step:
+            sent[f.src] = sent.get(f.src, 0) + f.bytes
             received[f.dst] = received.get(f.dst, 0) + f.bytes
-    return max(max(sched.sent_by(r), received.get(r, 0)) * 8 / nic_bps(topo, r, channels) for r in sched.ranks)
+    return max(max(sent.get(r, 0), received.get(r, 0)) * 8 / nic_bps(topo, r, channels) for r in sched.ranks)
 
 
 def ideal_iteration_s(job: Job, topo: Topology, channels: int) -> float:

@@ -33,6 +33,7 @@ from controllers.placement import ring_crossings, segments_spanned
 from testbed.campaign import cost
 from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
+from testbed.net.preflight import require_emulable
 from testbed.qos.cc import socket_cc
 from testbed.qos.pfc import in_fabric_time
 from testbed.qos.scale import load_budget, load_floor
@@ -475,7 +476,7 @@ class Prepared:
     auto: Auto  # what scale and dilation auto will be
 
 
-def prepare(exp: Experiment, base: Path, reduced: bool = False) -> list[Prepared]:
+def prepare(exp: Experiment, base: Path, reduced: bool = False, servers: int = 1) -> list[Prepared]:
     """Everything a run checks before it touches the system, for every variant: the topology built, names
     checked against it, the workload read and scheduled, the failure schedule expanded (seed of rep 0)."""
     out = []
@@ -484,6 +485,7 @@ def prepare(exp: Experiment, base: Path, reduced: bool = False) -> list[Prepared
     for label, v in variants:
         v = quick(v, keep_traffic=failing) if reduced else v
         topo = v.topology.build()
+        require_emulable(topo, servers)
         check_against(v, topo)
         scaled, auto = resolve_auto(v, base, topo)
         its = items(scaled, base, topo)
@@ -512,7 +514,7 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     else:
         exp, base = load(spec), base or Path(spec).parent
         text = read_text(spec, "file")
-    variants = prepare(exp, base, reduced)
+    variants = prepare(exp, base, reduced, servers=len(cluster.servers) if cluster is not None else 1)
     total = sum(len(p.items) * p.exp.repetitions for p in variants)
     caps = probe()
     caps.require_root("running an experiment")

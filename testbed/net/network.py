@@ -114,7 +114,8 @@ class Network:
         self.stop()
 
     def start(self) -> None:
-        preflight(self.topo, self.caps, self.delay_ms, self.qos_spec)
+        preflight(self.topo, self.caps, self.delay_ms, self.qos_spec,
+                  servers=len(self.cluster_spec.servers) if self.cluster_spec is not None else 1)
         if self.cluster_spec is not None and self.qos_spec is not None and self.qos_spec.ecn.enabled:
             raise InputError("ECN marking (qos.ecn) runs on one server only, not over several",
                              "run without --cluster, or set qos.ecn.enabled: false", field="qos.ecn.enabled",

@@ -16,9 +16,23 @@ from .naming import switch_intfs
 # What shaped runs need from userspace OVS's one packet socket (what bootstrap.sh gives it): every
 # frame queued in any switch egress qdisc counts against it, at about twice its size (skb truesize).
 OVS_SEND_BUFFER_NEEDED = 32 << 20
+# Hosts one server emulates: each is a namespace with its own agent process (~30 MB), and the largest fabrics
+# measured here (128 hosts on 2 cores) already ran CPU-bound. A paper-scale fabric (2,040 hosts) is refused at
+# once instead of being planned for minutes; `topo show` and `topo export` take any size.
+MAX_HOSTS_PER_SERVER = 256
 
 
-def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None, qos: QosSpec | None = None) -> None:
+def require_emulable(topo: Topology, servers: int = 1) -> None:
+    hosts = len(topo.hosts)
+    if hosts > MAX_HOSTS_PER_SERVER * servers:
+        raise InputError(f"{hosts:,} hosts, more than the {MAX_HOSTS_PER_SERVER * servers:,} this testbed emulates "
+                         f"on {servers} server(s)", "fewer hosts (a smaller preset, hosts_per_segment, "
+                         "segments_per_pod), or more servers (--cluster)", field="topology", value=topo.kind)
+
+
+def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None, qos: QosSpec | None = None,
+              servers: int = 1) -> None:
+    require_emulable(topo, servers)
     require_features(caps, delay_ms, qos)
     _refuse_what_is_taken(topo)
 

@@ -246,3 +246,58 @@ def test_an_error_never_prints_what_a_refused_file_holds(tmp_path):
         r = hpnlab(tmp_path, *args)
         assert r.returncode == 2 and secret not in r.stdout + r.stderr, (args, r.stderr)
         assert "from the file>" in r.stderr or "line 1" in r.stderr, (args, r.stderr)
+
+
+PAPER = ("name: big\ntopology: {name: hpn, preset: paper}\n"
+         "workload: {collective: {op: allreduce, size: 64MB, ranks: rail0}}\n")
+H256 = ("name: h256\ntopology: {name: hpn, params: {hosts_per_segment: 64, segments_per_pod: 4}}\n"
+        "workload: {collective: {op: allreduce, size: 64MB, ranks: rail0}}\n")
+
+
+def test_a_fabric_larger_than_this_testbed_emulates_is_refused_before_planning(tmp_path):
+    """The paper's pod (2,040 hosts) planned a ring of 8 million flows before any answer; it is refused at once,
+    by validate and run alike, while `topo show` still draws it."""
+    (tmp_path / "paper.yaml").write_text(PAPER)
+    for cmd in ("validate", "run"):
+        one_line_error(hpnlab(tmp_path, cmd, "paper.yaml"), "topology=", "2,040 hosts", "more than the 256")
+    assert hpnlab(tmp_path, "topo", "show", "hpn", "--preset", "paper", "--no-png").returncode == 0
+
+
+def test_planning_reads_each_flow_once_per_op():
+    """ideal_s sums every rank's bytes in one pass (it rescanned every flow for each rank: quadratic)."""
+    from testbed.experiment.jobs import ideal_s
+    from topos import build
+    from traffic.collectives import build_schedule
+
+    topo = build("hpn", hosts_per_segment=8)
+    sched = build_schedule("allreduce", [(h.name, 0) for h in topo.hosts], 16_000_000)
+    reads = 0
+
+    class Counted:  # a flow whose bytes count their reads
+        def __init__(self, f):
+            self.src, self.dst, self._bytes = f.src, f.dst, f.bytes
+
+        @property
+        def bytes(self):
+            nonlocal reads
+            reads += 1
+            return self._bytes
+
+    counted = [[Counted(f) for f in step] for step in sched.steps]
+    expect = ideal_s(sched, topo, 2)
+    sched.steps = counted
+    assert ideal_s(sched, topo, 2) == expect
+    assert reads == 2 * sum(len(s) for s in counted)  # bytes out and bytes in, once each
+
+
+@pytest.mark.timing
+@pytest.mark.parametrize("spec", [PAPER, H256], ids=["paper-refused", "256-hosts-valid"])
+def test_validate_answers_within_5_s(tmp_path, spec):
+    import time
+
+    (tmp_path / "e.yaml").write_text(spec)
+    t = time.monotonic()
+    r = hpnlab(tmp_path, "validate", "e.yaml")
+    took = time.monotonic() - t
+    assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr
+    assert took < 5, f"validate took {took:.1f} s"
