@@ -196,10 +196,18 @@ def load_yaml(path: str | Path) -> Workload:
         ops.append(op)
         single = replace(op, repeat=1)
         steps += [Step(compute if k == 0 else 0.0, single, overlap) for k in range(repeat)]
+        if len(steps) > MAX_OPS:
+            raise InputError(f"more than the {MAX_OPS:,} ops a workload may have (repeats included)",
+                             "fewer ops or repeats", field=f"{where}.repeat", value=repeat)
     return Workload(str(data.get("name", Path(path).stem))[:64], ops, iteration=steps)
 
 
 MAX_REPEAT = 10_000
+# Ops one workload may hold: 4x the 2,581 rows of the largest public SimAI file we know. Each op costs the
+# emulator tens of milliseconds at least, so 10,000 already replay for minutes; planning one costs ~0.5 ms
+# (a 200,000-row file planned for over 5 minutes in 9 GB before this cap).
+MAX_OPS = 10_000
+MAX_SIMAI_BYTES = 4 << 20  # 10,000 rows of ~100 characters is 1 MB
 
 
 def _label(raw: dict, where: str) -> str:
@@ -308,7 +316,7 @@ def load_simai(path: str | Path) -> Workload:
     input-gradient and weight-gradient, and an update percentage. Forward and input-gradient communication
     is in the tensor-parallel group, weight-gradient in the data-parallel group (SimAI's convention)."""
     path = Path(path)
-    lines = inputs.read_text(path, "file").splitlines()
+    lines = inputs.read_text(path, "file", max_bytes=MAX_SIMAI_BYTES).splitlines()
     if len(lines) < 2:
         raise InputError("too short for a SimAI workload", "header, count line, rows", field="file",
                          value=str(path))
@@ -327,11 +335,13 @@ def load_simai(path: str | Path) -> Workload:
     if plan["dp"] < 1:
         raise InputError("line 1: all_gpus is smaller than model_parallel_NPU_group x pp",
                          "all_gpus = tp x pp x dp", field="file", value=str(path))
-    try:
-        count = int(lines[1].split()[0])
-    except (ValueError, IndexError):
-        raise InputError("line 2: expected the number of rows", "a single integer", field="file",
-                         value=str(path)) from None
+    count_text = (lines[1].split() or [""])[0]
+    if not (count_text.isascii() and count_text.isdigit()):  # int() takes '1_0' and other scripts' digits
+        raise InputError("line 2: expected the number of rows", "a single integer", field="file", value=str(path))
+    count = int(count_text)
+    if count > MAX_OPS:
+        raise InputError(f"line 2: {count:,} rows, more than the {MAX_OPS:,} a workload may have",
+                         "keep fewer layers, or split the file", field="file", value=str(path))
     rows = [l for l in lines[2:] if l.strip()]
     if len(rows) != count:
         raise InputError(f"line 2 announces {count} rows, the file has {len(rows)}",

@@ -52,7 +52,7 @@ from topos.errors import InputError, hides_values
 from topos.inputs import confined, load_yaml, read_text
 from traffic.collectives import ALGORITHMS
 from traffic.timebase import MAX_DILATION, Timebase
-from traffic.workload import MAX_SWEEP, parse_size
+from traffic.workload import MAX_OPS, MAX_SWEEP, parse_size
 
 MAX_SPEC_BYTES = 1 << 20
 DAY_S = 86_400.0
@@ -112,6 +112,14 @@ class CollectiveSpec(_Strict):
         except InputError as exc:
             raise _FieldError(exc) from None
         return v
+
+    @model_validator(mode="after")
+    def _ops(self) -> CollectiveSpec:
+        n = self.iters * (len(self.size) if isinstance(self.size, list) else 1)
+        if n > MAX_OPS:
+            raise _FieldError(InputError(f"iters x sizes is {n:,} ops, more than the {MAX_OPS:,} a workload may have",
+                                         "fewer iters or sizes", value=self.iters))
+        return self
 
     @property
     def sizes(self) -> list[int]:

@@ -301,3 +301,35 @@ def test_validate_answers_within_5_s(tmp_path, spec):
     took = time.monotonic() - t
     assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr
     assert took < 5, f"validate took {took:.1f} s"
+
+
+def _simai(rows: int, count: str | None = None) -> str:
+    header = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 8 ep: 1 pp: 1 vpp: 1 ga: 1 all_gpus: 16 "
+              "checkpoints: 0 checkpoint_initiates: 0 pp_comm: 0")
+    row = "layer\t-1\t556\tALLREDUCE\t1048576\t1\tNONE\t0\t1\tALLREDUCE\t1048576\t100"
+    return "\n".join([header, count or str(rows), *[row] * rows]) + "\n"
+
+
+@pytest.mark.parametrize("case,says", [
+    ("rows", "10,001 rows, more than the 10,000"),
+    ("bytes", "more than the 4194304 an input file may have"),
+    ("count 1_0", "expected the number of rows"),
+    ("count in other digits", "expected the number of rows"),
+    ("iters", "70,000 ops, more than the 10,000"),
+    ("repeat", "more than the 10,000 ops"),
+])
+def test_inputs_within_the_old_limits_that_took_minutes_are_refused_at_once(tmp_path, case, says):
+    """A 200,000-row SimAI file planned for over 5 minutes in 9 GB; 10,000 iterations of a 7-size sweep 12 s."""
+    files = {"rows": ("w.txt", _simai(10_001)), "bytes": ("w.txt", _simai(1) + "#" * (4 << 20)),
+             "count 1_0": ("w.txt", _simai(10, "1_0")), "count in other digits": ("w.txt", _simai(1, "١"))}
+    if case in files:
+        name, text = files[case]
+        (tmp_path / name).write_text(text)
+        workload = "{simai: w.txt}"
+    elif case == "iters":
+        workload = "{collective: {op: allreduce, iters: 10000, size: [1MB, 2MB, 4MB, 8MB, 16MB, 32MB, 64MB]}}"
+    else:
+        (tmp_path / "w.yaml").write_text("ops:\n" + "  - {op: allreduce, size: 1MB, repeat: 6000}\n" * 2)
+        workload = "{file: w.yaml}"
+    (tmp_path / "e.yaml").write_text(f"name: e\ntopology: {{name: hpn}}\nworkload: {workload}\n")
+    one_line_error(hpnlab(tmp_path, "validate", "e.yaml"), says)
