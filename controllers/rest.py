@@ -76,8 +76,8 @@ def _port(field: str, v: object) -> int:
 
 
 def _text(field: str, v: object) -> str:
-    if type(v) is not str or not 0 < len(v) <= 64:
-        raise ApiError(400, f"{field}={_short(v)}: give a string of 1-64 characters")
+    if type(v) is not str or not 0 < len(v) <= 64 or not v.isprintable():  # no NUL, newline or other control
+        raise ApiError(400, f"{field}={_short(v)}: give a string of 1-64 printable characters")
     return v
 
 
@@ -333,6 +333,10 @@ class _Handler(BaseHTTPRequestHandler):
     def post_flows(self, q):
         example = '{"flows": [{"src": "h0", "dst": "10.0.0.5", "proto": "udp", "sport": 5000, "dport": 7000}, ...]}'
         flows = [_flow_from(d) for d in _flow_list(self._body(), example)]
+        keys = [f.key for f in flows]
+        if len(set(keys)) != len(keys):
+            twice = next(k for k in keys if keys.count(k) > 1)
+            raise ApiError(400, f"flow {_short(twice)} is named twice in one request; name each flow once")
         if self.app.state.mode != "precise":
             raise ApiError(409, f"mode={self.app.state.mode!r}: flows are declared in precise mode")
         return {"flows": self.app.declare(flows)}

@@ -75,6 +75,7 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int], active: set[int], limi
         raise InputError("a YAML alias refers to itself", "remove the recursive anchor", field="file", value=None)
     active.add(key)
     if isinstance(node, yaml.MappingNode):
+        _no_twice(node)
         children = [n for pair in node.value for n in pair]
     elif isinstance(node, yaml.SequenceNode):
         children = list(node.value)
@@ -88,6 +89,18 @@ def _expanded_size(node: yaml.Node, memo: dict[int, int], active: set[int], limi
     active.discard(key)
     memo[key] = size
     return size
+
+
+def _no_twice(node: yaml.MappingNode) -> None:
+    """A key given twice in one mapping: PyYAML keeps the last one silently, so a setting a user thought they
+    made would vanish."""
+    seen: set[str] = set()
+    for key, _value in node.value:
+        if isinstance(key, yaml.ScalarNode):
+            if key.value in seen:
+                raise InputError(f"a key given twice in one mapping (line {key.start_mark.line + 1})",
+                                 "keep one of them", field=key.value, value=None)
+            seen.add(key.value)
 
 
 def load_yaml(text: str, field: str, max_nodes: int = MAX_YAML_NODES) -> object:

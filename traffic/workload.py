@@ -316,7 +316,11 @@ def load_simai(path: str | Path) -> Workload:
     input-gradient and weight-gradient, and an update percentage. Forward and input-gradient communication
     is in the tensor-parallel group, weight-gradient in the data-parallel group (SimAI's convention)."""
     path = Path(path)
-    lines = inputs.read_text(path, "file", max_bytes=MAX_SIMAI_BYTES).splitlines()
+    text = inputs.read_text(path, "file", max_bytes=MAX_SIMAI_BYTES)
+    if "\x00" in text:  # a layer name is printed and written into records: no NUL in it
+        raise InputError(f"line {text.count(chr(10), 0, text.index(chr(0))) + 1}: a NUL character",
+                         "save the workload as plain text", field="file", value=str(path))
+    lines = text.splitlines()
     if len(lines) < 2:
         raise InputError("too short for a SimAI workload", "header, count line, rows", field="file",
                          value=str(path))

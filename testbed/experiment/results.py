@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 import statistics
 from pathlib import Path
@@ -403,6 +404,8 @@ def _per_variant(run_dir: Path) -> dict[str, tuple[float, float]]:
             bw, fr = out.setdefault(str(r["variant"]), ([], []))
             bw += [float(o["busbw_bps"]) / 1e6 for o in r["ops"]]
             fr += [float(o["fraction_of_ideal"]) for o in r["ops"]]
+            if not all(math.isfinite(x) for x in bw + fr):  # hpnlab writes none: the record was edited
+                raise ValueError("a busbw that is not a finite number")
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"results.json lacks a field ({exc!s:.40})", "run the experiment again", field="run",
                          value=run_dir.name) from None

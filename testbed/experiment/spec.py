@@ -411,6 +411,9 @@ class Experiment(_Strict):
                 raise InputError("two variants have the same label (their runs would merge)",
                                  "give each variant its own label", field=f"variants[{i}].label", value=label)
             seen.add(label)
+            if "variants" in v:  # it would be dropped: variants are one level, each a change to the base
+                raise InputError("a variant cannot have variants of its own", "list every combination as a variant "
+                                 "of the experiment", field=f"variants[{i}].variants", value=None)
             merged = _merge(base, {k: val for k, val in v.items() if k != "label"})
             try:
                 out.append((label, Experiment.model_validate(merged)))

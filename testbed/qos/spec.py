@@ -108,7 +108,7 @@ def class_of_minor(minor: int) -> str | None:
 
 
 class PfcSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # "5" or true is no number
     enabled: bool = True
     poll_ms: float | Literal["auto"] = Field("auto", description="agent poll period; auto: 5 ms for the 8-host "
                                                               "HPN's 128 switch ports, longer in proportion")
@@ -157,7 +157,7 @@ class EcnSpec(BaseModel):
     step at K = XOFF / 4: with the RED ramp the queue settled near the middle of it (56-57 KB of a 97 KB XOFF in
     an 8-host incast), where the ramp's probability matched what DCTCP needs."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # "5" or true is no number
     enabled: bool = False
     kmin_bytes: int | None = Field(None, ge=0, le=1 << 30, description="default: XOFF / 4 of the port")
     kmax_bytes: int | None = Field(None, gt=0, le=1 << 30, description="default: XOFF of the port")
@@ -182,7 +182,7 @@ class EcnSpec(BaseModel):
 class LosslessPriority(BaseModel):
     """One lossless 802.1p priority: its DSCP, its share under weighted scheduling, its own PFC thresholds."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # "5" or true is no number
     priority: int = Field(ge=0, le=7, description="the 802.1p priority its pauses name")
     dscp: int = Field(ge=0, le=63)
     weight: float = Field(1.0, gt=0, le=1e6, description="share of the lossless weight (weighted scheduling)")
@@ -196,7 +196,7 @@ class LosslessPriority(BaseModel):
 
 
 class QosSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # "5" or true is no number
     scale: float | Literal["auto"] = Field(10_000.0, description="emulated rate = topology rate / scale; auto: "
                                                               "from the offered load and this machine's budget")
     buffer_ms: float = Field(20.0, gt=0, description="lossy queue limit, in ms at the port rate (at most 10 s)")

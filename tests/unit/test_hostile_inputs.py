@@ -333,3 +333,56 @@ def test_inputs_within_the_old_limits_that_took_minutes_are_refused_at_once(tmp_
         workload = "{file: w.yaml}"
     (tmp_path / "e.yaml").write_text(f"name: e\ntopology: {{name: hpn}}\nworkload: {workload}\n")
     one_line_error(hpnlab(tmp_path, "validate", "e.yaml"), says)
+
+
+LAX = {
+    "a key twice": ("name: x\nname: y\n", "a key given twice in one mapping (line 4)"),
+    "qos scale true": ("qos: {scale: true}\n", "qos.scale"),
+    "qos scale '5'": ("qos: {scale: \"5\"}\n", "qos.scale"),
+    "variants in a variant": ("variants:\n  - {label: a, variants: [{label: b}]}\n", "variants[0].variants"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAX))
+def test_what_was_taken_silently_is_refused(tmp_path, case):
+    extra, says = LAX[case]
+    base = "topology: {name: hpn}\nworkload: {collective: {op: allreduce, size: 1MB}}\n"
+    (tmp_path / "e.yaml").write_text(("" if extra.startswith("name") else "name: e\n") + base + extra)
+    one_line_error(hpnlab(tmp_path, "validate", "e.yaml"), says)
+
+
+def test_a_nul_in_a_simai_file_is_refused(tmp_path):
+    (tmp_path / "w.txt").write_text(_simai(2).replace("layer", "lay\x00er", 1))
+    (tmp_path / "e.yaml").write_text("name: e\ntopology: {name: hpn}\nworkload: {simai: w.txt}\n")
+    one_line_error(hpnlab(tmp_path, "validate", "e.yaml"), "line 3: a NUL character")
+
+
+def test_rest_refuses_a_nul_in_a_name_and_the_same_flow_twice():
+    from controllers import rest
+
+    with pytest.raises(rest.ApiError, match="printable"):
+        rest._text("name", "jo\x00b")
+
+    class Precise:
+        state = type("S", (), {"mode": "precise"})()
+
+        def declare(self, flows):
+            raise AssertionError("declared")
+
+    handler = object.__new__(rest._Handler)
+    handler.app = Precise()
+    f = {"src": "h0", "dst": "10.0.0.5", "proto": "udp", "sport": 5000, "dport": 7000}
+    handler._body = lambda: {"flows": [f, dict(f)]}
+    with pytest.raises(rest.ApiError, match="named twice in one request"):
+        handler.post_flows({})
+
+
+def test_compare_refuses_a_busbw_that_is_not_a_number(tmp_path):
+    import json
+
+    for name, bw in (("20260101-000000-a-x", 1e6), ("20260101-000001-b-x", "NaN")):
+        (tmp_path / "results" / name).mkdir(parents=True)
+        text = json.dumps({"experiment": {"name": "e"}, "runs": [
+            {"variant": "v", "ops": [{"busbw_bps": 0.0, "fraction_of_ideal": 0.5}]}]})
+        (tmp_path / "results" / name / "results.json").write_text(text.replace("0.0", str(bw)))
+    one_line_error(hpnlab(tmp_path, "compare", "20260101-000000-a-x", "20260101-000001-b-x"), "finite number")
