@@ -52,3 +52,21 @@ def test_an_interface_named_like_ours_is_refused(hpnlab, no_leftovers, name):
         assert_one_line_error(hpnlab("up", "hpn", "--no-cli"), f"interface='{name}'")
     finally:
         subprocess.run(["ip", "link", "del", name], check=True)
+
+
+def test_a_link_planted_at_the_controllers_log_is_refused_and_its_target_untouched(no_leftovers, tmp_path):
+    """`ln -s VICTIM results/logs/controller.log`, then `hpnlab up` as root: the victim was truncated and filled
+    with the controller's log. Now the run stops with one line and undoes what it made."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    victim = tmp_path / "victim"
+    victim.write_text("the victim's own content\n")
+    (tmp_path / "results" / "logs").mkdir(parents=True)
+    (tmp_path / "results" / "logs" / "controller.log").symlink_to(victim)
+    r = subprocess.run([str(Path(sys.executable).parent / "hpnlab"), "up", "hpn", "--routing", "controller",
+                        "--no-cli"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert_one_line_error(r, "controller log=")
+    assert "symbolic link" in r.stderr
+    assert victim.read_text() == "the victim's own content\n"

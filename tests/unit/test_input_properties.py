@@ -9,13 +9,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from testbed.experiment.runner import prepare
 from testbed.experiment.spec import load
-from topos import build
+from topos import build_from
 from topos.errors import InputError
 from traffic.workload import load_simai, load_yaml
 
@@ -92,11 +93,12 @@ def test_any_experiment_file_validates_or_names_one_field(data):
        params=st.dictionaries(st.sampled_from(["pods", "segments_per_pod", "hosts_per_segment", "rails", "k",
                                                "leaves", "spines", "hosts_per_leaf", "nics", "aggs_per_plane",
                                                "tor_uplinks", "backup_hosts_per_segment", "core_oversubscription",
-                                               "port_gbps", "uplink_gbps", "dual_tor", "dual_plane"]),
+                                               "port_gbps", "uplink_gbps", "dual_tor", "dual_plane", "name",
+                                               "preset"]),
                               small | odd, max_size=4))
 def test_any_topology_parameters_build_or_name_one_field(name, params):
-    try:
-        topo = build(name, **params)
+    try:  # as a user gives them: an experiment's topology.params, or key=value on the command line
+        topo = build_from(name, None, params)
     except InputError as exc:
         one_line(exc)
         return
@@ -143,3 +145,61 @@ def test_any_simai_file_loads_or_names_the_line(head, count, rows, raw):
             assert exc.value == str(f)  # the file is named; its text is never echoed
             return
         assert all(o.size > 0 for o in w.ops) and w.plan["dp"] >= 1
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[2] / "experiments").glob("*.yaml"))
+# What a careless or hostile edit of a shipped experiment does to a line: a value swapped for an odd one, the
+# line dropped, doubled, cut short, or indented wrongly.
+EDITS = ("value", "drop", "double", "cut", "indent")
+
+
+def mutated(text: str, edits: list[tuple[int, str, object]]) -> str:
+    lines = text.splitlines()
+    for at, how, value in edits:
+        if not lines:
+            break
+        i = at % len(lines)
+        line = lines[i]
+        if how == "value" and ":" in line:
+            key = line.split(":", 1)[0]
+            lines[i] = f"{key}: {yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"
+        elif how == "drop":
+            del lines[i]
+        elif how == "double":
+            lines.insert(i, line)
+        elif how == "cut":
+            lines[i] = line[: len(line) // 2]
+        elif how == "indent":
+            lines[i] = "  " + line
+    return "\n".join(lines) + "\n"
+
+
+def _check_mutated(path: Path, edits: list) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        for sibling in path.parent.iterdir():  # workload files the experiment names, beside it
+            if sibling.is_dir():
+                (Path(d) / sibling.name).symlink_to(sibling)
+        f = Path(d) / path.name
+        f.write_text(mutated(path.read_text(), edits))
+        try:
+            prepare(load(f), Path(d), reduced=True)
+        except InputError as exc:
+            one_line(exc)
+
+
+edits = st.lists(st.tuples(st.integers(0, 400), st.sampled_from(EDITS), odd), min_size=1, max_size=3)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(index=st.integers(0, len(SHIPPED) - 1), edits=edits)
+def test_a_shipped_experiment_edited_at_random_validates_or_names_one_field(index, edits):
+    """What hpnlab validate and run do first, on a shipped experiment with one to three random edits: a valid
+    experiment or one InputError line, never another exception (the CLI turns InputError into exit 2)."""
+    _check_mutated(SHIPPED[index], edits)
+
+
+@pytest.mark.slow
+@settings(max_examples=600, deadline=5000, suppress_health_check=[HealthCheck.too_slow])
+@given(index=st.integers(0, len(SHIPPED) - 1), edits=edits)
+def test_many_more_random_edits_and_each_answers_within_5_s(index, edits):
+    _check_mutated(SHIPPED[index], edits)
