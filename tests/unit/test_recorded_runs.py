@@ -37,6 +37,12 @@ def lab(tmp_path, n: int) -> list[dict]:
     return [recorded_run(name, tmp_path) for name in READ_BY_LABS[n]]
 
 
+def fresh_answers(tmp_path, n: int) -> None:
+    """The answers file as `lab start N` makes it, over the one a test filled in."""
+    prepare(LABS[n], tmp_path / "again")
+    (tmp_path / "lab-work" / f"lab{n}.yaml").write_text((tmp_path / "again" / f"lab{n}.yaml").read_text())
+
+
 def test_every_run_a_lab_reads_is_recorded_and_stamped():
     from testbed.labs import checks
 
@@ -56,8 +62,7 @@ def test_lab2_passes_on_answers_from_the_runs_and_names_a_wrong_one(tmp_path):
     answer(tmp_path / "lab-work", 2, **{**a, "faster": "ecmp" if a["faster"] == "precise" else "precise"})
     r = check(tmp_path, 2)
     assert r.returncode == 1 and "FAIL answer 'faster'" in r.stdout and "6 of 7 checks passed" in r.stdout, r.stdout
-    prepare(LABS[2], tmp_path / "again")
-    (tmp_path / "lab-work" / "lab2.yaml").write_text((tmp_path / "again" / "lab2.yaml").read_text())
+    fresh_answers(tmp_path, 2)
     answer(tmp_path / "lab-work", 2, **a)
     r = check(tmp_path, 2)
     assert r.returncode == 0 and "7 of 7 checks passed" in r.stdout, r.stdout
@@ -126,8 +131,7 @@ def test_lab7_passes_and_wrong_answers_and_missing_runs_fail_with_hints(tmp_path
     assert r.returncode == 1 and "6 of 8 checks passed" in r.stdout, r.stdout
     assert "FAIL answer 'dual_tor_restarts'" in r.stdout and "FAIL answer 'lossy_link': 'h0:nic0:p0' is not" \
         in r.stdout
-    prepare(LABS[7], tmp_path / "again")
-    (tmp_path / "lab-work" / "lab7.yaml").write_text((tmp_path / "again" / "lab7.yaml").read_text())
+    fresh_answers(tmp_path, 7)
     answer(tmp_path / "lab-work", 7, **a)
     r = check(tmp_path, 7)
     assert r.returncode == 0 and "8 of 8 checks passed" in r.stdout, r.stdout
