@@ -162,6 +162,12 @@ def open_output(path: str | Path, field: str, append: bool = False, mode: int = 
     Emptied unless `append`. Refused in one line (InputError), before anything is written."""
     p = Path(path)
     fix = "remove what is there, or give another path"
+    try:  # a device is refused before it is opened: opening some (a watchdog, a tape) already acts
+        kind = os.lstat(p).st_mode
+    except OSError:  # nothing there yet (or the open below says why not)
+        kind = stat.S_IFREG
+    if not (stat.S_ISREG(kind) or stat.S_ISLNK(kind)):
+        raise InputError("not a regular file", fix, field=field, value=str(p))
     try:
         fd = os.open(p, _WRITE | (os.O_APPEND if append else 0), mode)
     except OSError as exc:

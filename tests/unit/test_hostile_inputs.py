@@ -51,7 +51,7 @@ def test_writing_refuses_a_link_a_device_a_fifo_a_folder_and_a_hard_link(tmp_pat
     hard = tmp_path / "hard"
     os.link(victim, hard)
     for path, says in ((link, "symbolic link"), (Path("/dev/full"), "not a regular file"), (fifo, "not a regular"),
-                       (tmp_path, "cannot write it"), (hard, "hard links"), (tmp_path / "no" / "x", "cannot write")):
+                       (tmp_path, "not a regular file"), (hard, "hard links"), (tmp_path / "no" / "x", "cannot write")):
         with pytest.raises(InputError, match=says) as exc:
             write_file(path, "x", "out")
         assert exc.value.field == "out" and exc.value.value == str(path)
