@@ -386,3 +386,16 @@ def test_compare_refuses_a_busbw_that_is_not_a_number(tmp_path):
             {"variant": "v", "ops": [{"busbw_bps": 0.0, "fraction_of_ideal": 0.5}]}]})
         (tmp_path / "results" / name / "results.json").write_text(text.replace("0.0", str(bw)))
     one_line_error(hpnlab(tmp_path, "compare", "20260101-000000-a-x", "20260101-000001-b-x"), "finite number")
+
+
+def test_compare_refuses_a_link_planted_at_its_picture(tmp_path, victim):
+    import json
+
+    names = ("20260101-000000-a-x", "20260101-000001-b-x")
+    for name in names:
+        (tmp_path / "results" / name).mkdir(parents=True)
+        (tmp_path / "results" / name / "results.json").write_text(json.dumps({"experiment": {"name": "e"}, "runs": [
+            {"variant": "v", "ops": [{"busbw_bps": 1e6, "fraction_of_ideal": 0.5}]}]}))
+    (tmp_path / "results" / f"compare-{names[0]}-vs-{names[1]}.png").symlink_to(victim)
+    one_line_error(hpnlab(tmp_path, "compare", *names), "compare picture", "symbolic link")
+    assert victim.read_text() == SECRET
