@@ -19,6 +19,7 @@ from testbed.labs.evidence import Evidence, number
 from testbed.labs.registry import LABS, prepare
 from topos.errors import InputError
 from topos.inputs import open_output, save_figure, write_file
+from traffic.simai import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
@@ -34,6 +35,11 @@ def one_line_error(r: subprocess.CompletedProcess, *words: str) -> None:
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hpnlab: error: ") and "Traceback" not in r.stderr, r.stderr
     assert all(w in lines[0] for w in words), lines[0]
+
+
+def simai_text(rows: list[str], plan: Plan, count: str | None = None) -> str:
+    """A SimAI file with traffic/simai.py's header and rows as given (odd on purpose), `count` as line 2."""
+    return "\n".join([plan.header(), str(len(rows)) if count is None else count, *rows]) + "\n"
 
 
 @pytest.fixture
@@ -221,9 +227,7 @@ def test_lab5_the_students_code_runs_without_roots_rights(tmp_path, monkeypatch)
 @pytest.mark.parametrize("rows", [["layer\t-1\t100\tNONE\t0\t1\tNONE\t0\t1\tNONE\t0\t100"],
                                   ["layer\t-1\t100\tALLREDUCE\t0\t1\tNONE\t0\t1\tNONE\t0\t100"]])
 def test_a_workload_that_sends_nothing_is_refused_alike_by_validate_and_run(tmp_path, rows):
-    header = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ep: 1 pp: 1 vpp: 1 ga: 1 all_gpus: 8 "
-              "checkpoints: 0 checkpoint_initiates: 0 pp_comm: 0")
-    (tmp_path / "w.txt").write_text("\n".join([header, str(len(rows)), *rows]) + "\n")
+    (tmp_path / "w.txt").write_text(simai_text(rows, Plan(tp=1, gpus=8)))
     (tmp_path / "e.yaml").write_text("name: e\ntopology: {name: hpn}\nworkload: {simai: w.txt}\n")
     for cmd in ("validate", "run"):
         one_line_error(hpnlab(tmp_path, cmd, "e.yaml"), "workload=", "sends nothing over the network")
@@ -304,10 +308,8 @@ def test_validate_answers_within_5_s(tmp_path, spec):
 
 
 def _simai(rows: int, count: str | None = None) -> str:
-    header = ("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 8 ep: 1 pp: 1 vpp: 1 ga: 1 all_gpus: 16 "
-              "checkpoints: 0 checkpoint_initiates: 0 pp_comm: 0")
     row = "layer\t-1\t556\tALLREDUCE\t1048576\t1\tNONE\t0\t1\tALLREDUCE\t1048576\t100"
-    return "\n".join([header, count or str(rows), *[row] * rows]) + "\n"
+    return simai_text([row] * rows, Plan(tp=8, gpus=16), count)
 
 
 @pytest.mark.parametrize("case,says", [

@@ -7,6 +7,7 @@ end-to-end runs of the labs are in the slow tier (tests/emu/test_lab_runs.py).""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import statistics
@@ -29,6 +30,7 @@ from tests.labwork import (
 
 READ_BY_LABS = {2: ("precise_vs_ecmp", "hash_polarization"), 3: ("dual_tor_failover",), 4: ("pfc_incast",),
                 6: ("crux_multi_job", "placement"), 7: ("failure_campaign", "gray_failures")}
+READ = sorted({name for names in READ_BY_LABS.values() for name in names})
 
 
 def lab(tmp_path, n: int) -> list[dict]:
@@ -37,10 +39,12 @@ def lab(tmp_path, n: int) -> list[dict]:
     return [recorded_run(name, tmp_path) for name in READ_BY_LABS[n]]
 
 
-def fresh_answers(tmp_path, n: int) -> None:
-    """The answers file as `lab start N` makes it, over the one a test filled in."""
-    prepare(LABS[n], tmp_path / "again")
-    (tmp_path / "lab-work" / f"lab{n}.yaml").write_text((tmp_path / "again" / f"lab{n}.yaml").read_text())
+def checked(tmp_path, n: int, answers: dict):
+    """`lab check N` with these answers, in a fresh answers file as `lab start N` makes it."""
+    prepare(LABS[n], tmp_path / "fresh")  # made once, never filled in
+    (tmp_path / "lab-work" / f"lab{n}.yaml").write_text((tmp_path / "fresh" / f"lab{n}.yaml").read_text())
+    answer(tmp_path / "lab-work", n, **answers)
+    return check(tmp_path, n)
 
 
 def test_every_run_a_lab_reads_is_recorded_and_stamped():
@@ -48,8 +52,7 @@ def test_every_run_a_lab_reads_is_recorded_and_stamped():
 
     source = checks.__loader__.get_source(checks.__name__)
     read = set(re.findall(r'latest_run\("(\w+)"\)', source))
-    assert read == {name for names in READ_BY_LABS.values() for name in names}
-    assert read == {p.stem for p in RECORDED.glob("*.json")}
+    assert read == set(READ) == {p.stem for p in RECORDED.glob("*.json")}
     for name in read:
         data = json.loads((RECORDED / f"{name}.json").read_text())
         assert data["experiment"]["name"] == name
@@ -59,12 +62,9 @@ def test_every_run_a_lab_reads_is_recorded_and_stamped():
 
 def test_lab2_passes_on_answers_from_the_runs_and_names_a_wrong_one(tmp_path):
     a = lab2_answers(*lab(tmp_path, 2))
-    answer(tmp_path / "lab-work", 2, **{**a, "faster": "ecmp" if a["faster"] == "precise" else "precise"})
-    r = check(tmp_path, 2)
+    r = checked(tmp_path, 2, {**a, "faster": "ecmp" if a["faster"] == "precise" else "precise"})
     assert r.returncode == 1 and "FAIL answer 'faster'" in r.stdout and "6 of 7 checks passed" in r.stdout, r.stdout
-    fresh_answers(tmp_path, 2)
-    answer(tmp_path / "lab-work", 2, **a)
-    r = check(tmp_path, 2)
+    r = checked(tmp_path, 2, a)
     assert r.returncode == 0 and "7 of 7 checks passed" in r.stdout, r.stdout
 
 
@@ -80,38 +80,30 @@ def test_lab3_passes_and_counting_the_paths_without_failing_the_link_fails(tmp_p
     halted = lab3_halted(*lab(tmp_path, 3))
     assert halted == {"dual_tor_halted": "no", "single_tor_halted": "yes"}
     # the student skipped 'fail h5:nic0:p0' and counted the same paths twice
-    answer(tmp_path / "lab-work", 3, paths_before=8, paths_after=8, **halted)
-    r = check(tmp_path, 3)
+    r = checked(tmp_path, 3, {"paths_before": 8, "paths_after": 8, **halted})
     assert r.returncode == 1
     assert "FAIL answer 'paths_after': '8' is not what the network shows; type 'fail h5:nic0:p0'" in r.stdout
     assert "3 of 4 checks passed" in r.stdout
-    text = (tmp_path / "lab-work" / "lab3.yaml").read_text()
-    (tmp_path / "lab-work" / "lab3.yaml").write_text(text.replace("paths_after: 8", "paths_after: 4"))
-    r = check(tmp_path, 3)
+    r = checked(tmp_path, 3, {"paths_before": 8, "paths_after": 4, **halted})
     assert r.returncode == 0 and "4 of 4 checks passed" in r.stdout, r.stdout
 
 
 def test_lab4_passes_and_a_missing_answer_is_named(tmp_path):
     a = lab4_answers(*lab(tmp_path, 4))
-    r = check(tmp_path, 4)
+    r = checked(tmp_path, 4, {})
     assert r.returncode == 1
     assert "FAIL answer 'drops_pfc_off': fill in 'drops_pfc_off' in your answers file" in r.stdout
     assert "2 of 4 checks passed" in r.stdout
-    answer(tmp_path / "lab-work", 4, **a)
-    r = check(tmp_path, 4)
+    r = checked(tmp_path, 4, a)
     assert r.returncode == 0 and "4 of 4 checks passed" in r.stdout, r.stdout
 
 
 def test_lab6_passes_and_a_wrong_crossing_ratio_fails(tmp_path):
     a = lab6_answers(*lab(tmp_path, 6))
-    answer(tmp_path / "lab-work", 6, **{**a, "crossing_ratio": 1.0})
-    r = check(tmp_path, 6)
+    r = checked(tmp_path, 6, {**a, "crossing_ratio": 1.0})
     assert r.returncode == 1 and "FAIL answer 'crossing_ratio'" in r.stdout, r.stdout
     assert "6 of 7 checks passed" in r.stdout, r.stdout
-    text = (tmp_path / "lab-work" / "lab6.yaml").read_text()
-    (tmp_path / "lab-work" / "lab6.yaml").write_text(text.replace("crossing_ratio: 1.0",
-                                                                  f"crossing_ratio: {a['crossing_ratio']}"))
-    r = check(tmp_path, 6)
+    r = checked(tmp_path, 6, a)
     assert "PASS Crux put the most GPU-intensive job (A) first" in r.stdout
     assert all(f"PASS answer '{k}'" in r.stdout for k in a), r.stdout
     # this recorded run's utilization rose with Crux's priorities and paths (a quick run may not: two iterations)
@@ -126,17 +118,15 @@ def test_lab7_passes_and_wrong_answers_and_missing_runs_fail_with_hints(tmp_path
         in r.stdout and "FAIL a run of gray_failures" in r.stdout
     a = lab7_answers(*(recorded_run(name, tmp_path) for name in READ_BY_LABS[7]))
     assert a["dual_tor_restarts"] == 0 < a["single_tor_restarts"] and a["lossy_link"] == "h1:nic0:p0"
-    answer(tmp_path / "lab-work", 7, **{**a, "dual_tor_restarts": a["single_tor_restarts"], "lossy_link": "h0:nic0:p0"})
-    r = check(tmp_path, 7)
+    r = checked(tmp_path, 7, {**a, "dual_tor_restarts": a["single_tor_restarts"], "lossy_link": "h0:nic0:p0"})
     assert r.returncode == 1 and "6 of 8 checks passed" in r.stdout, r.stdout
     assert "FAIL answer 'dual_tor_restarts'" in r.stdout and "FAIL answer 'lossy_link': 'h0:nic0:p0' is not" \
         in r.stdout
-    fresh_answers(tmp_path, 7)
-    answer(tmp_path / "lab-work", 7, **a)
-    r = check(tmp_path, 7)
+    r = checked(tmp_path, 7, a)
     assert r.returncode == 0 and "8 of 8 checks passed" in r.stdout, r.stdout
 
 
+@functools.cache
 def summary(name: str) -> tuple[dict, str]:
     """A recorded run and the summary.md its record gives (what `hpnlab results show` prints)."""
     from testbed.experiment.results import summary_lines
@@ -155,7 +145,7 @@ def variant_rows(out: str) -> dict[str, list[str]]:
     return rows
 
 
-@pytest.mark.parametrize("name", sorted({name for names in READ_BY_LABS.values() for name in names}))
+@pytest.mark.parametrize("name", READ)
 def test_the_summary_has_every_variant_with_its_share_of_ideal(name):
     data, out = summary(name)
     rows = variant_rows(out)
