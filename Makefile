@@ -5,7 +5,7 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap ryu-venv browser lint test test-slow test-all test-unit test-emu vm-image vm-test cluster-test vagrant-box vagrant-test demo clean bench
+.PHONY: bootstrap ryu-venv browser lint docs test test-slow test-all test-unit test-emu vm-image vm-test cluster-test vagrant-box vagrant-test demo clean bench
 
 bootstrap:
 	$(SUDO) bash scripts/bootstrap.sh
@@ -22,11 +22,16 @@ browser: bootstrap
 lint: bootstrap
 	$(VENV)/bin/ruff check .
 
-# The tiers (README: Tests). `make test` is the fast tier: unit tests and the emulation tests of behaviour that
+# The documentation site (mkdocs.yml, docs/), built offline into site/: open site/index.html. The fast tier
+# builds it with --strict too (tests/unit/test_docs.py).
+docs: bootstrap
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The tiers (docs/development/tests.md). `make test` is the fast tier: unit tests and the emulation tests of behaviour that
 # holds on any machine (routing, failover, PFC lossless, bytes = closed forms, CLI errors, cleanup, Ctrl-C at
 # every start-up stage), each test bounded by pytest-timeout. `make test-slow` is the rest: the slow tier (every
-# shipped experiment's quick run, labs end to end, the sampled interrupt sweep, 64 hosts, the browser,
-# ryu-manager) and the timing tier (faithful verdicts and rate figures). `make test-all` runs both. Each lists its
+# shipped experiment's quick run, labs end to end, the docs' runnable blocks, the sampled interrupt sweep, 64 hosts,
+# the browser, ryu-manager) and the timing tier (faithful verdicts and rate figures). `make test-all` runs both. Each lists its
 # 25 slowest tests and keeps its junit XML in results/ (CI keeps only the output).
 FAST := not slow and not timing
 test: bootstrap lint

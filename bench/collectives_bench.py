@@ -1,7 +1,7 @@
 """Collective benchmark: ring all-reduce busbw as a fraction of the physical bound.
 
     sudo .venv/bin/python -m bench.collectives_bench [--out results/bench/collectives.json]
-    .venv/bin/python -m bench.collectives_bench --from results/bench/collectives.json   (README's table only)
+    .venv/bin/python -m bench.collectives_bench --from results/bench/collectives.json   (the docs' table only)
 
 Eight hosts, one rail, 2 channels per peer (one per NIC port), TCP transport,
 lossless class with PFC, scale 1/25,000 (200G ports at 8 Mbit/s, the default budget). HPN with
@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.readme import ROOT, replace_block, table
+from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
 from testbed.net.network import Network
 from testbed.qos.spec import QosSpec
 from topos import build
@@ -68,10 +68,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="results/bench/collectives.json")
     ap.add_argument("--iters", type=int, default=2)
-    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
+    ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        replace_block(ROOT / "README.md", "collectives", readme_table(json.loads(a.saved.read_text())))
+        saved = json.loads(a.saved.read_text())
+        replace_block(BENCHMARKS, "collectives", readme_table(saved), stamp_of(saved))
         return
     cases = [("hpn", "precise", "allreduce", "ring", 8_000_000),
              ("hpn", "precise-host", "allreduce", "ring", 8_000_000),
@@ -79,14 +80,14 @@ def main() -> None:
              ("dcn_plus", "ecmp", "allreduce", "ring", 8_000_000),
              ("hpn", "precise", "allreduce", "halving_doubling", 8_000_000),
              ("hpn", "precise", "alltoall", "pairwise", 8_000_000)]
-    out = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "scale": SCALE,
+    out = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "stamp": stamp(), "scale": SCALE,
            "runs": [run(*c, iters=a.iters) for c in cases]}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     for r in out["runs"]:
         print(f"{r['topology']:9} {r['routing']:12} {r['op']:10} {r['algorithm']:17} "
               f"busbw/ideal {r['fraction_of_ideal']}  bytes ok {r['bytes_ok']}")
-    replace_block(ROOT / "README.md", "collectives", readme_table(out))
+    replace_block(BENCHMARKS, "collectives", readme_table(out), out["stamp"])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Controller benchmark: start-up, precise vs ECMP link use, failover gaps.
 
     sudo .venv/bin/python -m bench.controller_bench [--out results/bench/controller.json] [--quick]
-    .venv/bin/python -m bench.controller_bench --from results/bench/controller.json   (README's table only)
+    .venv/bin/python -m bench.controller_bench --from results/bench/controller.json   (the docs' table only)
 
 Everything is measured on real Mininet + OVS with the controller in its own
 process: link use from OVS port counters, gaps from a paced UDP probe stream
@@ -17,7 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.readme import ROOT, replace_block, table
+from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
 from testbed.experiment.measure import StreamSpec, gap_after, host_links_used, port_delta, run_streams, uplinks_used
 from testbed.net.network import Network
 from topos import build
@@ -93,7 +93,7 @@ def _runs(xs: list, fmt: str = "{}") -> str:
 
 
 def readme_table(out: dict) -> str:
-    """README's table from a run's record: every figure from the record, nothing typed."""
+    """The docs' table from a run's record: every figure from the record, nothing typed."""
     st, base = out["startup"], out["baseline"]
     rows = [["controller process start → all switches connected, routed and barrier-confirmed",
              _runs(st["controller_start_to_all_routed_s"], "{:.2f}") + " s"],
@@ -125,19 +125,21 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="results/bench/controller.json")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
+    ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        replace_block(ROOT / "README.md", "controller", readme_table(json.loads(a.saved.read_text())))
+        saved = json.loads(a.saved.read_text())
+        replace_block(BENCHMARKS, "controller", readme_table(saved), stamp_of(saved))
         return
     reps = 1 if a.quick else 3
-    out = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "startup": startup(reps), "baseline": baseline_jitter(),
+    out = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "stamp": stamp(), "startup": startup(reps),
+           "baseline": baseline_jitter(),
            "link_use": [link_use(mode, n, reps) for n in (4, 8) for mode in ("ecmp", "precise")],
            "failover": [failover(k) for k in ("tor-agg", "host-tor dual-ToR", "host-tor single-ToR")]}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
-    replace_block(ROOT / "README.md", "controller", readme_table(out))
+    replace_block(BENCHMARKS, "controller", readme_table(out), out["stamp"])
 
 
 if __name__ == "__main__":

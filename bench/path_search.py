@@ -6,14 +6,14 @@ Counts every shortest path (NIC port and each switch's next hop) between two
 hosts in different segments (HPN) or pods (3-tier Clos), and how many of them
 some source port reaches when every switch hashes with one seed (`asic`) or
 its own (`asic-seeded`): host-side precise routing can only choose among those.
-Writes its table into README.md, between the bench:path_search markers.
+Writes its table into docs/benchmarks.md, between the bench:path_search markers.
 """
 
 from __future__ import annotations
 
 import time
 
-from bench.readme import ROOT, replace_block, table
+from bench.tables import BENCHMARKS, replace_block, stamp, table
 from controllers.hostpath import Connection, count_paths, sports_by_path
 from controllers.routing import RoutingGraph, compute_tables
 from topos import build
@@ -49,7 +49,7 @@ def main() -> None:
     block = table(["fabric", "switches", "paths per connection", "reached by a source port: asic", "asic-seeded",
                    "search s"], rows)
     print(block)
-    replace_block(ROOT / "README.md", "path_search", block)
+    replace_block(BENCHMARKS, "path_search", block, stamp())
 
 
 if __name__ == "__main__":

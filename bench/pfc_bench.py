@@ -2,7 +2,7 @@
 agent's reaction under an all-reduce at 8 and 64 hosts.
 
     sudo .venv/bin/python -m bench.pfc_bench [--out results/bench/pfc.json] [--seconds 10]
-    .venv/bin/python -m bench.pfc_bench --from results/bench/pfc.json   (README's table only)
+    .venv/bin/python -m bench.pfc_bench --from results/bench/pfc.json   (the docs' table only)
 
 Default HPN, 200G host ports at 20 Mbit/s (scale 1/10,000). TCP (iperf3)
 marked DSCP 26 rides the lossless class. Drops are read from every lossless
@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.readme import ROOT, replace_block, table
+from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
 from testbed.experiment.calibration import measure_reaction
 from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate
 from testbed.net.network import Network
@@ -112,7 +112,7 @@ def _agent(a: dict) -> str:
 
 
 def readme_table(out: dict) -> str:
-    """README's table from a run's record: every figure from the record, nothing typed."""
+    """The docs' table from a run's record: every figure from the record, nothing typed."""
     rate, on, off = out["rate_fidelity"], out["incast_7_to_1"]["pfc_on"], out["incast_7_to_1"]["pfc_off"]
     udp = out["propagation_udp_4_remote_to_1"]
     deep = on["deepest_queue"]
@@ -164,14 +164,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--reaction-hosts", type=int, nargs="*", default=[8, 64],
                     help="HPN sizes to time the agent's reaction on under an all-reduce and an incast")
-    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
+    ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        replace_block(ROOT / "README.md", "pfc", readme_table(json.loads(a.saved.read_text())))
+        saved = json.loads(a.saved.read_text())
+        replace_block(BENCHMARKS, "pfc", readme_table(saved), stamp_of(saved))
         return
     incast = [(f"h{i}", "h7") for i in range(7)]
     out = {
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "stamp": stamp(),
         "rate_fidelity": rate_fidelity(a.reps),
         "incast_7_to_1": {"pfc_on": traffic(incast, True, a.seconds),
                           "pfc_off": traffic(incast, False, a.seconds)},
@@ -184,7 +186,7 @@ def main() -> None:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
-    replace_block(ROOT / "README.md", "pfc", readme_table(out))
+    replace_block(BENCHMARKS, "pfc", readme_table(out), out["stamp"])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ all-reduce again at each given D: D = 1 undilated at scale auto, D > 1 at the sc
 bytes at 1/D of the per-port wall-clock load), timed in the fabric's time. With `--floor`, the emulator's
 per-op floor is measured on each size first (`hpnlab calibrate --only floor --hosts N`, cached where
 HPNLAB_CACHE says), so that the verdict weighs each size's ops by its own floor, not the 8-host one.
-A run over the default sizes writes README's scale table (between its markers); `--from FILE` writes it
+A run over the default sizes writes the docs' scale table (between its markers); `--from FILE` writes it
 from a saved run without running anything.
 """
 
@@ -24,7 +24,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.readme import ROOT, replace_block, table
+from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
 from testbed.experiment.calibration import calibrate
 from testbed.experiment.fidelity import line as fidelity_line
 from testbed.experiment.fidelity import reasons, status
@@ -162,7 +162,7 @@ def _beside(ours: float, theirs: float) -> str:
 
 
 def scale_table(rows: list[dict]) -> str:
-    """README's table: start, stop, pingall and memory per size, then its all-reduce(s), one line per D."""
+    """The docs' table: start, stop, pingall and memory per size, then its all-reduce(s), one line per D."""
     out = []
     for row in rows:
         h, mn = row.get("hpnlab"), row.get("mininet_tclink") or {}
@@ -205,11 +205,13 @@ def main() -> None:
                          "choose, so 1/D of the per-port wall-clock load).")
     ap.add_argument("--allreduce-only", action="store_true", help="Skip the start/stop and pingall figures.")
     ap.add_argument("--floor", action="store_true", help="Measure and cache each size's per-op floor first.")
-    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
+    ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        replace_block(ROOT / "README.md", "scale", scale_table(json.loads(a.saved.read_text())["rows"]))
+        saved = json.loads(a.saved.read_text())
+        replace_block(BENCHMARKS, "scale", scale_table(saved["rows"]), stamp_of(saved))
         return
+    measured = stamp()
     exit_cleanly_on_signals()  # SIGTERM unwinds through each network's stop(), as Ctrl-C does
     rows = []
     for n in a.hosts:
@@ -233,10 +235,11 @@ def main() -> None:
                   f"of ideal, bytes ok {ar['bytes_ok']}, {span['virtual']:.2f} s virtual in {span['wall']:.1f} s "
                   f"wall, {fidelity_line(ar['fidelity'])}", flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows}, indent=1))
+    Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "stamp": measured, "rows": rows},
+                                       indent=1))
     print(scale_table(rows))
     if a.hosts == DEFAULT_HOSTS and not a.allreduce_only:  # a partial run prints, never replaces the table
-        replace_block(ROOT / "README.md", "scale", scale_table(rows))
+        replace_block(BENCHMARKS, "scale", scale_table(rows), measured)
 
 
 if __name__ == "__main__":

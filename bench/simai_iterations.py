@@ -12,7 +12,7 @@ file has thousands of ops).
 By default the files are the project's own (tests/data/simai_*.txt, written by `python -m traffic.simai`);
 `--files` takes paths to any other SimAI/AICB files instead, e.g. those of SimAI's own examples.
 Files without compute are listed as such: their iteration is communication only.
-A run of the project's files in full writes README's SimAI table (between its markers).
+A run of the project's files in full writes the docs' SimAI table (between its markers).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.readme import replace_block, table
+from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
 from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.runner import run
 from testbed.experiment.spec import from_dict
@@ -73,7 +73,7 @@ def measure(path: Path, rows: int | None, dilation: float | str = "auto", max_wa
 
 
 def simai_table(rows: list[dict]) -> str:
-    """README's table: per file its iteration measured against the closed form, with the dilation and the wall
+    """The docs' table: per file its iteration measured against the closed form, with the dilation and the wall
     time the two iterations (warm-up and measured) took."""
     out = []
     for r in rows:
@@ -98,23 +98,25 @@ def main() -> None:
     ap.add_argument("--max-wall", type=float, default=None, help="cap on the wall time auto may choose for")
     ap.add_argument("--keep", type=Path, default=None, help="keep each run's results folder under this folder "
                     "(per-op records, timeline); default: thrown away")
-    ap.add_argument("--from", dest="saved", type=Path, help="Write README's table from this saved run; run nothing.")
+    ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        replace_block(ROOT / "README.md", "simai", simai_table(json.loads(a.saved.read_text())))
+        saved = json.loads(a.saved.read_text())
+        rows = saved["rows"] if isinstance(saved, dict) else saved  # files saved before stamps: the rows alone
+        replace_block(BENCHMARKS, "simai", simai_table(rows), stamp_of(saved if isinstance(saved, dict) else {}))
         return
     dilation = a.dilation if a.dilation == "auto" else float(a.dilation)
     files = FILES if a.files is None else a.files
-    rows = []
+    measured, rows = stamp(), []
     for f in files:
         r = measure(f, a.rows, dilation, a.max_wall, a.keep)
         rows.append(r)
         print(json.dumps(r), flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(rows, indent=1))
+    a.out.write_text(json.dumps({"stamp": measured, "rows": rows}, indent=1))
     print(simai_table(rows))
-    if a.files is None:  # every file: the table in README (a partial run prints only)
-        replace_block(ROOT / "README.md", "simai", simai_table(rows))
+    if a.files is None:  # every file: the table in the docs (a partial run prints only)
+        replace_block(BENCHMARKS, "simai", simai_table(rows), measured)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""README's table of what `make vagrant-test` took, step by step, from a run's results folder.
+"""The docs' table of what `make vagrant-test` took, step by step, from a run's results folder.
 
     python -m bench.vagrant_times results/vagrant-<date>
 
 The run (tests/vagrant, scripts/vm/vagrant-test.sh) writes times-setup.json (the box, adding it) and
-times.json (each step in the guest, as it finished); this prints them as a table and writes it into README
+times.json (each step in the guest, as it finished); this prints them as a table and writes it into docs/benchmarks.md
 between the `vagrant` markers, or the `vagrant-offline` ones for a run of the offline box (BOX=offline).
 """
 
@@ -13,9 +13,9 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.readme import ROOT, replace_block, table
+from bench.tables import BENCHMARKS, replace_block, stamp, table
 
-STEPS = {  # key in the run's files -> what README calls it, in the order a teacher meets them
+STEPS = {  # key in the run's files -> what the docs call it, in the order a teacher meets them
     "box_s": "make vagrant-box (0 when cached)",  # of the kind the run names
     "box_add_s": "vagrant box add",
     "up_to_first_provisioner": "vagrant up: box volume, domain, boot, SSH key, rsync",
@@ -52,7 +52,7 @@ def main() -> None:
     kind = got.get("box_kind", "plain")  # runs before the offline box wrote no kind: the plain box
     text = table([f"step ({kind} box; TCG emulation, 2 cores)", "wall time"], rows(got))
     print(text)
-    replace_block(ROOT / "README.md", "vagrant" if kind == "plain" else f"vagrant-{kind}", text)
+    replace_block(BENCHMARKS, "vagrant" if kind == "plain" else f"vagrant-{kind}", text, stamp())
 
 
 if __name__ == "__main__":

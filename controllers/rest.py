@@ -247,7 +247,7 @@ class _Handler(BaseHTTPRequestHandler):
                 allowed = [m.upper() for m in ("get", "post", "delete") if hasattr(self, f"{m}_{name}")]
                 if allowed:
                     raise ApiError(405, f"{method.upper()} {url.path}: allowed {', '.join(allowed)}")
-                raise ApiError(404, f"no {method.upper()} {url.path}; see GET /health and the README")
+                raise ApiError(404, f"no {method.upper()} {url.path}; the requests are in docs/reference/rest.md")
             self._reply(200, route(q))
         except ApiError as exc:
             self._reply(exc.status, {"error": str(exc)})
@@ -280,12 +280,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes -----------------------------------------------------------------
     def get_health(self, q):
+        """Switches connected and routed, seconds from start until all were routed, the mode, the LLDP wiring check
+        (`lldp.mismatches`) and refused OpenFlow connections."""
         return self.app.health()
 
     def get_topology(self, q):
+        """The topology JSON the controller runs on."""
         return self.app.topo.to_dict()
 
     def get_links(self, q):
+        """Every link: its name, both ends and their ports, its kind, and whether it is up."""
         down = self.app.state.down
         return [{"name": l.name, "a": l.a, "a_port": l.a_port, "b": l.b, "b_port": l.b_port, "kind": l.kind,
                  "up": l.name not in down} for l in self.app.topo.links]
@@ -303,6 +307,8 @@ class _Handler(BaseHTTPRequestHandler):
         return {"host_port": p.host_port, "hops": [{"switch": s, "port": port} for s, port in p.hops]}
 
     def get_paths(self, q):
+        """Query `src=h0&dst=10.0.0.5`: every current shortest path (host port and switch hops) and, for the flows
+        declared between the two, which path each takes."""
         src, dst = self._src_dst(q)
         st = self.app.state
         with st.lock:
@@ -314,6 +320,8 @@ class _Handler(BaseHTTPRequestHandler):
         return {"src": src, "dst": dst, "paths": [self._path_view(p) for p in cands], "declared": sports}
 
     def get_path(self, q):
+        """Query `src=h0&dst=10.0.0.5&proto=udp&sport=5000&dport=7000`: the flow's path if it is declared (pinned),
+        else the ECMP candidates Open vSwitch hashes it onto."""
         src, dst = self._src_dst(q)
         f = FlowSpec(src, dst, _text("proto", q.get("proto", "udp")), _port("sport", _query_int(q.get("sport", "0"))),
                      _port("dport", _query_int(q.get("dport", "0"))))
@@ -326,11 +334,15 @@ class _Handler(BaseHTTPRequestHandler):
                 "paths": [self._path_view(p) for p in cands]}
 
     def get_flows(self, q):
+        """Declared flows with their path, host egress port and cookie."""
         st = self.app.state
         with st.lock:
             return [st.flow_view(k) for k in st.flows]
 
     def post_flows(self, q):
+        """Body `{"flows": [{"src": "h0", "dst": "10.0.0.5", "proto": "udp", "sport": 5000, "dport": 7000}]}`: in
+        precise mode, places the flows and installs their rules, answering once every switch confirmed them; each
+        flow's path and host egress port (409 in other modes)."""
         example = '{"flows": [{"src": "h0", "dst": "10.0.0.5", "proto": "udp", "sport": 5000, "dport": 7000}, ...]}'
         flows = [_flow_from(d) for d in _flow_list(self._body(), example)]
         keys = [f.key for f in flows]
@@ -342,6 +354,7 @@ class _Handler(BaseHTTPRequestHandler):
         return {"flows": self.app.declare(flows)}
 
     def delete_flows(self, q):
+        """Body `{"flows": ["udp:h0:5000->10.0.0.5:7000"]}`, or no body for all: withdraws declared flows."""
         body = self._body()
         keys = None
         if body is not None:
@@ -353,6 +366,9 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(404, str(exc.args[0])) from None
 
     def post_jobs(self, q):
+        """Body `{"levels": 2, "jobs": [{"name": "A", "gpus": 8, "compute_s": 0.5, "flows": [{"src": "h0", "dst":
+        "10.0.0.5", "bytes": 1000000}]}]}`: Crux's view of the jobs (GPU intensity, priority, lossless level
+        compressed onto `levels`, which jobs contend, the order of placement); installs nothing."""
         body = self._body()
         if not isinstance(body, dict) or not isinstance(body.get("jobs"), list) or not set(body) <= {"jobs", "levels"}:
             raise ApiError(400, 'send {"levels": 2, "jobs": [{"name": "A", "gpus": 8, "compute_s": 0.5, '
@@ -370,10 +386,13 @@ class _Handler(BaseHTTPRequestHandler):
         return self.app.state.schedule_jobs(jobs, levels)
 
     def get_counters_ports(self, q):
+        """Per switch port: bytes, packets and drops each way."""
         return self.app.port_counters()
 
     def get_counters_flows(self, q):
+        """Per declared flow: bytes and packets at each switch on its path."""
         return self.app.flow_counters()
 
     def get_events(self, q):
+        """The link-down and link-up log: time, link, where it was seen, recompute ms, rules changed, flows moved."""
         return self.app.state.events

@@ -50,14 +50,14 @@ SPINE_LEAF_DESCRIPTION = "spine-leaf: 2-tier Clos, one leaf per rack"
 
 
 class SpineLeafParams(Params):
-    leaves: int = Field(4, ge=1)
-    hosts_per_leaf: int = Field(2, ge=1)
-    spines: int = Field(2, ge=1)
+    leaves: int = Field(4, ge=1, description="leaf switches")
+    hosts_per_leaf: int = Field(2, ge=1, description="hosts under each leaf")
+    spines: int = Field(2, ge=1, description="spine switches")
     uplinks_per_leaf: int | None = Field(None, ge=1, description="default: one per spine")
-    nics: int = Field(1, ge=1)
-    port_gbps: float = Field(200.0, gt=0)
-    uplink_gbps: float = Field(400.0, gt=0)
-    switch_capacity_gbps: float = Field(51200.0, gt=0)
+    nics: int = Field(1, ge=1, description="NICs per host, all on its leaf")
+    port_gbps: float = Field(200.0, gt=0, description="host port rate")
+    uplink_gbps: float = Field(400.0, gt=0, description="leaf-spine rate")
+    switch_capacity_gbps: float = Field(51200.0, gt=0, description="a switch's switching capacity")
 
 
 SPINE_LEAF_PRESETS = {"mini": {}}
@@ -77,8 +77,8 @@ FAT_TREE_DESCRIPTION = "fat-tree(k): k pods of k/2 edge + k/2 aggregation, (k/2)
 
 
 class FatTreeParams(Params):
-    k: int = Field(4, ge=2, le=64)
-    port_gbps: float = Field(100.0, gt=0)
+    k: int = Field(4, ge=2, le=64, description="ports per switch (even): k pods, k^3/4 hosts")
+    port_gbps: float = Field(100.0, gt=0, description="every link's rate")
 
     @model_validator(mode="after")
     def _even(self) -> FatTreeParams:

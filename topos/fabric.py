@@ -36,19 +36,21 @@ MAX_ELEMENTS = 1_000_000  # hosts + switches + links
 class FabricParams(Params):
     # Bounds: the address plan (topos/addressing.py: a /16 per rail, 51,200 hosts) and a pure model that
     # still fits in memory; the paper's pod (15 segments x 136 hosts x 8 rails) is well inside.
-    pods: int = Field(1, ge=1, le=64)
-    segments_per_pod: int = Field(2, ge=1, le=1024)
-    hosts_per_segment: int = Field(4, ge=1, le=2048)
-    backup_hosts_per_segment: int = Field(0, ge=0, le=256)
+    pods: int = Field(1, ge=1, le=64, description="pods; more than one adds a core tier")
+    segments_per_pod: int = Field(2, ge=1, le=1024, description="segments (one set of ToRs each) per pod")
+    hosts_per_segment: int = Field(4, ge=1, le=2048, description="active hosts under a segment's ToRs")
+    backup_hosts_per_segment: int = Field(0, ge=0, le=256, description="spare hosts wired to the same ToRs")
     rails: int = Field(2, ge=1, le=16, description="NICs per host")
     gpus_per_host: int | None = Field(None, ge=1, le=64, description="default: one GPU per NIC")
-    rail_optimized: bool = True
-    dual_tor: bool = True
-    dual_plane: bool = True
-    aggs_per_plane: int = Field(4, ge=1, le=1024)
-    tor_uplinks: int = Field(4, ge=1, le=1024)
+    rail_optimized: bool = Field(True, description="NIC r of every host on rail r's ToRs (else all on one ToR)")
+    dual_tor: bool = Field(True, description="each NIC's two ports on two ToRs")
+    dual_plane: bool = Field(True, description="the two ToRs of a pair in separate planes, each plane its own "
+                                               "aggregation switches")
+    aggs_per_plane: int = Field(4, ge=1, le=1024, description="aggregation switches per plane (and pod)")
+    tor_uplinks: int = Field(4, ge=1, le=1024, description="uplinks per ToR, a multiple of aggs_per_plane")
     core: bool | None = Field(None, description="core tier; default: only when pods > 1")
-    core_oversubscription: float = Field(1.0, ge=1.0, le=1024)
+    core_oversubscription: float = Field(1.0, ge=1.0, le=1024, description="aggregation down over up capacity "
+                                         "toward the core")
     port_gbps: float = Field(200.0, gt=0, le=1e5, description="host NIC port rate")
     uplink_gbps: float = Field(400.0, gt=0, le=1e5, description="ToR-agg and agg-core rate")
     tor_capacity_gbps: float = Field(51200.0, gt=0, le=1e7, description="ToR switching capacity")

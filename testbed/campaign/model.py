@@ -3,7 +3,7 @@
 Each component (a NIC-ToR link, a ToR, an aggregation switch, a ToR-aggregation link) fails as a Poisson
 process whose rate gives its kind's monthly failure probability p (rate = -ln(1 - p) per month), and each
 failure is repaired after a lognormal time (median and shape per kind). The defaults, and where each comes
-from (README's "Failure campaigns" cites them; a figure not found is a parameter and says so):
+from (the docs' page on failure campaigns cites them; a figure not found is a parameter and says so):
 
 - NIC-ToR link, 0.057% a month, and ToR, 0.051% a month: Alibaba HPN (SIGCOMM'24), section 2, the production
   figures that motivate the dual-ToR design, as this project reads them (the paper itself could not be

@@ -17,8 +17,8 @@ err_console = Console(stderr=True)
 
 preset_opt = click.option("--preset", default=None, help="Named parameter set (default: mini).")
 cluster_opt = click.option("--cluster", "cluster_file", type=click.Path(dir_okay=False), default=None,
-                           help="Spread the network over the servers in this cluster.yaml (README: Running on "
-                                "several servers).")
+                           help="Spread the network over the servers in this cluster.yaml (docs: "
+                                "how-to/cluster.md).")
 
 
 def load_cluster_arg(path: str | None):

@@ -12,7 +12,8 @@ from topos.errors import InputError
 @click.command()
 @click.option("--topology", "topology_file", required=True, type=click.Path(exists=True, dir_okay=False),
               help="Topology JSON from 'hpnlab topo export'.")
-@click.option("--mode", type=click.Choice(["ecmp", "precise", "shortest"]), default="ecmp")
+@click.option("--mode", type=click.Choice(["ecmp", "precise", "shortest"]), default="ecmp",
+              help="ecmp: switches hash; precise: declared flows placed on disjoint paths; shortest: one path.")
 @click.option("--of-port", type=click.IntRange(1, 65535), default=6653, help="OpenFlow port on 127.0.0.1.")
 @click.option("--rest-port", type=click.IntRange(1, 65535), default=8080, help="REST API port on 127.0.0.1.")
 def controller(topology_file: str, mode: str, of_port: int, rest_port: int) -> None:

@@ -59,6 +59,7 @@ def results() -> None:
 
 @results.command("list")
 def results_list() -> None:
+    """Every run in results/, newest last."""
     from testbed.experiment.results import list_runs
 
     t = Table(title="results")

@@ -65,7 +65,8 @@ def lab_start(number: int, workdir: str, no_cli: bool, single_plane: bool, hashi
 @lab.command("check")
 @click.argument("number", type=int)
 @WORKDIR
-@click.option("--results", type=click.Path(file_okay=False), default="results", show_default=True)
+@click.option("--results", type=click.Path(file_okay=False), default="results", show_default=True,
+              help="Where the lab's runs are.")
 def lab_check(number: int, workdir: str, results: str) -> None:
     """What passed and what did not, with a hint for each miss. Exit 1 until everything passes."""
     from testbed.labs.checks import CHECKERS

@@ -59,7 +59,8 @@ def topo_show(name: str, params: tuple[str, ...], preset: str | None, png: str |
 @click.argument("params", nargs=-1)
 @preset_opt
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="-", help="File (default stdout).")
-@click.option("--format", "fmt", type=click.Choice(["json", "graphml"]), default="json")
+@click.option("--format", "fmt", type=click.Choice(["json", "graphml"]), default="json",
+              help="json: what the controller reads; graphml: from networkx.")
 def topo_export(name: str, params: tuple[str, ...], preset: str | None, output: str, fmt: str) -> None:
     """Write a topology as JSON (what the controller reads) or GraphML (networkx)."""
     tp = topology_from_args(name, preset, params)

@@ -28,10 +28,11 @@ def _fmt(bps: float) -> str:
 
 
 @traffic.command("run")
-@click.option("--topo", "topo_name", default="hpn", show_default=True)
+@click.option("--topo", "topo_name", default="hpn", show_default=True, help="Topology builder (hpnlab topo list).")
 @click.option("-p", "--param", "params", multiple=True, help="Topology parameter key=value (repeatable).")
-@click.option("--preset", default=None)
-@click.option("--op", default="allreduce", show_default=True)
+@click.option("--preset", default=None, help="A preset of the builder (default: mini).")
+@click.option("--op", default="allreduce", show_default=True,
+              help="allreduce, allgather, reducescatter, alltoall, broadcast, sendrecv or incast.")
 @click.option("--algorithm", default=None, help="ring, halving_doubling, hierarchical, pairwise, pipeline, pairs")
 @click.option("--size", default="8GB", show_default=True, help="Real size; the emulation moves size/scale.")
 @click.option("--sizes", default=None, help="A sweep instead of --size, as nccl-tests' -b/-e/-f: MIN:MAX:xFACTOR "
@@ -43,7 +44,8 @@ def _fmt(bps: float) -> str:
               show_default=True, help="precise: controller-placed exact-match rules; precise-host: hosts pick "
               "source ports the asic hash takes onto disjoint paths (needs --hashing asic).")
 @hashing_opt
-@click.option("--transport", default="auto", show_default=True)
+@click.option("--transport", default="auto", show_default=True,
+              help="tcp, rdma (soft-RoCE where the kernel has it) or auto (rdma where it works).")
 @click.option("--channels", type=int, default=None, help="Connections per peer (default: ports per NIC).")
 @click.option("--connection-choice", type=click.Choice(["channel", "least-outstanding"]), default="channel",
               show_default=True, help="least-outstanding: each chunk on the peer's connection with the fewest "
@@ -56,7 +58,7 @@ def _fmt(bps: float) -> str:
               "the least D that makes this machine's per-op latency 5% of every op's ideal time, within --max-wall.")
 @click.option("--max-wall", "max_wall", type=click.FloatRange(min=0, min_open=True), default=None,
               help="With --dilation auto: the most wall time (s) the traffic may take (default 600).")
-@click.option("--pfc/--no-pfc", default=True, show_default=True)
+@click.option("--pfc/--no-pfc", default=True, show_default=True, help="Pause upstream when a lossless queue fills.")
 @click.option("--cc", type=click.Choice(CCS), default="none", show_default=True,
               help="Congestion control at the hosts (tcp transport); any but none turns ECN marking on at the "
                    "switches.")

@@ -1,2 +1,2 @@
-"""A fabric spread over several servers with Mininet's cluster edition (issue #18): the cluster file, where
-each node runs. (Started: the spec and the placement; the remote build, tunnels and cleanup come next.)"""
+"""A fabric spread over several servers with Mininet's cluster edition: the cluster file, where each node runs,
+the agents that own a run's changes on each server, tunnels, shaping and PFC across servers."""

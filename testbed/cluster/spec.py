@@ -97,8 +97,8 @@ class ClusterSpec(Params):
 def load_cluster(path: str | Path) -> ClusterSpec:
     p = Path(path)
     if not p.is_file():
-        raise InputError("no such cluster file", "give the path of a cluster.yaml (see README: Running on several "
-                         "servers)", field="cluster", value=str(path))
+        raise InputError("no such cluster file", "give the path of a cluster.yaml (see docs/how-to/cluster.md)",
+                         field="cluster", value=str(path))
     data = load_yaml(read_text(p, "cluster"), "cluster")
     if not isinstance(data, dict):
         raise InputError("a cluster file is a mapping", "start with 'servers:'", field="cluster", value=str(path))

@@ -76,9 +76,12 @@ class _Strict(BaseModel):
 
 
 class TopologySpec(_Strict):
-    name: str = Field("hpn", max_length=64)
-    preset: str | None = Field(None, max_length=64)
-    params: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field("hpn", max_length=64, description="a builder: hpn, dcn_plus, rail_optimized, spine_leaf, "
+                                                       "fat_tree (`hpnlab topo list`)")
+    preset: str | None = Field(None, max_length=64, description="a named parameter set of the builder, e.g. mini "
+                                                                "or paper (default: mini)")
+    params: dict[str, Any] = Field(default_factory=dict, description="builder parameters over the preset, e.g. "
+                                                                     "{hosts_per_segment: 8, rails: 2}")
 
     def build(self):
         from topos import build_from
@@ -87,12 +90,16 @@ class TopologySpec(_Strict):
 
 
 class CollectiveSpec(_Strict):
-    op: str = "allreduce"
+    op: str = Field("allreduce", description="the collective: allreduce, allgather, reducescatter, alltoall, "
+                                             "broadcast, sendrecv, incast (traffic/collectives.py)")
     size: str | int | list[str | int] = Field("160GB", description="one size, or a list: a sweep, each size "
                                                                  "`iters` times in turn (nccl-tests' -b/-e/-f)")
-    algorithm: str | None = Field(None, max_length=32)
-    ranks: str = Field("rail0", max_length=4096)
-    iters: int = Field(3, ge=1, le=10_000)
+    algorithm: str | None = Field(None, max_length=32, description="the op's algorithm: ring, "
+                                  "halving_doubling or hierarchical for allreduce (default: the op's first)")
+    ranks: str = Field("rail0", max_length=4096, description="which NICs take part: railN (NIC N of every "
+                       "host), all (every NIC), or host NICs h0:0,h1:0,...")
+    iters: int = Field(3, ge=1, le=10_000, description="how many times the op runs back to back (each size of a "
+                                                     "sweep)")
 
     @field_validator("op")
     @classmethod
@@ -127,9 +134,11 @@ class CollectiveSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    collective: CollectiveSpec | None = None
-    yaml_file: str | None = Field(None, alias="file", max_length=255)
-    simai: str | None = Field(None, max_length=255)
+    collective: CollectiveSpec | None = Field(None, description="one collective, run iters times")
+    yaml_file: str | None = Field(None, alias="file", max_length=255, description="a workload YAML file (ops with "
+                                  "sizes, groups, compute), beside the experiment file")
+    simai: str | None = Field(None, max_length=255, description="a SimAI/AICB workload file, beside the "
+                              "experiment file")
     iterations: int = Field(1, ge=1, le=1000, description="file/simai: training iterations to replay, each with "
                                                            "its compute when the workload has some")
 
@@ -149,7 +158,7 @@ class JobSpec(_Strict):
     """One of several jobs sharing the fabric at once (each its own connections and traffic class)."""
 
     name: Name
-    collective: CollectiveSpec | None = None
+    collective: CollectiveSpec | None = Field(None, description="the job is this collective")
     workload: WorkloadSpec | None = Field(None, description="a workload file (file or simai) on `hosts`")
     hosts: str | None = Field(None, max_length=4096, description="workload: the hosts its ranks map onto, "
                                                                  "h0,h1,... (default: every host)")
@@ -180,10 +189,14 @@ GRAY = ("lossy", "degrade", "restore")  # a link that keeps running: losing fram
 
 
 class FailureSpec(_Strict):
-    at: float = Field(ge=0, le=DAY_S)
-    action: Literal["down", "up", "flap", "lossy", "degrade", "restore"] = "down"
-    link: str | None = Field(None, max_length=128)
-    node: str | None = Field(None, max_length=64)
+    at: float = Field(ge=0, le=DAY_S, description="when, in seconds of the fabric's time after the traffic starts")
+    action: Literal["down", "up", "flap", "lossy", "degrade", "restore"] = Field(
+        "down", description="down, up, flap (down and up every period), lossy (loses frames), degrade (a lower "
+                            "rate), restore (a lossy or degraded link well again)")
+    link: str | None = Field(None, max_length=128, description="the link, by one end's port: h3:nic0:p0 (a host "
+                             "port) or t0-a1 (two switches)")
+    node: str | None = Field(None, max_length=64, description="a switch that fails whole: every link of it goes "
+                             "down (down/up only)")
     period: float | None = Field(None, ge=0.001, le=3600, description="flap: seconds between down and up")
     count: int = Field(1, ge=1, le=10_000, description="flap: how many down/up cycles")
     loss: float | None = Field(None, gt=0, le=1, description="lossy: the probability each frame is lost, each way")
@@ -210,15 +223,16 @@ class FailureSpec(_Strict):
 
 class RandomFailures(_Strict):
     link_down_per_min: float = Field(gt=0, le=60, description="per-link failure rate (HPN's production statistics)")
-    repair_after: float = Field(1.0, gt=0, le=3600)
-    kinds: list[Literal["host-tor", "tor-agg", "agg-core"]] = Field(default_factory=lambda: ["tor-agg"])
+    repair_after: float = Field(1.0, gt=0, le=3600, description="seconds until a failed link comes back")
+    kinds: list[Literal["host-tor", "tor-agg", "agg-core"]] = Field(default_factory=lambda: ["tor-agg"],
+                                                                    description="which links may fail")
 
 
 class RateSpec(_Strict):
     """One component kind's failure rate and repair time (testbed/campaign/model.py has the defaults)."""
 
     monthly: float = Field(ge=0, lt=1, description="probability that one component of the kind fails in a month")
-    repair_median_s: float = Field(3600.0, gt=0, le=30 * DAY_S)
+    repair_median_s: float = Field(3600.0, gt=0, le=30 * DAY_S, description="median of the lognormal repair time")
     repair_shape: float = Field(1.0, ge=0, le=5, description="sigma of the lognormal repair time")
 
 
@@ -281,18 +295,24 @@ class TimeSpec(_Strict):
 
 
 class Experiment(_Strict):
+    """An experiment: what to build, how to route and shape it, what to replay and what to break when. Every key
+    is in the experiment-file reference; `load` reads one from YAML, `run` runs it."""
+
     name: Name
-    description: str = Field("", max_length=4000)
-    topology: TopologySpec = Field(default_factory=TopologySpec)
+    description: str = Field("", max_length=4000, description="what the experiment asks; shown in the summary")
+    topology: TopologySpec = Field(default_factory=TopologySpec, description="the fabric to build")
     routing: Literal["ecmp", "precise", "precise-host", "shortest"] = Field(
         "ecmp", description="ecmp: switches hash; precise: the controller places each connection with exact-match "
                             "rules (Hedera-style); precise-host: hosts pick source ports that the switches' asic "
                             "hashes take onto disjoint paths (HPN), no per-flow switch rules; shortest: one path")
     hashing: HashModel = Field(
         "ovs", description="how switches pick among ECMP next hops (controllers/hashing.py)")
-    qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"))
-    time: TimeSpec = Field(default_factory=TimeSpec)
-    transport: Literal["auto", "tcp", "rdma"] = "auto"
+    qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"),
+                         description="shaping, priorities, PFC, ECN and congestion control")
+    time: TimeSpec = Field(default_factory=TimeSpec, description="time dilation and compute skipping")
+    transport: Literal["auto", "tcp", "rdma"] = Field(
+        "auto", description="tcp, rdma (soft-RoCE, where the kernel has it), auto: rdma where it works and no "
+                            "failure takes a host link down, else tcp")
     channels: int | None = Field(None, ge=1, le=8, description="connections per peer (default: ports per NIC)")
     nic_port_choice: Literal["hash", "round-robin"] = Field(
         "hash", description="under ecmp/shortest, which NIC port a connection leaves on: the host's multipath hash, "
@@ -300,15 +320,17 @@ class Experiment(_Strict):
     connection_choice: Literal["channel", "least-outstanding"] = Field(
         "channel", description="channel: a channel's chunks stay on its connection; least-outstanding: each chunk "
                                "goes on the peer's connection with the fewest unacknowledged bytes (HPN)")
-    workload: WorkloadSpec | None = None
+    workload: WorkloadSpec | None = Field(None, description="what one job replays (or give jobs)")
     jobs: list[JobSpec] = Field(default_factory=list, max_length=16,
                                 description="several jobs at once, instead of workload")
-    failures: list[FailureSpec] = Field(default_factory=list, max_length=1000)
-    random_failures: RandomFailures | None = None
+    failures: list[FailureSpec] = Field(default_factory=list, max_length=1000,
+                                        description="scheduled failures, fired in the data plane")
+    random_failures: RandomFailures | None = Field(None, description="a Poisson process of link failures per link")
     campaign: CampaignSpec | None = Field(None, description="outages sampled from production failure rates")
-    resilience: ResilienceSpec = Field(default_factory=ResilienceSpec)
-    repetitions: int = Field(1, ge=1, le=100)
-    seed: int = Field(0, ge=0, le=2**32 - 1)
+    resilience: ResilienceSpec = Field(default_factory=ResilienceSpec,
+                                       description="what a failure costs a job: watchdog, restart, checkpoints")
+    repetitions: int = Field(1, ge=1, le=100, description="runs of every variant, with seeds seed, seed+1, ...")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="seeds hashing, random failures and campaigns")
     horizon_s: float = Field(30.0, gt=0, le=DAY_S, description="how far ahead random failures are drawn")
     step_timeout_s: float = Field(60.0, gt=0, le=3600, description="a step stalled this long means the job halted")
     placement: Literal["compact", "scattered"] = Field(
@@ -461,6 +483,8 @@ def from_dict(data: dict) -> Experiment:
 
 @hides_values
 def load(path: str | Path) -> Experiment:
+    """An experiment file read and checked whole: the model, and its workload files found beside it; an
+    InputError naming the field, the value and the fix otherwise."""
     p = Path(path)
     if not p.is_file():
         raise InputError("no such experiment file",

@@ -54,6 +54,16 @@ log = logging.getLogger(__name__)
 
 
 class Network:
+    """A Topology running in Mininet with Open vSwitch: built, addressed and routed when the `with` block starts
+    (or at start()), taken down when it ends, also on Ctrl-C or an error.
+
+    routing: "static" (rules installed by hpnlab) or "controller" (the OpenFlow app in its own process);
+    mode: "ecmp", "shortest", or with the controller "precise"; hashing: the ECMP hash model ("ovs", "asic",
+    "asic-seeded"); qos: a QosSpec to shape every link with priority classes, PFC and ECN; delay_ms: netem
+    delay on every link (where the kernel has netem); controller_runtime: "os-ken" or "ryu-manager"; cluster:
+    a ClusterSpec to spread the fabric over several servers; progress: called with each start-up stage.
+    """
+
     def __init__(self, topo: Topology, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs",
                  caps: Capabilities | None = None, delay_ms: float | None = None, log_dir: str | None = None,
                  qos: QosSpec | None = None, controller_runtime: str = "os-ken",

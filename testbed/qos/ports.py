@@ -17,7 +17,7 @@ from topos.model import Topology
 from .spec import PortPlan, QosSpec, polled_reaction_ms, port_plan
 
 # The PFC agent reads every switch queue each poll; its cost grows with the switch ports. 5 ms for the
-# 8-host HPN's 128 switch ports took 24-27% of a core (README, PFC bench); at 768 ports (64 hosts) a 5 ms
+# 8-host HPN's 128 switch ports took 24-27% of a core (docs/benchmarks.md, PFC bench); at 768 ports (64 hosts) a 5 ms
 # period could not be kept (p99 231 ms, the machine CPU-bound), so the period grows with the ports (and a
 # polling agent's headroom, sized from the period, with it).
 BASE_POLL_MS, BASE_SWITCH_PORTS = 5.0, 128

@@ -2,7 +2,7 @@
 
 Rates: a link of R Gbit/s in the Topology is emulated at R / scale. The default
 scale puts a 200G host port at 20 Mbit/s, where 2 cores of userspace OVS keep
-up (README: Benchmarks, the scale table).
+up (docs/benchmarks.md, the scale table).
 
 Classes (HTB children of one per-port parent at the link rate):
     high         DSCP 48 (CNP, control), TCP pure ACKs and the traffic agents' one-byte
@@ -108,13 +108,17 @@ def class_of_minor(minor: int) -> str | None:
 
 
 class PfcSpec(BaseModel):
+    """The pause agent: whether it runs, its thresholds (derived from the port rate and the measured reaction
+    unless given), how it sees crossings (kernel events or polling)."""
+
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # "5" or true is no number
-    enabled: bool = True
+    enabled: bool = Field(True, description="pause upstream when a lossless queue passes XOFF")
     poll_ms: float | Literal["auto"] = Field("auto", description="agent poll period; auto: 5 ms for the 8-host "
                                                               "HPN's 128 switch ports, longer in proportion")
     xoff_bytes: int | None = Field(None, gt=0, le=1 << 30, description="default from rate and poll period")
-    xon_bytes: int | None = Field(None, ge=0, le=1 << 30)
-    headroom_bytes: int | None = Field(None, ge=0, le=1 << 30)
+    xon_bytes: int | None = Field(None, ge=0, le=1 << 30, description="resume below this; default XOFF / 2")
+    headroom_bytes: int | None = Field(None, ge=0, le=1 << 30, description="room past XOFF for ingress until the "
+                                       "pause acts; default from the reaction and the ingress rates")
     frames: bool = Field(False, description="also emit 802.1Qbb PAUSE frames (scapy) for captures")
     pause_rate_fraction: float = Field(1 / 16, gt=0, lt=1, description="what a paused class still sends")
     remote_ms: float = Field(5.0, gt=0, le=1000, description="what a pause toward another server's port adds "
@@ -158,7 +162,7 @@ class EcnSpec(BaseModel):
     an 8-host incast), where the ramp's probability matched what DCTCP needs."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # "5" or true is no number
-    enabled: bool = False
+    enabled: bool = Field(False, description="mark ECN-capable lossless packets CE at switch egress")
     kmin_bytes: int | None = Field(None, ge=0, le=1 << 30, description="default: XOFF / 4 of the port")
     kmax_bytes: int | None = Field(None, gt=0, le=1 << 30, description="default: XOFF of the port")
     pmax: float = Field(0.2, gt=0, le=1, description="marking probability just below kmax")
@@ -184,11 +188,12 @@ class LosslessPriority(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # "5" or true is no number
     priority: int = Field(ge=0, le=7, description="the 802.1p priority its pauses name")
-    dscp: int = Field(ge=0, le=63)
+    dscp: int = Field(ge=0, le=63, description="the DSCP that selects this priority")
     weight: float = Field(1.0, gt=0, le=1e6, description="share of the lossless weight (weighted scheduling)")
     xoff_bytes: int | None = Field(None, gt=0, le=1 << 30, description="default: pfc.xoff_bytes or derived")
-    xon_bytes: int | None = Field(None, ge=0, le=1 << 30)
-    headroom_bytes: int | None = Field(None, ge=0, le=1 << 30)
+    xon_bytes: int | None = Field(None, ge=0, le=1 << 30, description="default: pfc.xon_bytes or XOFF / 2")
+    headroom_bytes: int | None = Field(None, ge=0, le=1 << 30, description="default: pfc.headroom_bytes or "
+                                       "derived")
 
     @property
     def name(self) -> str:
@@ -196,25 +201,32 @@ class LosslessPriority(BaseModel):
 
 
 class QosSpec(BaseModel):
+    """How every link is shaped: the bytes scale, priority classes and their DSCPs, lossless priorities with PFC,
+    ECN marking and the hosts' congestion control."""
+
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # "5" or true is no number
     scale: float | Literal["auto"] = Field(10_000.0, description="emulated rate = topology rate / scale; auto: "
                                                               "from the offered load and this machine's budget")
     buffer_ms: float = Field(20.0, gt=0, description="lossy queue limit, in ms at the port rate (at most 10 s)")
-    min_buffer_bytes: int = Field(16 * MTU, gt=0, le=1 << 30)
-    scheduling: Literal["strict", "weighted"] = "strict"
-    weights: dict[str, float] = Field(default_factory=lambda: {"high": 10, "lossless": 60, "default": 30})
+    min_buffer_bytes: int = Field(16 * MTU, gt=0, le=1 << 30, description="the least a lossy queue holds")
+    scheduling: Literal["strict", "weighted"] = Field(
+        "strict", description="strict: high, then the lossless priorities, then default; weighted: one HTB "
+                              "priority, rates in proportion to weights")
+    weights: dict[str, float] = Field(default_factory=lambda: {"high": 10, "lossless": 60, "default": 30},
+                                      description="weighted scheduling: each class's share")
     lossless: list[LosslessPriority] = Field(
         default_factory=lambda: [LosslessPriority(priority=3, dscp=26)], min_length=1, max_length=8,
         description="lossless priorities, first served first under strict scheduling; the first is the default "
                     "class of lossless traffic and takes RoCEv2 (UDP 4791)")
-    high_dscp: int = Field(48, ge=0, le=63)
-    roce_udp_port: int = Field(4791, ge=1, le=65535)
+    high_dscp: int = Field(48, ge=0, le=63, description="the DSCP of the high class (CNPs, control)")
+    roce_udp_port: int = Field(4791, ge=1, le=65535, description="UDP destination port classed as RoCEv2 "
+                                                               "(the first lossless priority)")
     ack_priority: bool = Field(True, description="TCP pure ACKs (segments without payload) and the agents' one-byte "
                                                      "acknowledgements ride the high class")
     delay_ms: float | None = Field(None, gt=0, description="needs netem (at most 10 s)")
     loss_pct: float | None = Field(None, gt=0, le=100, description="needs netem")
-    pfc: PfcSpec = Field(default_factory=PfcSpec)
-    ecn: EcnSpec = Field(default_factory=EcnSpec)
+    pfc: PfcSpec = Field(default_factory=PfcSpec, description="the pause agent's thresholds and detection")
+    ecn: EcnSpec = Field(default_factory=EcnSpec, description="ECN marking at switch egress")
     cc: Cc = Field(
         "none", description="congestion control at the hosts (tcp transport, testbed/qos/cc.py): none, classic "
                             "ECN, DCTCP, or DCQCN (RoCE's, on the TCP stand-in); any but none turns ECN marking "
@@ -222,7 +234,8 @@ class QosSpec(BaseModel):
     # Set by dilated(), not by experiment files (time.dilation is theirs): the scale and the times above are this
     # many times what was asked, and the bounds apply to what was asked. A dilated spec so stays a valid one
     # (the PFC agent's process and a server's agent take it as JSON): buffer_ms 20 at D = 1,500 is 30 s.
-    dilated_by: float = Field(1.0, ge=1, description="set by the runner from time.dilation")
+    dilated_by: float = Field(1.0, ge=1, description="set by the runner from time.dilation",
+                              json_schema_extra={"internal": True})
 
     @model_validator(mode="after")
     def _check(self) -> QosSpec:

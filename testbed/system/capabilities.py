@@ -25,8 +25,8 @@ from traffic.transports.listening import wait_listening
 
 log = logging.getLogger(__name__)
 
-VM_HINT = ("run it in a full-kernel VM (Debian trixie with its backports kernel, as the project VM will be: "
-           "see README, 'What is on this machine'), whose kernel has it")
+VM_HINT = ("run it in a full-kernel VM (Debian trixie with its backports kernel, as the project VM is: "
+           "see docs/how-to/vm.md), whose kernel has it")
 
 # Minimal arguments that make each qdisc valid on a fresh veth.
 QDISC_TRIALS = {

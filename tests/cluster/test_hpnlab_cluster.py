@@ -170,7 +170,7 @@ def test_pfc_pauses_cross_servers_to_the_sending_hosts(shaped):
     between the agents.
 
     What this tier asserts is the mechanism across servers, not losslessness: a one-CPU TCG VM leaves the
-    polling PFC agent without the CPU for 0.3-10 s at a time (measured: README, cluster tier), longer than any
+    polling PFC agent without the CPU for 0.3-10 s at a time (measured in the cluster tier), longer than any
     headroom sized from its period, so drops there are printed, not claimed away. Lossless across servers
     is the claim of the kernel's event-driven PFC (issue #28); on one machine tests/emu/test_pfc_servers.py
     asserts it."""

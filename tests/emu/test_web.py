@@ -2,7 +2,7 @@
 or `hpnlab run` runs, and a past run's folder. The checks read the page's own model (window.hpnlab: the
 Cytoscape graph and what the charts hold), so they see what is drawn, not only what the server sent.
 
-Screenshots go to results/screenshots/ (the README's picture is one of them)."""
+Screenshots go to results/screenshots/ (the docs' picture docs/img/web-view.png is one of them)."""
 
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def test_run_shows_utilization_flows_and_busbw_then_the_results_folder(tmp_path,
             # while the ring runs: read after its last op, the flows may be withdrawn already (seen once: 0)
             flows = max(flows, page.evaluate("hpnlab.state.flows.length"))
             flow_edges = max(flow_edges, page.evaluate("hpnlab.cy.edges('.flow').length"))
-            if u > 0.5 and not shot:  # the README's picture: the all-reduce in flight
+            if u > 0.5 and not shot:  # the docs' picture: the all-reduce in flight
                 page.wait_for_timeout(600)
                 SHOTS.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(SHOTS / "live-allreduce.png"))

@@ -1,0 +1,89 @@
+"""Benchmarks write their tables into the docs between markers, so every figure there is generated, never typed,
+and each table is stamped with the machine, the commit and the date it was measured on.
+
+A block is delimited by `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`; what is between them is
+replaced whole, the rest of the file is left as it is. docs/benchmarks.md holds the benchmarks' tables,
+experiments/README.md the shipped experiments' (the docs site includes it).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _commit() -> str:
+    try:
+        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + (" with local changes" if dirty else "")
+
+
+def stamp() -> dict:
+    """What a measurement was taken on, to keep in its saved record: machine, commit, date."""
+    return {"machine": f"{platform.node() or 'this machine'}: {os.cpu_count()} cores, {_cpu_model()}, kernel "
+                       f"{platform.release()}",
+            "commit": _commit(), "date": time.strftime("%Y-%m-%d")}
+
+
+def stamp_of(record: dict) -> dict:
+    """A saved record's stamp; records saved before stamps existed keep only their date."""
+    if "stamp" in record:
+        return record["stamp"]
+    return {"machine": "not recorded", "commit": "not recorded", "date": str(record.get("when", "unknown"))[:10]}
+
+
+def stamp_line(s: dict) -> str:
+    return f"Measured on {s['machine']}; commit {s['commit']}; {s['date']}."
+
+
+def replace_block(path: Path, name: str, block: str, measured: dict) -> None:
+    """Put `block` between the markers named `name` in `path`, under the stamp of where it was `measured`."""
+    start, end = markers(name)
+    text = path.read_text()
+    if start not in text or end not in text or text.index(end) < text.index(start):
+        raise SystemExit(f"{path}: no '{start}' ... '{end}' block to write into; add the two markers where the "
+                         "table belongs")
+    body = f"{start}\n{stamp_line(measured)}\n\n{block}\n{end}"
+    path.write_text(text[:text.index(start)] + body + text[text.index(end) + len(end):])
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def stamp_of_results(run_dir: Path) -> dict:
+    """The stamp of an experiment's results folder: its environment.json's versions and the date in its name."""
+    import json
+
+    v = json.loads((run_dir / "environment.json").read_text())["versions"]
+    day = run_dir.name[:8]
+    return {"machine": f"kernel {v.get('kernel')} (results folder {run_dir.name})",
+            "commit": f"{v.get('git')}{' with local changes' if v.get('git_dirty') else ''}",
+            "date": f"{day[:4]}-{day[4:6]}-{day[6:]}"}
