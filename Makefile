@@ -5,7 +5,7 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap ryu-venv browser lint docs test test-slow test-all test-unit test-emu vm-image vm-test cluster-test vagrant-box vagrant-test demo clean bench
+.PHONY: bootstrap ryu-venv browser lint docs docs-images test test-slow test-all test-unit test-emu vm-image vm-test cluster-test vagrant-box vagrant-test demo clean bench
 
 bootstrap:
 	$(SUDO) bash scripts/bootstrap.sh
@@ -26,6 +26,10 @@ lint: bootstrap
 # builds it with --strict too (tests/unit/test_docs.py).
 docs: bootstrap
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The docs' pictures (docs/img/), taken by the browser tests, `hpnlab topo show` and a quick run.
+docs-images: browser
+	$(SUDO) bash scripts/docs_images.sh
 
 # The tiers (docs/development/tests.md). `make test` is the fast tier: unit tests and the emulation tests of behaviour that
 # holds on any machine (routing, failover, PFC lossless, bytes = closed forms, CLI errors, cleanup, Ctrl-C at
