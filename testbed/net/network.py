@@ -124,8 +124,10 @@ class Network:
         self.stop()
 
     def start(self) -> None:
+        reaction = self._kernel_reaction_ms(self.qos_spec) if self.qos_spec is not None else None
         preflight(self.topo, self.caps, self.delay_ms, self.qos_spec,
-                  servers=len(self.cluster_spec.servers) if self.cluster_spec is not None else 1)
+                  servers=len(self.cluster_spec.servers) if self.cluster_spec is not None else 1,
+                  kernel_reaction_ms=reaction)
         if self.cluster_spec is not None and self.qos_spec is not None and self.qos_spec.ecn.enabled:
             raise InputError("ECN marking (qos.ecn) runs on one server only, not over several",
                              "run without --cluster, or set qos.ecn.enabled: false", field="qos.ecn.enabled",
@@ -198,7 +200,7 @@ class Network:
         from testbed.cluster.shaping import split_shaper
         from testbed.qos.kqueues import mark_ecn
         from testbed.qos.pfc_process import PfcProcess
-        from testbed.qos.ports import egress_ports, resolve
+        from testbed.qos.ports import egress_ports, require_shapeable, resolve
         from testbed.qos.shaper import Shaper
         from testbed.qos.show import write_ports
 
@@ -207,6 +209,7 @@ class Network:
         if self.scale_choice is not None:
             log.info("%s", self.scale_choice.why())
         spec = resolve(spec, self.topo, scale, self._kernel_reaction_ms(spec))
+        require_shapeable(self.topo, spec)  # scale auto is known only now; nothing is shaped yet
         self.qos_spec = spec
         crossing = frozenset(l.name for l in self.cluster.placement.crossing) if self.cluster else frozenset()
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from testbed.qos.ports import require_shapeable
 from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import Capabilities
 from testbed.system.ownership import live_runs, tagged_bridges
@@ -31,8 +32,10 @@ def require_emulable(topo: Topology, servers: int = 1) -> None:
 
 
 def preflight(topo: Topology, caps: Capabilities, delay_ms: float | None = None, qos: QosSpec | None = None,
-              servers: int = 1) -> None:
+              servers: int = 1, kernel_reaction_ms: float | None = None) -> None:
     require_emulable(topo, servers)
+    if qos is not None:
+        require_shapeable(topo, qos, kernel_reaction_ms)
     require_features(caps, delay_ms, qos)
     _refuse_what_is_taken(topo)
 

@@ -18,6 +18,7 @@ Setting up and removing qdiscs, classes and filters still goes through pyroute2.
 
 from __future__ import annotations
 
+import math
 import socket
 import struct
 from dataclasses import dataclass
@@ -148,7 +149,9 @@ def dumper_in(netns_path: str | None) -> QdiscDumper:
 
 
 # -- HTB class changes ----------------------------------------------------------------
-TCA_OPTIONS, TCA_HTB_PARMS = 2, 1
+TCA_OPTIONS, TCA_HTB_PARMS, TCA_HTB_RATE64, TCA_HTB_CEIL64 = 2, 1, 6, 7
+U32_MAX = 0xFFFFFFFF  # tc_ratespec's rate is 32-bit bytes/s (34.4 Gbit/s); faster classes add the 64-bit attributes
+_U64 = struct.Struct("=Q")
 TC_LINKLAYER_ETHERNET = 1  # with a link layer set, the kernel needs no rate table
 NLA_F_NESTED = 0x8000
 _RATESPEC = struct.Struct("=BBHhHI")  # cell_log, linklayer, overhead, cell_align, mpu, rate (bytes/s)
@@ -165,20 +168,34 @@ CLASS_CHANGE = NLM_F_REQUEST  # no ack: the PFC agent's pause and resume
 CLASS_ADD = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL
 
 
+def xmit_ticks(rate: int, size: int) -> int:
+    """The time `size` bytes take at `rate` bytes/s, in the kernel's packet-scheduler ticks, rounded up. tc (and
+    pyroute2 after it) truncates to whole microseconds first, which makes a two-frame burst 0 above 25 Gbit/s:
+    such a class could never send two frames back to back."""
+    from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec  # ticks per microsecond, from /proc/net/psched
+
+    return math.ceil(1e6 * size / rate * tick_in_usec)
+
+
 def htb_class_message(ifindex: int, handle: int, parent: int, rate_bps: int, ceil_bps: int, burst: int,
                       cburst: int, quantum: int, prio: int, flags: int = CLASS_CHANGE, seq: int = 0) -> bytes:
     """An RTM_NEWTCLASS for one HTB class: a change without ack (default), or an add (CLASS_ADD).
 
     With the link layer set the kernel needs no rate table, which is what makes pyroute2's encoding of
-    the same class slow (a 256-entry table computed in Python per rate)."""
-    from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime  # the same tick math as tc and pyroute2
-
+    the same class slow (a 256-entry table computed in Python per rate). A rate above 32 bits of bytes/s goes
+    in TCA_HTB_RATE64 / TCA_HTB_CEIL64 with the ratespec's field at its maximum, as tc sends it."""
     rate, ceil = rate_bps // 8, ceil_bps // 8
-    opt = (_RATESPEC.pack(0, TC_LINKLAYER_ETHERNET, 0, 0, 0, rate)
-           + _RATESPEC.pack(0, TC_LINKLAYER_ETHERNET, 0, 0, 0, ceil)
-           + _HTB_OPT_TAIL.pack(calc_xmittime(rate, burst), calc_xmittime(ceil, cburst), quantum, 0, prio))
+    if not (0 < rate < 1 << 64 and 0 < ceil < 1 << 64):
+        raise ValueError(f"HTB class rates are 1 to 2^64 - 1 bytes/s, not {rate} and {ceil}")
+    opt = (_RATESPEC.pack(0, TC_LINKLAYER_ETHERNET, 0, 0, 0, min(rate, U32_MAX))
+           + _RATESPEC.pack(0, TC_LINKLAYER_ETHERNET, 0, 0, 0, min(ceil, U32_MAX))
+           + _HTB_OPT_TAIL.pack(xmit_ticks(rate, burst), xmit_ticks(ceil, cburst), quantum, 0, prio))
+    attrs = _nla(TCA_HTB_PARMS, opt)
+    for kind, value in ((TCA_HTB_RATE64, rate), (TCA_HTB_CEIL64, ceil)):
+        if value > U32_MAX:
+            attrs += _nla(kind, _U64.pack(value))
     body = (_TCMSG.pack(0, ifindex, handle, parent, 0) + _nla(TCA_KIND, b"htb\0")
-            + _nla(TCA_OPTIONS | NLA_F_NESTED, _nla(TCA_HTB_PARMS, opt)))
+            + _nla(TCA_OPTIONS | NLA_F_NESTED, attrs))
     return _NLMSG.pack(_NLMSG.size + len(body), RTM_NEWTCLASS, flags, seq, 0) + body
 
 

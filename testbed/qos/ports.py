@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import TypeAdapter
 
+from topos.errors import InputError
 from topos.model import Topology
 
 from .spec import PortPlan, QosSpec, polled_reaction_ms, port_plan
@@ -74,6 +75,12 @@ class Port:
     def is_host(self) -> bool:
         return self.role == "host"
 
+    def queue_limit(self, priority: int | None, pfc: bool) -> int:
+        """The bytes the queue of a lossless `priority` (None: a lossy class) holds at this port."""
+        if priority is None:
+            return self.plan.buffer_bytes
+        return HOST_LOSSLESS_LIMIT if self.is_host and pfc else self.plan.lossless[priority].limit
+
 
 def egress_ports(topo: Topology, spec: QosSpec, netns_of: Callable[[str], str | None],
                  ifname_of: Callable[[str, int], str], crossing: frozenset[str] = frozenset()) -> list[Port]:
@@ -92,6 +99,28 @@ def egress_ports(topo: Topology, spec: QosSpec, netns_of: Callable[[str], str | 
                                       remote[node] - (l.rate_gbps if l.name in crossing else 0.0),
                                       links[node] - 1)))
     return out
+
+
+FIFO_LIMIT_MAX = 0xFFFFFFFF  # a bfifo's limit is a 32-bit count of bytes
+HOST_LOSSLESS_LIMIT = 16 << 20  # a host does not drop its own lossless traffic: its "queue" is memory
+
+
+def require_shapeable(topo: Topology, spec: QosSpec, kernel_reaction_ms: float | None = None) -> None:
+    """What the kernel cannot hold is refused before anything starts. Rates of any size encode (HTB's 64-bit
+    attributes); a queue's limit is 32 bits of bytes, and an unscaled fabric's lossless headroom (its ingress for
+    the pause's reaction time, `kernel_reaction_ms` when the agent acts on kernel events) can pass it. Scale
+    auto fits the load into this machine's budget, far below."""
+    if spec.scale == "auto":
+        return
+    spec = resolve(spec, topo, kernel_reaction_ms=kernel_reaction_ms)
+    ports = egress_ports(topo, spec, netns_of=lambda _h: None, ifname_of=lambda n, i: f"{n}:{i}")
+    deepest, p = max(((p.queue_limit(q, spec.pfc.enabled), p) for p in ports for q in [None, *p.plan.lossless]),
+                     key=lambda x: x[0])
+    if deepest > FIFO_LIMIT_MAX:
+        need = spec.scale * deepest / FIFO_LIMIT_MAX
+        raise InputError(f"port {p.key} ({p.plan.rate_bps / 1e9:g} Gbit/s emulated) needs a queue of {deepest:,} "
+                         "bytes, past the kernel's 32-bit FIFO limit",
+                         f"a larger scale (at least {need:,.0f}), or scale auto", field="qos.scale", value=spec.scale)
 
 
 _PORT_LIST = TypeAdapter(list[Port])

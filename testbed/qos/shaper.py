@@ -48,7 +48,6 @@ _tc_plugins.setdefault("bfifo", _sched_pfifo)
 log = logging.getLogger(__name__)
 
 ROOT = 0x10000
-HOST_LOSSLESS_LIMIT = 16 << 20  # a host does not drop its own lossless traffic: its "queue" is memory
 ETH_P_IP = 0x0800
 
 
@@ -176,10 +175,7 @@ class Shaper:
                                      flags=CLASS_ADD, seq=next(seqs))
         lossless = {c.name: c.priority for c in self.spec.lossless}
         for cls, minor in classes.items():
-            limit = p.plan.buffer_bytes
-            if cls in lossless:
-                limit = (HOST_LOSSLESS_LIMIT if p.is_host and self.spec.pfc.enabled
-                         else p.plan.lossless[lossless[cls]].limit)
+            limit = p.queue_limit(lossless.get(cls), self.spec.pfc.enabled)
             ipr.tc("add", "bfifo", idx, handle=minor << 16, parent=ROOT | minor, limit=limit)
         tos = lambda dscp: f"0x{dscp << 18:08x}/0x00fc0000+0"  # noqa: E731 - TOS byte is the 2nd of word 0
         filters = [(HIGH_MINOR, [tos(self.spec.high_dscp)]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,15 @@ def test_traffic_run_simai_takes_any_path_and_replays_training_iterations(tmp_pa
     table = hpnlab("traffic", "run", "--simai", str(f), "--scale", "20000", env={"COLUMNS": "220"}, timeout=300)
     assert table.returncode == 0, table.stderr[-2000:]
     assert "training iterations" in table.stdout and "GPU utilization" in table.stdout, table.stdout
+
+
+def test_an_eight_rail_hpn_shapes_links_past_32_bits_and_runs(no_leftovers, hpnlab):
+    """The default HPN with 8 rails at scale 4: 50 Gbit/s classes, above the 32-bit ratespec (a struct.error
+    before), encoded with HTB's 64-bit attributes; an all-reduce over every host's NIC 0 delivers its bytes."""
+    r = hpnlab("traffic", "run", "-p", "rails=8", "--scale", "4", "--size", "64MB", "--iters", "1", "--dilation", "1",
+               "--format", "json", timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    run = json.loads(r.stdout)  # the run's record
+    assert run["scale"] == 4 and len(run["ops"]) == 1
+    op = run["ops"][0]
+    assert op["bytes_delivered"] == op["bytes_expected"] == op["bytes_closed_form"] > 0
