@@ -16,7 +16,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
+from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
 from testbed.net.network import Network
 from testbed.qos.spec import QosSpec
 from topos import build
@@ -71,8 +71,7 @@ def main() -> None:
     ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        saved = json.loads(a.saved.read_text())
-        replace_block(BENCHMARKS, "collectives", readme_table(saved), stamp_of(saved))
+        write_saved(a.saved, "collectives", readme_table)
         return
     cases = [("hpn", "precise", "allreduce", "ring", 8_000_000),
              ("hpn", "precise-host", "allreduce", "ring", 8_000_000),

@@ -17,7 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
+from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
 from testbed.experiment.measure import StreamSpec, gap_after, host_links_used, port_delta, run_streams, uplinks_used
 from testbed.net.network import Network
 from topos import build
@@ -128,8 +128,7 @@ def main() -> None:
     ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        saved = json.loads(a.saved.read_text())
-        replace_block(BENCHMARKS, "controller", readme_table(saved), stamp_of(saved))
+        write_saved(a.saved, "controller", readme_table)
         return
     reps = 1 if a.quick else 3
     out = {"when": time.strftime("%Y-%m-%d %H:%M:%S"), "stamp": stamp(), "startup": startup(reps),

@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
+from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
 from testbed.experiment.calibration import measure_reaction
 from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate
 from testbed.net.network import Network
@@ -167,8 +167,7 @@ def main() -> None:
     ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        saved = json.loads(a.saved.read_text())
-        replace_block(BENCHMARKS, "pfc", readme_table(saved), stamp_of(saved))
+        write_saved(a.saved, "pfc", readme_table)
         return
     incast = [(f"h{i}", "h7") for i in range(7)]
     out = {

@@ -24,7 +24,7 @@ import json
 import time
 from pathlib import Path
 
-from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
+from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
 from testbed.experiment.calibration import calibrate
 from testbed.experiment.fidelity import line as fidelity_line
 from testbed.experiment.fidelity import reasons, status
@@ -208,8 +208,7 @@ def main() -> None:
     ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        saved = json.loads(a.saved.read_text())
-        replace_block(BENCHMARKS, "scale", scale_table(saved["rows"]), stamp_of(saved))
+        write_saved(a.saved, "scale", lambda saved: scale_table(saved["rows"]))
         return
     measured = stamp()
     exit_cleanly_on_signals()  # SIGTERM unwinds through each network's stop(), as Ctrl-C does

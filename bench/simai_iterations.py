@@ -23,7 +23,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of, table
+from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
 from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.runner import run
 from testbed.experiment.spec import from_dict
@@ -101,9 +101,8 @@ def main() -> None:
     ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
-        saved = json.loads(a.saved.read_text())
-        rows = saved["rows"] if isinstance(saved, dict) else saved  # files saved before stamps: the rows alone
-        replace_block(BENCHMARKS, "simai", simai_table(rows), stamp_of(saved if isinstance(saved, dict) else {}))
+        # files saved before stamps hold the rows alone
+        write_saved(a.saved, "simai", lambda saved: simai_table(saved["rows"] if isinstance(saved, dict) else saved))
         return
     dilation = a.dilation if a.dilation == "auto" else float(a.dilation)
     files = FILES if a.files is None else a.files

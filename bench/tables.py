@@ -8,11 +8,12 @@ experiments/README.md the shipped experiments' (the docs site includes it).
 
 from __future__ import annotations
 
-import os
-import platform
-import subprocess
+import json
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+from testbed.system.versions import git_revision, machine_summary, revision_text
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "docs" / "benchmarks.md"
@@ -22,39 +23,24 @@ def markers(name: str) -> tuple[str, str]:
     return f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def _commit() -> str:
-    try:
-        rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return rev + (" with local changes" if dirty else "")
-
-
 def stamp() -> dict:
     """What a measurement was taken on, to keep in its saved record: machine, commit, date."""
-    return {"machine": f"{platform.node() or 'this machine'}: {os.cpu_count()} cores, {_cpu_model()}, kernel "
-                       f"{platform.release()}",
-            "commit": _commit(), "date": time.strftime("%Y-%m-%d")}
+    return {"machine": machine_summary(), "commit": revision_text(*git_revision()), "date": time.strftime("%Y-%m-%d")}
 
 
-def stamp_of(record: dict) -> dict:
-    """A saved record's stamp; records saved before stamps existed keep only their date."""
+def stamp_of(record: dict | list) -> dict:
+    """A saved record's stamp; records saved before stamps existed keep only their date (or nothing)."""
+    record = record if isinstance(record, dict) else {}
     if "stamp" in record:
         return record["stamp"]
-    return {"machine": "not recorded", "commit": "not recorded", "date": str(record.get("when", "unknown"))[:10]}
+    return {"machine": "a machine not recorded", "commit": "not recorded",
+            "date": str(record.get("when", "unknown"))[:10]}
+
+
+def write_saved(path: Path, name: str, render: Callable[[dict | list], str]) -> None:
+    """The docs' table `name` rewritten from a run saved earlier (a bench's `--from FILE`), under its own stamp."""
+    saved = json.loads(path.read_text())
+    replace_block(BENCHMARKS, name, render(saved), stamp_of(saved))
 
 
 def stamp_line(s: dict) -> str:
@@ -80,10 +66,8 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def stamp_of_results(run_dir: Path) -> dict:
     """The stamp of an experiment's results folder: its environment.json's versions and the date in its name."""
-    import json
-
     v = json.loads((run_dir / "environment.json").read_text())["versions"]
     day = run_dir.name[:8]
     return {"machine": f"kernel {v.get('kernel')} (results folder {run_dir.name})",
-            "commit": f"{v.get('git')}{' with local changes' if v.get('git_dirty') else ''}",
+            "commit": revision_text(v.get("git"), bool(v.get("git_dirty"))),
             "date": f"{day[:4]}-{day[4:6]}-{day[6:]}"}

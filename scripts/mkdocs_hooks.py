@@ -66,15 +66,22 @@ def bounds(field) -> str:
     return ", ".join(out)
 
 
-def default_of(field, given: object = PydanticUndefined) -> str:
-    """The default as YAML would say it; `given`: the value the enclosing default holds (an experiment's qos
-    defaults to QosSpec(scale="auto"), whatever QosSpec's own default is)."""
-    if field.is_required() and given is PydanticUndefined:
-        return "required"
+def type_cell(field) -> str:
+    """A field's type with its limits, as a table cell says them."""
+    extra = bounds(field)
+    return type_name(field.annotation) + (f" ({extra})" if extra else "")
+
+
+def default_value(field, given: object = PydanticUndefined) -> object:
+    """A field's default, PydanticUndefined when it is required; `given`: the value the enclosing default holds
+    (an experiment's qos defaults to QosSpec(scale="auto"), whatever QosSpec's own default is)."""
     if given is not PydanticUndefined:
-        value = given
-    else:
-        value = field.default_factory() if field.default_factory is not None else field.default
+        return given
+    return field.default_factory() if field.default_factory is not None else field.default
+
+
+def default_text(value: object) -> str:
+    """A default as YAML would say it."""
     if value is PydanticUndefined:
         return "required"
     if isinstance(value, BaseModel):
@@ -103,6 +110,15 @@ def nested_models(ann: object) -> list[type[BaseModel]]:
     return found
 
 
+def models_under(model: type[BaseModel]) -> list[type[BaseModel]]:
+    """The model and every model its fields hold, each once."""
+    found = [model]
+    for m in found:  # the list grows as it is walked
+        for f in m.model_fields.values():
+            found += [n for n in nested_models(f.annotation) if n not in found]
+    return found
+
+
 def model_sections(model: type[BaseModel], path: str, seen: dict[type, str], level: int = 2,
                    instance: BaseModel | None = None) -> list[str]:
     """A table of `model`'s keys, then a section per nested model (a model met before is linked, not repeated).
@@ -114,12 +130,8 @@ def model_sections(model: type[BaseModel], path: str, seen: dict[type, str], lev
             continue
         key = field.alias or name
         sub = f"{path}.{key}" if path else key
-        extra = bounds(field)
-        given = getattr(instance, name) if instance is not None else PydanticUndefined
-        rows.append([f"`{key}`", type_name(field.annotation) + (f" ({extra})" if extra else ""),
-                     default_of(field, given), description_of(model, name)])
-        default = given if given is not PydanticUndefined else (
-            field.default_factory() if field.default_factory is not None else field.default)
+        default = default_value(field, getattr(instance, name) if instance is not None else PydanticUndefined)
+        rows.append([f"`{key}`", type_cell(field), default_text(default), description_of(model, name)])
         for m in nested_models(field.annotation):
             inner = default if isinstance(default, m) else None
             later.append((m, sub + ("[]" if typing.get_origin(field.annotation) is list else ""), inner))
@@ -145,8 +157,8 @@ def topology_reference() -> str:
 
     out = []
     for b in BUILDERS.values():
-        rows = [[f"`{name}`", type_name(f.annotation) + (f" ({bounds(f)})" if bounds(f) else ""), default_of(f),
-                 description_of(b.params, name)] for name, f in b.params.model_fields.items()]
+        rows = [[f"`{name}`", type_cell(f), default_text(default_value(f)), description_of(b.params, name)]
+                for name, f in b.params.model_fields.items()]
         presets = [[f"`{p}`", ", ".join(f"{k}={v}" for k, v in values.items()) or "the defaults"]
                    for p, values in b.presets.items()]
         out += [f"## `{b.name}`", "", b.description, "", table(["parameter", "type", "default", "what it sets"],
@@ -184,7 +196,8 @@ def python_reference() -> str:
     out = []
     for name in testbed.__all__:
         obj = getattr(testbed, name)
-        if not vars(obj).get("__doc__") if isinstance(obj, type) else not obj.__doc__:  # its own, not inherited
+        own = vars(obj).get("__doc__") if isinstance(obj, type) else obj.__doc__  # a class's own, not inherited
+        if not own:
             raise ValueError(f"testbed.{name} has no docstring")
         out += [f"::: {testbed._HOMES[name]}.{name}", ""]
     return "\n".join(out)

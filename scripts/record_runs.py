@@ -12,11 +12,11 @@ run of failure_campaign, read only by the queue plot), stamped with where and wh
 from __future__ import annotations
 
 import json
-import platform
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+
+from testbed.system.versions import git_revision, machine_summary, revision_text
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "tests" / "data" / "runs"
@@ -32,9 +32,7 @@ def trimmed(data: dict) -> dict:
 
 
 def stamp() -> dict:
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    return {"commit": commit, "machine": f"{platform.node()} ({platform.machine()}, {platform.release()})",
+    return {"commit": revision_text(*git_revision()), "machine": machine_summary(),
             "date": datetime.now(UTC).strftime("%Y-%m-%d"), "left_out": ".".join(DROPPED)}
 
 

@@ -200,7 +200,7 @@ class Network:
         from testbed.cluster.shaping import split_shaper
         from testbed.qos.kqueues import mark_ecn
         from testbed.qos.pfc_process import PfcProcess
-        from testbed.qos.ports import egress_ports, require_shapeable, resolve
+        from testbed.qos.ports import egress_ports, require_queues_fit, resolve
         from testbed.qos.shaper import Shaper
         from testbed.qos.show import write_ports
 
@@ -209,11 +209,11 @@ class Network:
         if self.scale_choice is not None:
             log.info("%s", self.scale_choice.why())
         spec = resolve(spec, self.topo, scale, self._kernel_reaction_ms(spec))
-        require_shapeable(self.topo, spec)  # scale auto is known only now; nothing is shaped yet
         self.qos_spec = spec
         crossing = frozenset(l.name for l in self.cluster.placement.crossing) if self.cluster else frozenset()
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
                              ifname_of=self.intf_name, crossing=crossing)
+        require_queues_fit(ports, spec)  # scale auto is known only now; nothing is shaped yet
         if self.cluster is None:
             self.qos = Shaper(ports, spec)
         else:

@@ -113,7 +113,11 @@ def require_shapeable(topo: Topology, spec: QosSpec, kernel_reaction_ms: float |
     if spec.scale == "auto":
         return
     spec = resolve(spec, topo, kernel_reaction_ms=kernel_reaction_ms)
-    ports = egress_ports(topo, spec, netns_of=lambda _h: None, ifname_of=lambda n, i: f"{n}:{i}")
+    require_queues_fit(egress_ports(topo, spec, netns_of=lambda _h: None, ifname_of=lambda n, i: f"{n}:{i}"), spec)
+
+
+def require_queues_fit(ports: list[Port], spec: QosSpec) -> None:
+    """Every queue of these ports within the kernel's 32-bit FIFO limit, or an InputError naming the deepest."""
     deepest, p = max(((p.queue_limit(q, spec.pfc.enabled), p) for p in ports for q in [None, *p.plan.lossless]),
                      key=lambda x: x[0])
     if deepest > FIFO_LIMIT_MAX:

@@ -3,16 +3,15 @@ door, and no page keeps a lab notebook (dates and commit hashes only in the benc
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
-import typing
 from pathlib import Path
 
 import click
 import pytest
-from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[2]
 DATE = re.compile(r"20[0-9]{2}-[0-9]{2}-[0-9]{2}")
@@ -48,37 +47,29 @@ def test_every_command_and_option_has_help():
     assert not missing, "add help= to: " + ", ".join(missing)
 
 
-def models(model: type[BaseModel], seen: set) -> None:
-    if model in seen:
-        return
-    seen.add(model)
-    for f in model.model_fields.values():
-        stack = [f.annotation]
-        while stack:
-            t = stack.pop()
-            if isinstance(t, type) and issubclass(t, BaseModel):
-                models(t, seen)
-            stack += typing.get_args(t)
-
-
-def undescribed(model: type[BaseModel]) -> list[str]:
-    """Fields with no description of their own or of the base class they override."""
-    out = []
-    for name in model.model_fields:
-        if not any(name in getattr(k, "model_fields", {}) and k.model_fields[name].description for k in model.__mro__):
-            out.append(f"{model.__name__}.{name}")
-    return out
+def hooks():
+    """scripts/mkdocs_hooks.py, which generates the reference pages (not a package: loaded from its file)."""
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_every_experiment_key_and_builder_parameter_has_a_description():
+    """All of them at once, where the docs build stops at the first."""
     from testbed.experiment.spec import Experiment
     from topos import BUILDERS
 
-    seen: set = set()
-    models(Experiment, seen)
-    missing = [m for model in seen for m in undescribed(model)]
-    missing += [m for b in BUILDERS.values() for m in undescribed(b.params)]
-    assert len(seen) > 10 and not missing, "add Field(description=...) to: " + ", ".join(sorted(missing))
+    h = hooks()
+    models = h.models_under(Experiment)
+    missing = []
+    for model in [*models, *(b.params for b in BUILDERS.values())]:
+        for name in model.model_fields:
+            try:
+                h.description_of(model, name)
+            except ValueError:
+                missing.append(f"{model.__name__}.{name}")
+    assert len(models) > 10 and not missing, "add Field(description=...) to: " + ", ".join(sorted(missing))
 
 
 def test_readme_is_a_front_door():
