@@ -36,9 +36,10 @@ trap 'exit 130' INT TERM
 
 log "booting kernel $(sed -n 's/.*"kernel": "\([^"]*\)".*/\1/p' "$img/manifest.json") with $accel (image ready in ${t_img} s)"
 t1=$(date +%s)
-# Under TCG the guest kernel now and then oopses in its first seconds (an int3 while it patches its own
-# code with two emulated CPUs; seen once here). A boot that panicked before the tests
-# started, leaving no rc, is tried once more on a fresh overlay; a panic later is the tests' result.
+# Under TCG the guest kernel now and then oopses (an int3 left behind while it patches its own code with two
+# emulated CPUs: seen in the first seconds of a boot, and once 4 minutes into the tests as a tracepoint or
+# BPF hook was switched on). That is the emulator, not the tests: a guest that panicked before writing its
+# rc is booted once more on a fresh overlay and runs the tests again. A second panic is the result.
 for attempt in 1 2; do
   vm_start "$img" "$out" "${HPNLAB_VM_CPUS:-2}" "${HPNLAB_VM_MEM:-3072}"
   qemu_pid=$vm_pid
@@ -49,11 +50,10 @@ for attempt in 1 2; do
   fi
   wait "$qemu_pid" || true
   qemu_pid=
-  if [ "$attempt" = 1 ] && [ ! -e "$out/rc" ] && [ $(( $(date +%s) - t1 )) -lt 120 ] \
-     && grep -q "Kernel panic" "$out/console.log"; then
+  if [ "$attempt" = 1 ] && [ ! -e "$out/rc" ] && grep -q "Kernel panic" "$out/console.log"; then
     cp "$out/console.log" "$out/console-panic-1.log"
     rm -f "$overlay"
-    log "the guest kernel panicked while booting (console-panic-1.log); booting once more"
+    log "the guest kernel panicked after $(( $(date +%s) - t1 )) s (console-panic-1.log); booting once more"
     continue
   fi
   break
