@@ -14,19 +14,22 @@ from .web import live_view, serve_results, web_opts
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-def validate(file: str) -> None:
-    """Check an experiment file as `run` does (topology, names, workload, schedules) without running it."""
+@click.option("--quick", is_flag=True, help="Check it at the reduced size `run --quick` runs.")
+@cluster_opt
+def validate(file: str, quick: bool, cluster_file: str | None) -> None:
+    """Check an experiment file as `run` plans it (topology, names, workload, schedules, transport, the servers
+    of --cluster) without running it."""
     from testbed.experiment.failures import campaign_plan
-    from testbed.experiment.runner import prepare
+    from testbed.experiment.planning import plan
     from testbed.experiment.spec import load
 
-    for p in prepare(load(file), Path(file).parent):
-        scale = p.auto.scale.scale if p.auto.scale is not None else p.exp.qos.scale
-        dilation = p.auto.time.dilation if p.auto.time is not None else p.exp.time.dilation
+    for p in plan(load(file), Path(file).parent, quick, load_cluster_arg(cluster_file)):
+        dilation = p.exp.time.dilation
         console.print(f"{p.label}: {p.exp.topology.name} ({len(p.topo.hosts)} hosts), routing {p.exp.routing}, "
-                      f"{len(p.items)} op(s) at scale {scale:g}" + (f", time dilated {dilation:g}x" if dilation != 1
-                                                                      else "") + f", {len(p.events)} failure event(s)")
-        for why in p.auto.lines():
+                      f"{len(p.items)} op(s) at scale {p.exp.qos.scale:g}"
+                      + (f", time dilated {dilation:g}x" if dilation != 1 else "")
+                      + f", {len(p.events)} failure event(s), transport {p.transport}")
+        for why in p.notes:
             console.print(f"  {why}", soft_wrap=True)
         if p.exp.campaign is not None:
             console.print(f"  {campaign_plan(p.exp, p.topo)}", soft_wrap=True)
@@ -40,14 +43,14 @@ def validate(file: str) -> None:
 @cluster_opt
 def run_cmd(file: str, quick: bool, web: bool, web_port: int, cluster_file: str | None) -> None:
     """Run an experiment file; writes results/<date>-<name>-<hash>/."""
-    from testbed.experiment.runner import prepare, run
+    from testbed.experiment.planning import plan
+    from testbed.experiment.runner import run
     from testbed.experiment.spec import load
 
     cluster = load_cluster_arg(cluster_file)
-    if web:
-        prepare(load(file), Path(file).parent, quick)  # a bad file is refused before the server starts
+    plans = plan(load(file), Path(file).parent, quick, cluster)  # a bad file is refused before anything starts
     with live_view(web, web_port) as hub:
-        out = run(file, reduced=quick, watch=hub, cluster=cluster)
+        out = run(file, reduced=quick, watch=hub, cluster=cluster, plans=plans)
     console.print((out / "summary.md").read_text())
     console.print(f"results: {out}")
 

@@ -72,10 +72,9 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
                 channels, connection_choice, scale, dilation, max_wall, pfc, cc, workload_file, simai_file, fmt,
                 as_json, cluster_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
-    from testbed.experiment.jobs import jobs, resolve_auto
-    from testbed.experiment.runner import run_one
+    from testbed.experiment.planning import plan_variant
+    from testbed.experiment.runner import execute
     from traffic.report import nccl_tests
-    from traffic.workload import select_ranks
 
     fmt = "json" if as_json else fmt
     cluster = load_cluster_arg(cluster_file)
@@ -84,11 +83,13 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     base, workload = _workload(workload_file, simai_file, op, size, sizes, algorithm, ranks_spec, iters)
     exp = _experiment(f"traffic-{op}", topo_name, preset, params, routing, hashing, transport, channels,
                       connection_choice, scale, pfc, cc, dilation, max_wall, workload)
-    topo = exp.topology.build()
-    if "collective" in workload:
-        select_ranks(ranks_spec, topo, "ranks")  # the option's own name in the error
-    exp, auto = resolve_auto(exp, base, topo)
-    job = jobs(exp, base, topo)[0]
+    try:
+        p = plan_variant(routing, exp, base, cluster)
+    except InputError as e:  # the option's own name in the error
+        if e.field != "workload.collective.ranks":
+            raise
+        raise InputError(e.what, e.fix, field="ranks", value=e.value) from None
+    job = p.jobs[0]
     replayed = [sched for _o, sched in job.items if sched is not None]
     if "collective" in workload:
         s = replayed[0]
@@ -99,14 +100,14 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True, disable=fmt != "table") as prog:
         task = prog.add_task("replaying", total=len(replayed))
-        rec = run_one(routing, exp, base, None, 0, progress=lambda: prog.advance(task), cluster=cluster)
+        rec = execute(p, None, progress=lambda: prog.advance(task), cluster=cluster)
     if fmt != "table":  # plain stdout for scripts: no colour, no wrapping
         click.echo(nccl_tests(rec["ops"], rec["scale"], f"{title}, {routing} on {topo_name}") if fmt == "nccl"
                    else json.dumps(rec, default=str), nl=fmt == "json")
         raise SystemExit(1 if rec["halted"] else 0)
-    for why in auto.lines():
+    for why in p.notes:
         console.print(why, soft_wrap=True)
-    _print_record(rec, f"{title} — {routing} on {topo_name}", exp.time.dilation, len(job.items) - len(replayed))
+    _print_record(rec, f"{title} — {routing} on {topo_name}", p.exp.time.dilation, len(job.items) - len(replayed))
     if rec["halted"]:
         console.print(f"[red]halted at {rec['halted']['at']} s in {rec['halted']['op']}: {rec['halted']['why']}[/]")
         raise SystemExit(1)

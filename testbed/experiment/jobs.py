@@ -25,7 +25,7 @@ from topos.model import Topology
 from traffic.collectives import Schedule, build_schedule
 from traffic.iteration import Step, predict
 from traffic.replay import op_schedule
-from traffic.workload import Op, load_simai, load_yaml, select_ranks
+from traffic.workload import Op, Workload, load_simai, load_yaml, select_ranks
 
 from .spec import CollectiveSpec, Experiment, JobSpec, WorkloadSpec, resolve
 
@@ -53,6 +53,29 @@ class Job:
         return self.iteration or [(Step(0.0, o), sched) for o, sched in self.items[:len(self.items) // self.iterations]]
 
 
+class Workloads:
+    """An experiment's workload files, each read and parsed once however often its jobs are scheduled (at real
+    size for `auto`, at the emulated size to run): the files in `base`, the spec's folder."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self._read: dict[Path, Workload] = {}
+
+    def get(self, wl: WorkloadSpec, where: str) -> Workload:
+        attr = "yaml_file" if wl.yaml_file else "simai"
+        path = resolve(wl, self.base, attr, where)
+        if path not in self._read:
+            self._read[path] = load_yaml(path) if wl.yaml_file else load_simai(path)
+        return self._read[path]
+
+
+Files = Path | Workloads  # where workload files are read from: a folder, or the reader that has read them
+
+
+def workloads(files: Files) -> Workloads:
+    return files if isinstance(files, Workloads) else Workloads(files)
+
+
 def collective_items(c: CollectiveSpec, scale: float, topo: Topology, where: str = "workload.collective") -> list[Item]:
     """`iters` of the collective at each of its sizes in turn."""
     ranks = select_ranks(c.ranks, topo, f"{where}.ranks")
@@ -71,15 +94,13 @@ def collective_job(name: str, dscp: int, c: CollectiveSpec, scale: float, topo: 
     return job
 
 
-def workload_job(wl: WorkloadSpec, exp: Experiment, base: Path, topo: Topology, dscp: int, name: str = "job",
+def workload_job(wl: WorkloadSpec, exp: Experiment, files: Files, topo: Topology, dscp: int, name: str = "job",
                  hosts: list[str] | None = None, where: str = "workload") -> Job:
     """A workload as one job: a collective's iterations, or a workload file's ops on `hosts` (default: every
     host); a file whose iteration has compute (or communication overlapping it) runs as training iterations."""
     if wl.collective is not None:
         return collective_job(name, dscp, wl.collective, exp.qos.scale, topo, f"{where}.collective")
-    w = (load_yaml(resolve(wl, base, "yaml_file", where)) if wl.yaml_file
-         else load_simai(resolve(wl, base, "simai", where)))
-    w = w.scaled(exp.qos.scale)
+    w = workloads(files).get(wl, where).scaled(exp.qos.scale)
     hosts, rails = hosts or [h.name for h in topo.hosts], topo.hosts[0].nics
     if w.compute_s > 0 or any(s.overlap and s.op is not None for s in w.iteration):
         steps = [(s, None if s.op is None else op_schedule(s.op, hosts, rails, w.plan)) for s in w.iteration]
@@ -106,11 +127,11 @@ def dscp_of(exp: Experiment, priority: str | int) -> int:
     return {"lossless": exp.qos.lossless_dscp, "high": exp.qos.high_dscp, "default": 0}[priority]
 
 
-def _spec_job(exp: Experiment, base: Path, topo: Topology, i: int, j: JobSpec, hosts: list[str] | None) -> Job:
+def _spec_job(exp: Experiment, files: Files, topo: Topology, i: int, j: JobSpec, hosts: list[str] | None) -> Job:
     dscp = dscp_of(exp, j.priority)
     if j.collective is not None:
         return collective_job(j.name, dscp, j.collective, exp.qos.scale, topo, f"jobs[{i}].collective")
-    return workload_job(j.workload, exp, base, topo, dscp, j.name, hosts, f"jobs[{i}].workload")
+    return workload_job(j.workload, exp, files, topo, dscp, j.name, hosts, f"jobs[{i}].workload")
 
 
 def placed_hosts(exp: Experiment, topo: Topology) -> dict[str, list[str]]:
@@ -128,12 +149,13 @@ def placed_hosts(exp: Experiment, topo: Topology) -> dict[str, list[str]]:
     return out
 
 
-def jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
+def jobs(exp: Experiment, files: Files, topo: Topology) -> list[Job]:
     """The experiment's jobs side by side, or its workload as one job in the lossless class."""
+    files = workloads(files)
     if exp.jobs:
         hosts = placed_hosts(exp, topo)
-        return [_spec_job(exp, base, topo, i, j, hosts.get(j.name)) for i, j in enumerate(exp.jobs)]
-    return [workload_job(exp.workload, exp, base, topo, exp.qos.lossless_dscp)]
+        return [_spec_job(exp, files, topo, i, j, hosts.get(j.name)) for i, j in enumerate(exp.jobs)]
+    return [workload_job(exp.workload, exp, files, topo, exp.qos.lossless_dscp)]
 
 
 def demand(job: Job, index: int, topo: Topology, scale: float, channels: int = 1) -> dict:
@@ -214,13 +236,13 @@ def offered(job_list: list[Job], topo: Topology) -> float:
     return total
 
 
-def items(exp: Experiment, base: Path, topo: Topology) -> list[Item]:
-    return [it for j in jobs(exp, base, topo) for it in j.items]
+def items(exp: Experiment, files: Files, topo: Topology) -> list[Item]:
+    return [it for j in jobs(exp, files, topo) for it in j.items]
 
 
-def _real_jobs(exp: Experiment, base: Path, topo: Topology) -> list[Job]:
+def _real_jobs(exp: Experiment, files: Files, topo: Topology) -> list[Job]:
     """The jobs at their real sizes: who sends what when does not depend on the scale."""
-    return jobs(exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})}), base, topo)
+    return jobs(exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": 1.0})}), files, topo)
 
 
 def resolve_time(exp: Experiment, real: list[Job], topo: Topology, channels: int) -> tuple[Experiment,
@@ -270,12 +292,12 @@ class Auto:
         return [c.why() for c in (self.time, self.scale) if c is not None]
 
 
-def resolve_auto(exp: Experiment, base: Path, topo: Topology) -> tuple[Experiment, Auto]:
+def resolve_auto(exp: Experiment, files: Files, topo: Topology) -> tuple[Experiment, Auto]:
     """The experiment with numbers for `auto`: the dilation first (the scale that fits depends on it), both
-    from the jobs at real size, read and scheduled once."""
+    from the jobs at real size, scheduled once."""
     if exp.time.dilation != "auto" and exp.qos.scale != "auto":
         return exp, Auto()
-    real = _real_jobs(exp, base, topo)
+    real = _real_jobs(exp, files, topo)
     exp, dilation = resolve_time(exp, real, topo, channels_of(exp, topo))
     exp, scale = _resolve_scale(exp, real, topo)
     return exp, Auto(scale, dilation)

@@ -10,9 +10,10 @@ results/<date>-<name>-<hash>/
     busbw.png, throughput.png, queues.png
     summary.md
 
-`run_one` is one variant and repetition on a fresh network, returning its
-record; `hpnlab traffic run` uses it directly for a one-job experiment built in
-memory, so both commands replay through the same code.
+Planning (planning.py) has checked and scheduled everything first; `execute` is
+one planned repetition on a fresh network, returning its record. `hpnlab traffic
+run` plans and executes a one-job experiment built in memory, so both commands
+replay through the same code.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -33,7 +34,6 @@ from controllers.placement import ring_crossings, segments_spanned
 from testbed.campaign import cost
 from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
-from testbed.net.preflight import require_emulable
 from testbed.qos.cc import socket_cc
 from testbed.qos.pfc import in_fabric_time
 from testbed.qos.scale import load_budget, load_floor
@@ -42,7 +42,6 @@ from testbed.system import stages
 from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.system.versions import versions
-from topos.errors import InputError
 from topos.inputs import read_text, write_file
 from topos.model import Topology
 from traffic import closed_form
@@ -52,21 +51,21 @@ from traffic.metrics import busbw_factor
 from traffic.replay import Replayer
 from traffic.skip import Skipper
 from traffic.timebase import stamp
-from traffic.transports import choose, make
+from traffic.transports import make
 
 from .detector import Detector, delays
-from .failures import Injector, campaign_outages, expand, host_links_down_in_any_rep
+from .failures import Injector, campaign_outages
 from .fidelity import verdict
-from .jobs import Auto, Job, channels_of, demand, items, job_gpus, jobs, offered, resolve_auto
+from .jobs import Job, demand, job_gpus, offered
 from .measure import Sampler, port_delta
+from .planning import Plan, plan, plan_variant
 from .record import RunRecord, bytes_ok
 from .results import RESULTS, write_reports
-from .spec import GRAY, Experiment, check_against, load
+from .spec import Experiment, load
 from .watch import Watch
 
 log = logging.getLogger(__name__)
 
-QUICK_OUTAGES = 3  # a campaign's outages in --quick
 SPORT_STRIDE = 2500  # jobs side by side take disjoint source ports (4 per pinned NIC-port range, 8 in ECMP's)
 
 
@@ -107,62 +106,31 @@ def _link_load(topo: Topology, before: dict, after: dict) -> list[dict]:
     return out
 
 
-@dataclass
-class Plan:
-    """What one run replays, every check passed: the topology, the experiment at a numeric scale, the
-    transport, the jobs, the failure events and the connections per peer."""
-
-    label: str
-    exp: Experiment
-    topo: Topology
-    auto: Auto  # what scale and dilation auto chose
-    kind: str
-    jobs: list[Job]
-    events: list
-    channels: int
-
-
-def plan(label: str, variant: Experiment, base: Path, cluster: ClusterSpec | None = None, rep: int = 0) -> Plan:
-    """Repetition `rep` of a variant as it will run."""
-    exp = variant.repetition(rep)
-    topo = exp.topology.build()
-    check_against(exp, topo)
-    gray = [f.action for f in exp.failures if f.action in GRAY]
-    if cluster is not None and gray:
-        raise InputError("a lossy or degraded link is set on the link's two shaped ports, which must be on this "
-                         "server", "run it on one server (leave --cluster out)", field="failures[].action",
-                         value=gray[0])
-    exp, auto = resolve_auto(exp, base, topo)
-    for why in auto.lines():
-        log.info("%s: %s", label, why)
-    events = expand(exp, topo)
-    caps, failing = probe(), host_links_down_in_any_rep(variant, topo)
-    rxe = caps.rxe_in_netns
-    kind = choose(exp.transport, rxe, len(cluster.servers) if cluster else 1, failing, caps.rxe_failure)
-    if exp.transport == "auto" and rxe and failing:  # choose took tcp for them
-        log.info("%s: transport auto: tcp, not rdma: the failures take host link %s down, and soft-RoCE's queue "
-                 "pairs end with their port", label, failing[0])
-    return Plan(label, exp, topo, auto, kind, jobs(exp, base, topo), events, channels_of(exp, topo))
-
-
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
             progress: Callable[[], None] | None = None, watch: Watch | None = None,
             stage: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None) -> dict:
-    """Repetition `rep` of variant `exp`, on a network of its own; returns the run's record. `progress` is called
-    after each op, `stage` with each stage of the network's start (minutes at 128 hosts); `watch` hears of the
-    network, every op and iteration as they happen (the live web view); `cluster`: the servers it spreads
-    over (testbed.cluster), recorded with their versions and the placement."""
+    """Repetition `rep` of variant `exp` (an experiment without variants), planned and run."""
+    return execute(plan_variant(label, exp, base, cluster).at(rep), log_dir, progress, watch, stage, cluster)
+
+
+def execute(p: Plan, log_dir: Path | None, progress: Callable[[], None] | None = None, watch: Watch | None = None,
+            stage: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None) -> dict:
+    """A planned repetition on a network of its own; returns the run's record. `progress` is called after each
+    op, `stage` with each stage of the network's start (minutes at 128 hosts); `watch` hears of the network,
+    every op and iteration as they happen (the live web view); `cluster`: the servers it spreads over
+    (testbed.cluster), recorded with their versions and the placement."""
     watch = watch or Watch()
-    p = plan(label, exp, base, cluster, rep)
+    for why in p.notes:
+        log.info("%s: %s", p.label, why)
     exit_cleanly_on_signals()
-    rec = RunRecord(label, rep, watch, progress, timebase=p.exp.timebase, transport=p.kind, channels=p.channels,
-                    scale=p.exp.qos.scale, scale_auto=p.auto.scale.why() if p.auto.scale else None,
+    rec = RunRecord(p.label, p.rep, watch, progress, timebase=p.exp.timebase, transport=p.transport,
+                    channels=p.channels, scale=p.exp.qos.scale, scale_auto=p.auto.scale.why() if p.auto.scale else None,
                     dilation_auto=p.auto.time.why() if p.auto.time else None)
     e = p.exp
     shaped = e.qos.dilated(e.time.dilation)  # links at rate / (scale x D): the fabric's time runs D times slower
     with Network(p.topo, routing="controller", mode=e.switch_mode, hashing=e.hashing, qos=shaped,
                  log_dir=None if log_dir is None else str(log_dir), progress=stage, cluster=cluster) as net:
-        watch.network_up(net, label, e.time.dilation)
+        watch.network_up(net, p.label, e.time.dilation)
         _tcp_timers(net, e, rec)
         if net.cluster is not None:
             rec.data["cluster"] = net.cluster.record()
@@ -203,7 +171,7 @@ def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, obj
     paths placed job by job, the most important first, around those already placed."""
     runners = []
     for i, job in enumerate(p.jobs):
-        tr = make(p.kind, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc))
+        tr = make(p.transport, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc))
         tr.start()
         rp = Replayer(net, tr, channels=p.channels, routing=p.exp.routing, connection_choice=p.exp.connection_choice,
                       nic_port_choice=p.exp.nic_port_choice, step_timeout=p.exp.step_timeout_s,
@@ -434,77 +402,15 @@ def new_folder(path: Path) -> Path:
     raise FileExistsError(f"{path} and 998 more like it exist")
 
 
-def quick(exp: Experiment, keep_traffic: bool = False) -> Experiment:
-    """The reduced size CI runs: one repetition, collectives a quarter of the size and 2 iterations at most.
-
-    An experiment with scheduled failures keeps its traffic: its failures are timed against it, and a
-    shrunken job could end before the first one fires (a single-ToR job would then not halt). So does each
-    variant of an experiment where some variant has failures (`keep_traffic`): a variant without them is the
-    healthy run the others are measured against.
-    """
-    if exp.failures or exp.random_failures or keep_traffic:
-        return exp.model_copy(update={"repetitions": 1})
-    if exp.campaign is not None:  # its jobs run until its last outage is repaired: fewer outages, same traffic
-        return exp.model_copy(update={"repetitions": 1, "campaign": exp.campaign.model_copy(
-            update={"outages": min(exp.campaign.outages, QUICK_OUTAGES)})})
-
-    def small(c):
-        sizes = [max(1, n // 4) for n in c.sizes]
-        return c.model_copy(update={"size": sizes if isinstance(c.size, list) else sizes[0], "iters": min(c.iters, 2)})
-
-    def small_job(j):
-        if j.collective is not None:
-            return j.model_copy(update={"collective": small(j.collective)})
-        return j.model_copy(update={"workload": j.workload.model_copy(
-            update={"iterations": min(j.workload.iterations, 2)})})
-
-    upd: dict = {"repetitions": 1, "jobs": [small_job(j) for j in exp.jobs]}
-    if exp.workload is not None and exp.workload.collective is not None:
-        upd["workload"] = exp.workload.model_copy(update={"collective": small(exp.workload.collective)})
-    return exp.model_copy(update=upd)
-
-
-@dataclass
-class Prepared:
-    """One variant as it will run, every check passed: what `hpnlab validate` reports and `run` runs."""
-
-    label: str
-    exp: Experiment
-    topo: Topology
-    items: list
-    events: list
-    auto: Auto  # what scale and dilation auto will be
-
-
-def prepare(exp: Experiment, base: Path, reduced: bool = False, servers: int = 1) -> list[Prepared]:
-    """Everything a run checks before it touches the system, for every variant: the topology built, names
-    checked against it, the workload read and scheduled, the failure schedule expanded (seed of rep 0)."""
-    out = []
-    variants = exp.expand()  # variants may bring jobs
-    failing = any(v.failures or v.random_failures for _label, v in variants)
-    for label, v in variants:
-        v = quick(v, keep_traffic=failing) if reduced else v
-        topo = v.topology.build()
-        require_emulable(topo, servers)
-        check_against(v, topo)
-        scaled, auto = resolve_auto(v, base, topo)
-        its = items(scaled, base, topo)
-        if not any(sched is not None for _op, sched in its):  # run and validate alike: nothing to measure
-            raise InputError(f"variant '{label}': the workload sends nothing over the network ({len(its)} op(s), none "
-                             "between hosts: rows of NONE, counts of 0, or every group inside one host)",
-                             "give a workload with at least one collective between hosts", field="workload",
-                             value=label)
-        out.append(Prepared(label, v, topo, its, expand(v, topo), auto))
-    return out
-
-
 def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None = None,
-        results: Path = RESULTS, watch: Watch | None = None, cluster: ClusterSpec | None = None) -> Path:
+        results: Path = RESULTS, watch: Watch | None = None, cluster: ClusterSpec | None = None,
+        plans: list[Plan] | None = None) -> Path:
     """Run an experiment file (or an Experiment built in Python) and return its results folder.
 
     `base` is where relative workload files are looked up (default: the file's folder, or the current one);
     `watch` hears of each network, op and the run's progress (the live web view); `cluster`: spread each network
-    over these servers (each run's record keeps them and the placement).
+    over these servers (each run's record keeps them and the placement); `plans`: the experiment's, when the
+    caller has planned it already (planning.plan with the same arguments).
     """
     watch = watch or Watch()
 
@@ -514,8 +420,8 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     else:
         exp, base = load(spec), base or Path(spec).parent
         text = read_text(spec, "file")
-    variants = prepare(exp, base, reduced, servers=len(cluster.servers) if cluster is not None else 1)
-    total = sum(len(p.items) * p.exp.repetitions for p in variants)
+    plans = plans if plans is not None else plan(exp, base, reduced, cluster)
+    total = sum(len(p.items) * p.exp.repetitions for p in plans)
     caps = probe()
     caps.require_root("running an experiment")
     digest = hashlib.sha256(text.encode()).hexdigest()[:7]
@@ -526,7 +432,7 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
                                                        indent=1), "environment.json")
     runs: list[dict] = []
     try:
-        _run_variants(exp, variants, base, outdir, runs, total, watch, cluster)
+        _run_variants(exp, plans, outdir, runs, total, watch, cluster)
     except BaseException:
         if runs:  # what finished is kept, with its reports, and results.json says the run is incomplete
             _write_reports_quietly(outdir, exp, runs)
@@ -537,8 +443,8 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     return outdir
 
 
-def _run_variants(exp: Experiment, variants: list[Prepared], base: Path, outdir: Path, runs: list[dict], total: int,
-                  watch: Watch, cluster: ClusterSpec | None) -> None:
+def _run_variants(exp: Experiment, plans: list[Plan], outdir: Path, runs: list[dict], total: int, watch: Watch,
+                  cluster: ClusterSpec | None) -> None:
     """Every variant's repetitions in turn, each on a fresh network, results.json rewritten after each."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -553,17 +459,17 @@ def _run_variants(exp: Experiment, variants: list[Prepared], base: Path, outdir:
             prog.advance(task)
             tell()
 
-        for label, v in ((p.label, p.exp) for p in variants):
-            for rep in range(v.repetitions):
-                what = f"{exp.name}: {label} rep {rep + 1}/{v.repetitions}"
+        for p in plans:
+            for rep in range(p.exp.repetitions):
+                what = f"{exp.name}: {p.label} rep {rep + 1}/{p.exp.repetitions}"
 
                 def stage(text: str, what=what) -> None:
                     prog.update(task, description=f"{what}: {text}")
                     tell()
 
                 stage("starting the network")
-                runs.append(run_one(label, v, base, outdir / f"{label}-rep{rep}", rep, progress=advance,
-                                    watch=watch, stage=stage, cluster=cluster))
+                runs.append(execute(p.at(rep), outdir / f"{p.label}-rep{rep}", progress=advance, watch=watch,
+                                    stage=stage, cluster=cluster))
                 _save(outdir, exp, runs, complete=False)
 
 

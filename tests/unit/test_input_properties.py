@@ -1,7 +1,7 @@
 """Property tests of every parser a user's file reaches: any input gives a valid object or one InputError line.
 
 Never a traceback (TypeError, ZeroDivisionError, RecursionError, MemoryError...), never a multi-line error,
-never the text of the file. What `hpnlab validate` runs (spec -> prepare) is what is tested.
+never the text of the file. What `hpnlab validate` runs (spec -> plan) is what is tested.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from testbed.experiment.runner import prepare
+from testbed.experiment.planning import plan
 from testbed.experiment.spec import load
 from topos import build_from
 from topos.errors import InputError
@@ -83,7 +83,7 @@ def test_any_experiment_file_validates_or_names_one_field(data):
         f = Path(d) / "e.yaml"
         f.write_text(spec_text(data))
         try:
-            prepare(load(f), Path(d), reduced=True)
+            plan(load(f), Path(d), reduced=True)
         except InputError as exc:
             one_line(exc)
 
@@ -182,7 +182,7 @@ def _check_mutated(path: Path, edits: list) -> None:
         f = Path(d) / path.name
         f.write_text(mutated(path.read_text(), edits))
         try:
-            prepare(load(f), Path(d), reduced=True)
+            plan(load(f), Path(d), reduced=True)
         except InputError as exc:
             one_line(exc)
 

@@ -42,8 +42,9 @@ def test_jobs_halting_at_once_keep_the_first_halt_and_every_op():
 def test_a_crash_in_variant_2_keeps_variant_1(tmp_path, monkeypatch):
     calls = []
 
-    def run_one(label, *_a, **_k):
-        calls.append(label)
+    def execute(p, *_a, **_k):
+        calls.append(p.label)
+        label = p.label
         if len(calls) == 2:
             raise RuntimeError("the network died")
         return {"variant": label, "repetition": 0, "ops": [], "iterations": [], "timeline": [], "failures": [],
@@ -54,7 +55,7 @@ def test_a_crash_in_variant_2_keeps_variant_1(tmp_path, monkeypatch):
     caps = SimpleNamespace(require_root=lambda _what: None, to_dict=lambda: {})
     monkeypatch.setattr(runner, "probe", lambda: caps)
     monkeypatch.setattr(runner, "versions", lambda _caps: {})
-    monkeypatch.setattr(runner, "run_one", run_one)
+    monkeypatch.setattr(runner, "execute", execute)
     with pytest.raises(RuntimeError, match="the network died"):
         runner.run(EXP, results=tmp_path)
     (out,) = tmp_path.iterdir()

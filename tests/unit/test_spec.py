@@ -97,7 +97,7 @@ def test_random_failures_reproducible_and_paired(tmp_path):
 
 def test_same_spec_same_schedules_and_quick_is_smaller():
     from testbed.experiment.jobs import items
-    from testbed.experiment.runner import quick
+    from testbed.experiment.planning import quick
 
     exp = load(EXPERIMENTS / "precise_vs_ecmp.yaml")
     topo = build("hpn")
@@ -112,7 +112,7 @@ def test_same_spec_same_schedules_and_quick_is_smaller():
 
 
 def test_quick_shrinks_jobs_in_variants_too():
-    from testbed.experiment.runner import quick
+    from testbed.experiment.planning import quick
 
     exp = load(EXPERIMENTS / "multi_job_contention.yaml")
     for _label, v in exp.expand():
@@ -123,7 +123,7 @@ def test_quick_shrinks_jobs_in_variants_too():
 
 
 def test_quick_keeps_the_traffic_that_failures_are_timed_against():
-    from testbed.experiment.runner import quick
+    from testbed.experiment.planning import quick
 
     exp = load(EXPERIMENTS / "dual_tor_failover.yaml")
     q = quick(exp)
@@ -184,12 +184,12 @@ def test_injector_reports_the_events_the_traffic_ended_before():
     ("variants: [{label: a, routing: ecmp}, {label: a, routing: precise}]\n", "variants[1].label"),
 ])
 def test_validate_refuses_what_run_would(tmp_path, extra, field):
-    from testbed.experiment.runner import prepare
+    from testbed.experiment.planning import plan
 
     text = BASE + extra if not extra.startswith("workload") else "name: t\n" + extra
     with pytest.raises(InputError) as exc:
         exp = load(write(tmp_path, text))
-        prepare(exp, tmp_path)
+        plan(exp, tmp_path)
     assert exc.value.field == field, exc.value.line()
     assert "\n" not in exc.value.line() and len(exc.value.line()) < 300
 
@@ -209,14 +209,14 @@ def test_names_are_safe_and_unique(tmp_path, text, field):
 
 
 def test_unknown_ranks_and_huge_failure_schedules_are_caught_by_validate(tmp_path):
-    from testbed.experiment.runner import prepare
+    from testbed.experiment.planning import plan
 
     with pytest.raises(InputError) as exc:
-        prepare(load(write(tmp_path, "name: t\nworkload: {collective: {ranks: 'h99:0,h1:0'}}\n")), tmp_path)
+        plan(load(write(tmp_path, "name: t\nworkload: {collective: {ranks: 'h99:0,h1:0'}}\n")), tmp_path)
     assert exc.value.field == "workload.collective.ranks"
     t = time.monotonic()
     with pytest.raises(InputError, match="failure schedule would hold") as exc:
-        prepare(load(write(tmp_path, BASE + "random_failures: {link_down_per_min: 60, repair_after: 0.01, kinds: "
+        plan(load(write(tmp_path, BASE + "random_failures: {link_down_per_min: 60, repair_after: 0.01, kinds: "
                                             "[host-tor, tor-agg]}\nhorizon_s: 86400\n")), tmp_path)
     assert time.monotonic() - t < 5  # refused from the closed form, not after drawing millions of events
 
