@@ -33,21 +33,23 @@ def segments(topo: Topology) -> dict[tuple, list[Node]]:
 
 def place(topo: Topology, jobs: Iterable[tuple[str, int]], policy: str = "compact",
           taken: Iterable[str] = ()) -> dict[str, list[tuple[str, int]]]:
-    """Ranks (host, nic) per job for (name, GPUs) in the given order; a job gets ceil(GPUs / NICs) hosts."""
+    """Ranks (host, GPU) per job for (name, GPUs) in the given order; a job gets ceil(GPUs / GPUs per host)
+    hosts, GPUs per host as the topology has them (one per NIC unless it says otherwise)."""
     if policy not in POLICIES:
         raise ValueError(f"policy={policy!r}: use one of {', '.join(POLICIES)}")
     used = set(taken)
     free = {seg: [h for h in hs if h.name not in used] for seg, hs in segments(topo).items()}
+    per_host = topo.hosts[0].gpus or topo.hosts[0].nics
     out: dict[str, list[tuple[str, int]]] = {}
     for name, gpus in jobs:
-        nics = topo.hosts[0].nics
-        need = -(-gpus // nics)
+        need = -(-gpus // per_host)
         if need > sum(len(hs) for hs in free.values()):
-            raise ValueError(f"job {name}: {gpus} GPUs need {need} hosts, {sum(map(len, free.values()))} are free")
+            raise ValueError(f"job {name}: {gpus} GPUs need {need} hosts of {per_host} GPUs, "
+                             f"{sum(map(len, free.values()))} are free")
         hosts = _compact(free, need) if policy == "compact" else _scattered(free, need)
         for h in hosts:
             free[(h.pod, h.segment)].remove(h)
-        out[name] = [(h.name, n) for h in hosts for n in range(nics)][:gpus]
+        out[name] = [(h.name, g) for h in hosts for g in range(per_host)][:gpus]
     return out
 
 

@@ -6,7 +6,7 @@ from pydantic import Field, model_validator
 
 from .errors import InputError
 from .fabric import FabricParams
-from .params import Params
+from .server import ServerParams
 
 # -- DCN+ ------------------------------------------------------------------
 
@@ -49,7 +49,7 @@ def dcn_plus_to_fabric(p: DcnPlusParams) -> FabricParams:
 SPINE_LEAF_DESCRIPTION = "spine-leaf: 2-tier Clos, one leaf per rack"
 
 
-class SpineLeafParams(Params):
+class SpineLeafParams(ServerParams):
     leaves: int = Field(4, ge=1, description="leaf switches")
     hosts_per_leaf: int = Field(2, ge=1, description="hosts under each leaf")
     spines: int = Field(2, ge=1, description="spine switches")
@@ -76,7 +76,7 @@ def spine_leaf_to_fabric(p: SpineLeafParams) -> FabricParams:
 FAT_TREE_DESCRIPTION = "fat-tree(k): k pods of k/2 edge + k/2 aggregation, (k/2)^2 cores, k^3/4 hosts"
 
 
-class FatTreeParams(Params):
+class FatTreeParams(ServerParams):
     k: int = Field(4, ge=2, le=64, description="ports per switch (even): k pods, k^3/4 hosts")
     port_gbps: float = Field(100.0, gt=0, description="every link's rate")
 

@@ -27,13 +27,13 @@ from pydantic import Field, model_validator
 
 from .errors import InputError
 from .model import SHORT_PREFIX, Link, Node, Topology
-from .params import Params
+from .server import ServerParams
 
 MAX_HOSTS = 51_200  # 10.r.(i // 200).(i % 200 + 1): 256 third octets x 200
 MAX_ELEMENTS = 1_000_000  # hosts + switches + links
 
 
-class FabricParams(Params):
+class FabricParams(ServerParams):
     # Bounds: the address plan (topos/addressing.py: a /16 per rail, 51,200 hosts) and a pure model that
     # still fits in memory; the paper's pod (15 segments x 136 hosts x 8 rails) is well inside.
     pods: int = Field(1, ge=1, le=64, description="pods; more than one adds a core tier")

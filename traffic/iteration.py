@@ -16,8 +16,10 @@ transformer's layers this way, and `from_simai_rows` follows it:
 closed forms at the fabric's ideal rate): compute runs in order on the GPU; the
 network carries one communication at a time in the order they were issued
 (SimAI shares it between concurrent ones; the last to finish ends at the same
-time either way, the blocking one may finish earlier under sharing). Exposed
-communication = iteration - compute; GPU utilization = compute / iteration.
+time either way, the blocking one may finish earlier under sharing). A
+communication inside one server (NVLink, `Step.nvlink_s`) keeps the GPU busy
+after the step's compute and never reaches the network. Exposed communication =
+iteration - compute - NVLink; GPU utilization = compute / iteration.
 """
 
 from __future__ import annotations
@@ -34,18 +36,29 @@ class Step:
     overlap: bool = False  # the communication runs on under the following steps (SimAI's weight gradients)
     phase: str = ""  # fwd | ig | wg for SimAI rows, for reports
     layer: str = ""
+    # the op's time inside the server (traffic/nvlink.py) when it never reaches the network; the GPU is busy
+    # with it as with compute, after the compute, before the next step's
+    nvlink_s: float = 0.0
+
+    @property
+    def busy_s(self) -> float:
+        """The GPU's time in this step before any network communication: compute, then NVLink."""
+        return self.compute_s + self.nvlink_s
 
 
 @dataclass(frozen=True)
 class IterationTime:
-    """An iteration's wall time and the compute in it (predicted here, or measured: metrics.IterationResult)."""
+    """An iteration's wall time, the compute in it and its communication inside the servers (NVLink), predicted
+    here or measured (metrics.IterationResult)."""
 
     seconds: float
     compute_s: float
+    nvlink_s: float
 
     @property
     def exposed_comm_s(self) -> float:
-        return max(0.0, self.seconds - self.compute_s)
+        """The fabric's communication that compute and NVLink did not hide."""
+        return max(0.0, self.seconds - self.compute_s - self.nvlink_s)
 
     @property
     def gpu_utilization(self) -> float:
@@ -54,17 +67,16 @@ class IterationTime:
 
 def predict(steps: list[Step], comm_seconds: Callable[[Any], float]) -> IterationTime:
     """Iteration time of `steps` when each communication takes `comm_seconds(op)` alone on the fabric."""
-    gpu = net = compute = 0.0
+    gpu = net = 0.0
     for s in steps:
-        gpu += s.compute_s
-        compute += s.compute_s
+        gpu += s.busy_s
         if s.op is None:
             continue
         start = max(gpu, net)
         net = start + comm_seconds(s.op)
         if not s.overlap:
             gpu = net
-    return IterationTime(max(gpu, net), compute)
+    return IterationTime(max(gpu, net), sum(s.compute_s for s in steps), sum(s.nvlink_s for s in steps))
 
 
 def scaled(steps: list[Step], scale_op: Callable[[Any], Any]) -> list[Step]:

@@ -196,7 +196,7 @@ class Replayer:
             self._connections(sched)
             self._op = getattr(self, "_op", 0) + 1
             pieces_of[k] = pieces(sched, self.channels, str(self._op), self.pipeline)
-        progs = rank_programs([(tb.wall(step.compute_s), step.overlap, pieces_of.get(k))
+        progs = rank_programs([(tb.wall(step.busy_s), step.overlap, pieces_of.get(k))
                                for k, (step, _sched) in enumerate(steps)])
         if self.skipper is not None:
             keys = {self.transport.rank_key(f"{r[0]}:{r[1]}") for r in progs}
@@ -233,10 +233,10 @@ class Replayer:
                                    {p.id: recs[p.id].recv["end"] for p in ps})
             ops.append(self._result(sched, spans[k][1] - spans[k][0], steps_s,
                                     sum(recs[p.id].recv["bytes"] for p in ps)))
-        compute = sum(s.compute_s for s, _ in steps)
-        end = max([ev["end"] for ev in done.values()] + [t0 + tb.wall(compute)])
-        return IterationResult(tb.virtual(end - t0), compute, ops, [tb.virtual(spans[k][0] - t0) for k in scheds],
-                               started_at=t0)
+        busy = sum(s.busy_s for s, _ in steps)
+        end = max([ev["end"] for ev in done.values()] + [t0 + tb.wall(busy)])
+        return IterationResult(tb.virtual(end - t0), *_busy_parts(steps), ops,
+                               [tb.virtual(spans[k][0] - t0) for k in scheds], started_at=t0)
 
     def _flows(self, ps: list) -> list[dict]:
         """Pieces as the transport's flows: addresses, the source port of their connection, dependencies."""
@@ -257,7 +257,7 @@ class Replayer:
         issued = []
         gpu = net = t0  # when the ranks' compute so far ends, and when the network is done with the ops so far
         for step, sched in steps:
-            gpu += tb.wall(step.compute_s)
+            gpu += tb.wall(step.busy_s)
             if sched is None:  # compute only, or communication inside the hosts (NVLink)
                 continue
             at = max(gpu, net)
@@ -267,9 +267,8 @@ class Replayer:
             if not step.overlap:
                 gpu = net
         time.sleep(max(0.0, gpu - time.time()))  # trailing compute: the ranks are busy, nothing to send
-        compute = sum(s.compute_s for s, _ in steps)
-        return IterationResult(tb.virtual(max(gpu, net) - t0), compute, ops, [tb.virtual(t) for t in issued],
-                               started_at=t0)
+        return IterationResult(tb.virtual(max(gpu, net) - t0), *_busy_parts(steps), ops,
+                               [tb.virtual(t) for t in issued], started_at=t0)
 
     def _result(self, schedule: Schedule, seconds: float, step_times: list[float], delivered: int) -> OpResult:
         """The op's figures in the fabric's time, from the wall times measured."""
@@ -322,6 +321,11 @@ class Replayer:
         return self._result(schedule, time.monotonic() - t_op, step_times, delivered)
 
 
+def _busy_parts(steps: list[tuple]) -> tuple[float, float]:
+    """An iteration's compute and its NVLink time (the fabric's time): what its steps keep the GPUs busy with."""
+    return sum(s.compute_s for s, _ in steps), sum(s.nvlink_s for s, _ in steps)
+
+
 @contextmanager
 def _no_full_collections():
     """No cyclic garbage collection while an iteration's traffic runs, and what exists by then (its flow
@@ -352,12 +356,12 @@ def concurrent(schedules: list[Schedule]) -> Schedule:
     return out
 
 
-def op_schedule(op, hosts: list[str], rails: int, plan: dict | None = None) -> Schedule | None:
-    """A workload op placed on the fabric; None when it stays inside hosts (TP on NVLink)."""
+def op_schedule(op, hosts: list[str], rails: int, plan: dict | None = None, gpus: int | None = None) -> Schedule | None:
+    """A workload op placed on the fabric; None when it stays inside hosts (TP on NVLink). `gpus`: per host."""
     from .collectives import build_schedule
     from .workload import map_groups
 
-    groups = map_groups(op, hosts, rails, plan)
+    groups = map_groups(op, hosts, rails, plan, gpus)
     if not groups:
         return None
     return concurrent([build_schedule(op.op, g, op.size, op.algorithm) for g in groups])

@@ -224,6 +224,15 @@ def parse_rank(text: Any, where: str) -> Rank:
     return m.group(1), int(m.group(2))
 
 
+def in_host_gpus(op: Op, plan: dict[str, int], gpus: int) -> int:
+    """The GPUs of one server an op runs among when map_groups keeps it inside the server (a TP group)."""
+    if isinstance(op.group, tuple):
+        return len(op.group)
+    if op.group == "tp":
+        return min(gpus, plan.get("tp", gpus))
+    return gpus
+
+
 def select_ranks(spec: str, topo, where: str = "ranks") -> list[Rank]:
     """Ranks named the way users write them: `all` (every NIC), `railN` (NIC N of every host), or h0:0,h1:0,..."""
     hosts = [h.name for h in topo.hosts]
@@ -384,15 +393,18 @@ def _simai_int(text: str, most: int, what: str, path: Path) -> int:
 
 
 # -- placing groups on the emulated fabric ---------------------------------------------
-def map_groups(op: Op, hosts: list[str], rails: int, plan: dict[str, int] | None = None) -> list[list[Rank]]:
-    """Concrete rank groups for an op: several groups run concurrently (one per rail for DP/EP)."""
+def map_groups(op: Op, hosts: list[str], rails: int, plan: dict[str, int] | None = None,
+               gpus: int | None = None) -> list[list[Rank]]:
+    """Concrete rank groups for an op: several groups run concurrently (one per rail for DP/EP). `gpus`: GPUs
+    per host (default: one per rail); a TP group of at most that many stays inside its server."""
     if isinstance(op.group, tuple):
         return [list(op.group)]
     if op.group == "tp":
-        tp = (plan or {}).get("tp", rails)
-        if tp <= rails:
+        per_host = gpus or rails
+        tp = (plan or {}).get("tp", per_host)
+        if tp <= per_host:
             return []  # inside a host: NVLink, no network bytes
-        k = -(-tp // rails)  # hosts a TP group spans
+        k = -(-tp // per_host)  # hosts a TP group spans
         return [[(h, r) for h in hosts[i:i + k]] for i in range(0, len(hosts) - k + 1, k) for r in range(rails)]
     if op.group in ("dp", "ep"):
         return [[(h, r) for h in hosts] for r in range(rails)]

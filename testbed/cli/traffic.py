@@ -186,13 +186,15 @@ def _workload_arg(workload_file: str | None, simai_file: str | None, iterations:
 def _iteration_table(iterations: list[dict]) -> Table:
     """A training job's iterations beside their prediction (traffic/iteration.py at the fabric's ideal rate)."""
     t = Table(title="training iterations (compute as timed waits; predicted: the closed forms at the ideal rate)")
-    for c in ("iteration", "time (ms)", "predicted (ms)", "x predicted", "compute (ms)", "exposed comm (ms)",
+    for c in ("iteration", "time (ms)", "predicted (ms)", "x predicted", "compute (ms)", "NVLink (ms)",
+              "exposed comm (ms)",
               "GPU utilization", "predicted utilization", "bytes ok"):
         t.add_column(c, justify="right")
     for i in iterations:
         ratio = i["seconds"] / i["predicted_s"] if i["predicted_s"] else float("nan")
         t.add_row(str(i["iteration"]), f"{i['seconds'] * 1000:.1f}", f"{i['predicted_s'] * 1000:.1f}",
-                  f"{ratio:.2f}", f"{i['compute_s'] * 1000:.1f}", f"{i['exposed_comm_s'] * 1000:.1f}",
+                  f"{ratio:.2f}", f"{i['compute_s'] * 1000:.1f}", f"{i.get('nvlink_s', 0.0) * 1000:.1f}",
+                  f"{i['exposed_comm_s'] * 1000:.1f}",
                   f"{i['gpu_utilization']:.1%}", f"{i['predicted_gpu_utilization']:.1%}",
                   "yes" if i["bytes_ok"] else "NO")
     return t

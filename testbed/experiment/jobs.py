@@ -22,10 +22,12 @@ from testbed.qos.scale import (
 from topos.addressing import nic_address
 from topos.errors import InputError
 from topos.model import Topology
+from topos.server import nvlink_of
 from traffic.collectives import Schedule, build_schedule
 from traffic.iteration import Step, predict
+from traffic.nvlink import nvlink_seconds
 from traffic.replay import op_schedule
-from traffic.workload import Op, Workload, load_simai, load_yaml, select_ranks
+from traffic.workload import Op, Workload, in_host_gpus, load_simai, load_yaml, select_ranks
 
 from .spec import CollectiveSpec, Experiment, JobSpec, WorkloadSpec, resolve
 
@@ -97,17 +99,39 @@ def collective_job(name: str, dscp: int, c: CollectiveSpec, scale: float, topo: 
 def workload_job(wl: WorkloadSpec, exp: Experiment, files: Files, topo: Topology, dscp: int, name: str = "job",
                  hosts: list[str] | None = None, where: str = "workload") -> Job:
     """A workload as one job: a collective's iterations, or a workload file's ops on `hosts` (default: every
-    host); a file whose iteration has compute (or communication overlapping it) runs as training iterations."""
+    host); a file whose iteration has compute, communication overlapping it, or communication inside the
+    servers (timed at their NVLink) runs as training iterations."""
     if wl.collective is not None:
         return collective_job(name, dscp, wl.collective, exp.qos.scale, topo, f"{where}.collective")
-    w = workloads(files).get(wl, where).scaled(exp.qos.scale)
-    hosts, rails = hosts or [h.name for h in topo.hosts], topo.hosts[0].nics
-    if w.compute_s > 0 or any(s.overlap and s.op is not None for s in w.iteration):
-        steps = [(s, None if s.op is None else op_schedule(s.op, hosts, rails, w.plan)) for s in w.iteration]
+    real = workloads(files).get(wl, where)
+    w = real.scaled(exp.qos.scale)
+    hosts = hosts or [h.name for h in topo.hosts]
+    steps = _placed_steps(real, w, hosts, topo)
+    if any(s.compute_s > 0 or s.nvlink_s > 0 or (s.overlap and s.op is not None) for s, _sched in steps):
         items = [(s.op, sched) for s, sched in steps if s.op is not None] * wl.iterations
         return Job(name, dscp, items, steps, wl.iterations, hosts)
-    items = [(o, op_schedule(o, hosts, rails, w.plan)) for o in w.ops for _ in range(o.repeat)]
+    placed = {s.op: sched for s, sched in steps if s.op is not None}  # back to back, in the file's order
+    items = [(o, placed[replace(o, repeat=1)]) for o in w.ops for _ in range(o.repeat)]
     return Job(name, dscp, items * wl.iterations, iterations=wl.iterations, hosts=hosts)
+
+
+def _placed_steps(real: Workload, w: Workload, hosts: list[str], topo: Topology) -> list[tuple[Step, Schedule | None]]:
+    """The scaled workload's steps (its ops back to back when it has no iteration) with their schedules on
+    `hosts`; an op that stays inside the servers gets its time at their NVLink, from its real size."""
+    rails = topo.hosts[0].nics
+    gpus = topo.hosts[0].gpus or rails
+    link = nvlink_of(topo.params)
+
+    def steps_of(x: Workload) -> list[Step]:
+        return x.iteration or [Step(0.0, o) for o in x.ops for _ in range(o.repeat)]
+
+    out = []
+    for r, s in zip(steps_of(real), steps_of(w), strict=True):
+        sched = None if s.op is None else op_schedule(s.op, hosts, rails, w.plan, gpus)
+        if s.op is not None and sched is None:
+            s = replace(s, nvlink_s=nvlink_seconds(r.op.op, r.op.size, in_host_gpus(r.op, w.plan, gpus), link))
+        out.append((s, sched))
+    return out
 
 
 def job_hosts(spec: str, topo: Topology, where: str) -> list[str]:

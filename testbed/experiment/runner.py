@@ -302,7 +302,8 @@ def _run_training(job: Job, rp: Replayer, rec: RunRecord, more: Callable[[], boo
         start = rec.clock.at(it.started_at)
         rec.iteration({
             "job": job.name, "iteration": k, "start": stamp(start), "seconds": stamp(it.seconds),
-            "compute_s": stamp(it.compute_s), "exposed_comm_s": stamp(it.exposed_comm_s),
+            "compute_s": stamp(it.compute_s), "nvlink_s": stamp(it.nvlink_s),
+            "exposed_comm_s": stamp(it.exposed_comm_s),
             "gpu_utilization": round(it.gpu_utilization, 4), "predicted_s": stamp(predicted.seconds),
             "predicted_gpu_utilization": round(predicted.gpu_utilization, 4), "bytes_ok": it.bytes_ok})
         scheds = [sched for _s, sched in job.iteration if sched is not None]  # it.ops are in step order

@@ -220,3 +220,31 @@ def test_an_eight_rail_hpn_shapes_links_past_32_bits_and_runs(no_leftovers, hpnl
     assert run["scale"] == 4 and len(run["ops"]) == 1
     op = run["ops"][0]
     assert op["bytes_delivered"] == op["bytes_expected"] == op["bytes_closed_form"] > 0
+
+
+TP4_FILE = """HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 4 ep: 1 pp: 1 vpp: 1 ga: 1 all_gpus: 8
+1
+layer0\t-1\t2000000\tALLREDUCE\t67108864\t2000000\tALLREDUCE\t67108864\t1000000\tALLREDUCE\t33554432\t100
+"""
+
+
+def test_tp_inside_a_server_waits_at_nvlink_and_only_dp_crosses_the_fabric(tmp_path, no_leftovers, hpnlab):
+    """Two hosts of 4 H800 GPUs, TP 4 x DP 2: the TP all-reduces stay in their server and take their NVLink
+    time as waits in the agents; the DP all-reduce is the only traffic on the fabric."""
+    from topos.server import nvlink_of
+    from traffic.nvlink import nvlink_seconds
+
+    f = tmp_path / "tp4.txt"
+    f.write_text(TP4_FILE)
+    r = hpnlab("traffic", "run", "--simai", str(f), "-p", "hosts_per_segment=1", "-p", "gpus_per_host=4",
+               "-p", "gpu=H800", "--iters", "1", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rec = json.loads(r.stdout)
+    (it,) = rec["iterations"]
+    link = nvlink_of(build("hpn", gpu="H800").params)
+    assert it["nvlink_s"] == pytest.approx(2 * nvlink_seconds("allreduce", 64 << 20, 4, link), rel=1e-4)
+    assert it["compute_s"] == pytest.approx(0.005)
+    assert it["seconds"] >= it["compute_s"] + it["nvlink_s"]  # the waits happened
+    assert it["predicted_s"] >= it["compute_s"] + it["nvlink_s"] and it["bytes_ok"]
+    (op,) = rec["ops"]  # the DP all-reduce: 2 hosts x 2 rails
+    assert op["label"] == "allreduce/ring" and op["ranks"] == 4

@@ -25,8 +25,18 @@ def test_jobs_share_the_fabric_without_sharing_hosts():
     assert sum(map(len, per_job)) == len(set().union(*per_job)) == 8  # no host in two jobs, all 8 used
     assert sum(len(r) for r in jobs.values()) == 16
     assert {j: segments_spanned(topo, r) for j, r in jobs.items()} == {"A": 1, "B": 1, "C": 2}
-    with pytest.raises(ValueError, match="need 1 hosts, 0 are free"):
+    with pytest.raises(ValueError, match="need 1 hosts of 2 GPUs, 0 are free"):
         place(topo, [("A", 16), ("B", 1)])
+
+
+def test_placement_counts_gpus_not_nics():
+    """16 hosts of 8 GPUs behind 2 NICs each hold a 128-GPU job (ceil(GPUs / NICs) hosts asked for 64)."""
+    topo = build("hpn", hosts_per_segment=8, rails=2, gpus_per_host=8)
+    ranks = place(topo, [("big", 128)], "compact")["big"]
+    assert len(ranks) == 128 and len({h for h, _g in ranks}) == 16
+    assert {g for _h, g in ranks} == set(range(8))
+    two = place(topo, [("A", 12), ("B", 8)], "compact")
+    assert [len({h for h, _g in r}) for r in two.values()] == [2, 1]
 
 
 def test_a_2300_gpu_job_spans_3_hpn_segments():

@@ -1,0 +1,72 @@
+"""NVLink in time (topos/server.py, traffic/nvlink.py): an op inside one server takes its time at the server's
+NVLink, as a wait on the GPU, and never reaches the fabric."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from testbed.experiment.jobs import ideal_iteration_s, jobs
+from testbed.experiment.spec import from_dict
+from topos import build
+from topos.errors import InputError
+from topos.server import nvlink_of
+from traffic.iteration import Step, predict
+from traffic.nvlink import nvlink_seconds
+from traffic.workload import load_simai
+
+DATA = Path(__file__).parents[1] / "data"
+
+
+def test_a_gpu_generation_sets_the_nvlink_bus_bandwidth_and_a_topology_may_override_it():
+    assert nvlink_of(build("hpn").params).bps("allreduce") == pytest.approx(18 * 20.6 * 8e9)  # H100 by default
+    h800 = nvlink_of(build("hpn", gpu="H800").params)
+    assert (h800.gpu, h800.bps("alltoall"), h800.latency_s) == ("H800", pytest.approx(8 * 20.6 * 8e9), 8.4e-6)
+    per_op = nvlink_of(build("fat_tree", gpu="A100", nvlink_gbps={"alltoall": 1000}, nvlink_latency_us=0).params)
+    assert per_op.bps("alltoall") == 1e12 and per_op.bps("allgather") == pytest.approx(12 * 20.0 * 8e9)
+    assert per_op.latency_s == 0
+    assert nvlink_of(build("spine_leaf", nvlink_gbps=2400).params).bps("reducescatter") == 2.4e12
+    for bad, field in (({"gpu": "V100"}, "gpu"), ({"nvlink_gbps": {"allreduce": -1}}, "nvlink_gbps"),
+                       ({"nvlink_gbps": {"gather": 10}}, "nvlink_gbps")):
+        with pytest.raises(InputError) as exc:
+            build("hpn", **bad)
+        assert exc.value.field.startswith(field), exc.value.line()
+
+
+def test_an_op_inside_a_server_takes_its_bytes_over_its_bus_bandwidth_plus_a_fixed_cost():
+    link = nvlink_of(build("hpn", gpu="H800").params)
+    bps = 8 * 20.6 * 8e9
+    assert nvlink_seconds("allreduce", 16 << 20, 8, link) == pytest.approx(8.4e-6 + 2 * 7 / 8 * (16 << 20) * 8 / bps)
+    assert nvlink_seconds("allgather", 16 << 20, 4, link) == pytest.approx(8.4e-6 + 3 / 4 * (16 << 20) * 8 / bps)
+    assert nvlink_seconds("allreduce", 16 << 20, 1, link) == 0.0  # a group of one GPU moves nothing
+
+
+def test_nvlink_keeps_the_gpu_busy_before_the_network_and_is_not_exposed_fabric_time():
+    steps = [Step(0.010, "tp", nvlink_s=0.002), Step(0.001, "dp", overlap=True), Step(0.004, None)]
+    t = predict(steps, lambda op: {"tp": 0.0, "dp": 0.008}[op])
+    # GPU: 10 ms compute + 2 ms NVLink, then 1 ms; the overlapping 8 ms on the network from 13 ms end at 21 ms
+    assert (t.seconds, t.compute_s, t.nvlink_s) == (pytest.approx(0.021), pytest.approx(0.015), 0.002)
+    assert t.exposed_comm_s == pytest.approx(0.021 - 0.015 - 0.002)
+
+
+def tp4_job(tmp_path: Path, **params):
+    shutil.copy(DATA / "simai_tp4_dp4_16g.txt", tmp_path / "w.txt")
+    exp = from_dict({"name": "t", "workload": {"simai": "w.txt"}, "qos": {"scale": 1000}, "time": {"dilation": 1},
+                     "topology": {"name": "hpn", "params": {"hosts_per_segment": 2, **params}}})
+    topo = exp.topology.build()
+    return jobs(exp, tmp_path, topo)[0], topo
+
+
+def test_tp_that_fits_a_server_runs_on_nvlink_and_a_larger_one_on_the_fabric(tmp_path):
+    real = load_simai(DATA / "simai_tp4_dp4_16g.txt")
+    link = nvlink_of(build("hpn", gpu="H800").params)
+    job, topo = tp4_job(tmp_path, gpus_per_host=4, gpu="H800")  # TP 4 inside a server of 4 GPUs
+    tp = [(s, sched) for s, sched in job.iteration if s.op is not None and s.op.group == "tp"]
+    assert tp and all(sched is None for _s, sched in tp)
+    real_tp = [s.op for s in real.iteration if s.op is not None and s.op.group == "tp"]
+    assert [s.nvlink_s for s, _ in tp] == pytest.approx([nvlink_seconds(o.op, o.size, 4, link) for o in real_tp])
+    nvlink = sum(s.nvlink_s for s, _sched in job.iteration)
+    assert len(tp) == len(real_tp) == 49 and nvlink == pytest.approx(sum(s.nvlink_s for s, _ in tp))
+    assert ideal_iteration_s(job, topo, 2) >= job.compute_s + nvlink
+    spread, _topo = tp4_job(tmp_path)  # 2 GPUs per host (one per NIC): TP 4 spans two servers
+    assert all(sched is not None and s.nvlink_s == 0 for s, sched in spread.iteration if s.op is not None)
