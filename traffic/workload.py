@@ -225,12 +225,13 @@ def parse_rank(text: Any, where: str) -> Rank:
 
 
 def in_host_gpus(op: Op, plan: dict[str, int], gpus: int) -> int:
-    """The GPUs of one server an op runs among when map_groups keeps it inside the server (a TP group)."""
+    """The GPUs of one server an op runs among when map_groups keeps it inside the server (a TP group that fits
+    it, or any group of a job on one server)."""
     if isinstance(op.group, tuple):
         return len(op.group)
-    if op.group == "tp":
-        return min(gpus, plan.get("tp", gpus))
-    return gpus
+    if op.group == "pp":
+        return 2
+    return min(gpus, plan.get(op.group, gpus))
 
 
 def select_ranks(spec: str, topo, where: str = "ranks") -> list[Rank]:
@@ -338,7 +339,7 @@ def load_simai(path: str | Path) -> Workload:
     # Errors name the file and line, never the text: the file could be any file root reads.
     plan = {}
     for key, name, default in (("tp", "model_parallel_NPU_group", None), ("ep", "ep", "1"), ("pp", "pp", "1"),
-                               ("all_gpus", "all_gpus", None)):
+                               ("ga", "ga", "1"), ("all_gpus", "all_gpus", None)):
         raw = kv.get(name, default)
         if raw is None or not (raw.isascii() and raw.isdigit() and 0 < int(raw) <= 1 << 20):
             raise InputError(f"line 1: header needs '{name}: N' with N a positive integer",
@@ -406,6 +407,13 @@ def map_groups(op: Op, hosts: list[str], rails: int, plan: dict[str, int] | None
             return []  # inside a host: NVLink, no network bytes
         k = -(-tp // per_host)  # hosts a TP group spans
         return [[(h, r) for h in hosts[i:i + k]] for i in range(0, len(hosts) - k + 1, k) for r in range(rails)]
+    if len(hosts) == 1:  # a job on one server: every group is inside it, on NVLink
+        return []
+    if op.group in ("dp", "ep") and op.group in (plan or {}):
+        # Megatron's order: TP ranks consecutive, a DP or EP group's at a stride of TP; it fits a server when
+        # TP x its size does
+        if (plan or {}).get("tp", 1) * plan[op.group] <= (gpus or rails):
+            return []
     if op.group in ("dp", "ep"):
         return [[(h, r) for h in hosts] for r in range(rails)]
     if op.group == "pp":  # neighbouring stages: pairs of hosts, rail 0

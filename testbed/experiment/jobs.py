@@ -27,6 +27,7 @@ from traffic.collectives import Schedule, build_schedule
 from traffic.iteration import Step, predict
 from traffic.nvlink import nvlink_seconds
 from traffic.replay import op_schedule
+from traffic.simai_analytical import Estimate, busbw_of, estimate
 from traffic.workload import Op, Workload, in_host_gpus, load_simai, load_yaml, select_ranks
 
 from .spec import CollectiveSpec, Experiment, JobSpec, WorkloadSpec, resolve
@@ -44,6 +45,7 @@ class Job:
     iteration: list[tuple[Step, Schedule | None]] = field(default_factory=list)
     iterations: int = 1
     hosts: list[str] = field(default_factory=list)  # where it runs (every host it sends from or to)
+    simai_analytical: Estimate | None = None  # a SimAI file's iteration as SimAI-Analytical would estimate it
 
     @property
     def compute_s(self) -> float:
@@ -109,10 +111,12 @@ def workload_job(wl: WorkloadSpec, exp: Experiment, files: Files, topo: Topology
     steps = _placed_steps(real, w, hosts, topo)
     if any(s.compute_s > 0 or s.nvlink_s > 0 or (s.overlap and s.op is not None) for s, _sched in steps):
         items = [(s.op, sched) for s, sched in steps if s.op is not None] * wl.iterations
-        return Job(name, dscp, items, steps, wl.iterations, hosts)
+        return Job(name, dscp, items, steps, wl.iterations, hosts,
+                   simai_estimate(real, topo) if wl.simai else None)
     placed = {s.op: sched for s, sched in steps if s.op is not None}  # back to back, in the file's order
     items = [(o, placed[replace(o, repeat=1)]) for o in w.ops for _ in range(o.repeat)]
-    return Job(name, dscp, items * wl.iterations, iterations=wl.iterations, hosts=hosts)
+    return Job(name, dscp, items * wl.iterations, iterations=wl.iterations, hosts=hosts,
+               simai_analytical=simai_estimate(real, topo) if wl.simai else None)
 
 
 def _placed_steps(real: Workload, w: Workload, hosts: list[str], topo: Topology) -> list[tuple[Step, Schedule | None]]:
@@ -132,6 +136,15 @@ def _placed_steps(real: Workload, w: Workload, hosts: list[str], topo: Topology)
             s = replace(s, nvlink_s=nvlink_seconds(r.op.op, r.op.size, in_host_gpus(r.op, w.plan, gpus), link))
         out.append((s, sched))
     return out
+
+
+def simai_estimate(real: Workload, topo: Topology) -> Estimate:
+    """SimAI-Analytical's estimate of a SimAI file's iteration on this topology's servers (traffic/simai_analytical):
+    NVLink from the topology's `gpu`, the network's share per GPU from a host's NIC ports."""
+    host = topo.hosts[0]
+    nic_bps = sum(l.rate_gbps for l in topo.links_of(host.name) if l.kind == "host-tor") * 1e9
+    gpus = host.gpus or host.nics
+    return estimate(real, busbw_of(nvlink_of(topo.params), nic_bps, gpus, real.plan))
 
 
 def job_hosts(spec: str, topo: Topology, where: str) -> list[str]:

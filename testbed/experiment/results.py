@@ -301,17 +301,22 @@ def _iterations(variants: list[str], runs: list[dict]) -> list[str]:
     iters = [(r["variant"], i) for r in runs for i in r.get("iterations", [])]
     if iters:
         lines += ["", "Training iterations (compute as timed waits, then communication in SimAI's order; "
-                  "predicted: traffic/iteration.py at the fabric's ideal rate), mean ± sd:", "",
-                  "| variant | job | iterations | time (s) | predicted (s) | exposed comm (s) | GPU utilization "
-                  "| predicted utilization |", "|---|---|---|---|---|---|---|---|"]
+                  "predicted: traffic/iteration.py at the fabric's ideal rate; "
+                  "SimAI-analytical: the same file as SimAI's analytical backend would estimate it, "
+                  "traffic/simai_analytical.py), mean ± sd:", "",
+                  "| variant | job | iterations | time (s) | predicted (s) | SimAI-analytical (s) | NVLink (s) "
+                  "| exposed comm (s) | GPU utilization | predicted utilization |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for v in variants:
             for j in sorted({i["job"] for vv, i in iters if vv == v}):
                 its = [i for vv, i in iters if vv == v and i["job"] == j]
                 t, ts = _mean_sd([i["seconds"] for i in its])
                 e, _ = _mean_sd([i["exposed_comm_s"] for i in its])
                 u, us = _mean_sd([i["gpu_utilization"] for i in its])
-                lines.append(f"| {v} | {j} | {len(its)} | {t:.3f} ± {ts:.3f} | {its[0]['predicted_s']:.3f} | {e:.3f} "
-                             f"| {u:.1%} ± {us:.1%} | {its[0]['predicted_gpu_utilization']:.1%} |")
+                simai = _simai_estimate(runs, v, j)
+                lines.append(f"| {v} | {j} | {len(its)} | {t:.3f} ± {ts:.3f} | {its[0]['predicted_s']:.3f} | {simai} "
+                             f"| {its[0].get('nvlink_s', 0.0):.3f} | {e:.3f} | {u:.1%} ± {us:.1%} "
+                             f"| {its[0]['predicted_gpu_utilization']:.1%} |")
         cluster = {v: cluster_summary([r for r in runs if r["variant"] == v]) for v in variants}
         if any(len(c["jobs"]) > 1 for c in cluster.values()):
             lines += ["", "Cluster GPU utilization (each job's mean utilization weighted by its GPUs), and the "
@@ -321,6 +326,15 @@ def _iterations(variants: list[str], runs: list[dict]) -> list[str]:
                 f"{j} ({d['gpus']} GPUs, {d['utilization']:.1%}, {d['class']})" for j, d in c["jobs"].items()) + " |"
                 for v, c in cluster.items() if c["jobs"]]
     return lines
+
+
+def _simai_estimate(runs: list[dict], variant: str, job: str) -> str:
+    """A job's SimAI-Analytical estimate (its file's, the same in every repetition), or '-'."""
+    for r in runs:
+        est = (r.get("jobs") or {}).get(job, {}).get("simai_analytical") if r["variant"] == variant else None
+        if est:
+            return f"{est['seconds']:.3f}"
+    return "-"
 
 
 def _placement(exp, variants: list[str], runs: list[dict]) -> list[str]:

@@ -365,8 +365,11 @@ def _job_record(job: Job, topo: Topology) -> dict:
     cross segments (controllers/placement.py)."""
     ranks = [(h, n) for h in job.hosts for n in range(topo.nodes[h].nics)]
     crossing, hops = ring_crossings(topo, ranks)
-    return {"dscp": job.dscp, "hosts": job.hosts, "gpus": job_gpus(job, topo),
-            "segments": segments_spanned(topo, ranks), "ring_hops_crossing": round(crossing / hops, 4) if hops else 0}
+    out = {"dscp": job.dscp, "hosts": job.hosts, "gpus": job_gpus(job, topo),
+           "segments": segments_spanned(topo, ranks), "ring_hops_crossing": round(crossing / hops, 4) if hops else 0}
+    if job.simai_analytical is not None:
+        out["simai_analytical"] = job.simai_analytical.as_dict()
+    return out
 
 
 def _crux_classes(net: Network, exp: Experiment, job_list: list[Job], topo: Topology, channels: int) -> dict:

@@ -24,7 +24,9 @@ RUN_FIELDS = {
     "scale_auto": "why scale auto chose this scale (null when the scale was given)",
     "dilation": "time dilation D: wall seconds per second of the fabric",
     "dilation_auto": "why dilation auto chose D: what set it, the floor, the wall time to expect (null when given)",
-    "jobs": "per job: its hosts, GPUs, DSCP, the segments it spans and its ring hops that cross segments",
+    "jobs": "per job: its hosts, GPUs, DSCP, the segments it spans and its ring hops that cross segments; for a "
+            "SimAI file, simai_analytical: the iteration as SimAI-Analytical would estimate it (seconds, "
+            "compute_s, comm_s per group, exposed_s, bubble_s; traffic/simai_analytical.py)",
     "ops": "every op as it finished (the fields of an op below)",
     "iterations": "every training iteration as it finished (the fields of an iteration below)",
     "halted": "null, or the first step that never ended: {at, op, why, job}",

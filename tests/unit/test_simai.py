@@ -32,7 +32,7 @@ def test_any_plan_written_reads_back(tmp_path_factory, tp, pp, ep, dp, layers, l
     plan = Plan(tp, tp * pp * dp, ep=ep, pp=pp)
     f = transformer(plan, Model(layers=layers, layer_ns=layer_ns)).write(tmp_path_factory.mktemp("w") / "w.txt")
     w = load_simai(f)
-    assert w.plan == {"tp": tp, "ep": ep, "pp": pp, "all_gpus": tp * pp * dp, "dp": dp}
+    assert w.plan == {"tp": tp, "ep": ep, "pp": pp, "ga": 1, "all_gpus": tp * pp * dp, "dp": dp}
     per_stage = layers // pp
     ops = Counter((o.op, o.group) for o in w.ops)
     assert ops[("alltoall", "ep")] == (4 * per_stage if ep > 1 else 0)

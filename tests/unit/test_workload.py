@@ -8,7 +8,7 @@ import pytest
 from topos.errors import InputError
 from traffic.replay import concurrent, op_schedule
 from traffic.transports import choose
-from traffic.workload import Op, from_plan, load_simai, load_yaml, map_groups, parse_size
+from traffic.workload import Op, from_plan, in_host_gpus, load_simai, load_yaml, map_groups, parse_size
 
 WORKLOADS = Path(__file__).resolve().parents[1] / "data"  # written by traffic/simai.py (test_simai.py checks)
 
@@ -49,7 +49,7 @@ def test_yaml_errors_name_the_field(tmp_path, text, field):
 
 def test_simai_files_import():
     w = load_simai(WORKLOADS / "simai_tp8_dp8_64g.txt")
-    assert w.plan == {"tp": 8, "ep": 1, "pp": 1, "all_gpus": 64, "dp": 8}
+    assert w.plan == {"tp": 8, "ep": 1, "pp": 1, "ga": 1, "all_gpus": 64, "dp": 8}
     dp = [o for o in w.ops if o.group == "dp"]
     # 7e9 parameters x 2 bytes over TP 8: the gradients' reduce-scatter, the parameters' all-gather at half
     assert [(o.op, o.size) for o in dp] == [("allgather", 875_000_000), ("reducescatter", 1_750_000_000)]
@@ -61,7 +61,7 @@ def test_simai_files_import():
     assert [(o.op, o.size, o.group) for o in micro.ops] == [("allreduce", 16777216, "tp"),
                                                              ("allreduce", 67108864, "tp")]
     moe = load_simai(WORKLOADS / "simai_moe_tp2_pp2_ep4_32g.txt")
-    assert moe.plan == {"tp": 2, "ep": 4, "pp": 2, "all_gpus": 32, "dp": 8}
+    assert moe.plan == {"tp": 2, "ep": 4, "pp": 2, "ga": 1, "all_gpus": 32, "dp": 8}
     groups = Counter((o.op, o.group) for o in moe.ops)
     # 2 layers per stage x (dispatch, combine) x (forward, input gradient); _DP_EP rows land in dp
     assert groups[("alltoall", "ep")] == 8 and groups[("allgather", "dp")] == 2 == groups[("reducescatter", "dp")]
@@ -135,6 +135,17 @@ def test_groups_on_the_fabric():
     s = op_schedule(Op("allreduce", 800, "dp"), hosts, 2)
     assert s.groups == 2 and len(s.steps) == 14 and s.total_bytes == 2 * 2 * 7 * 800
     assert concurrent([s]) is s
+
+
+def test_groups_that_fit_a_server_stay_on_nvlink():
+    """Megatron's order: a DP or EP group at a stride of TP fits a server of 8 GPUs when TP x its size does."""
+    hosts = [f"h{i}" for i in range(4)]
+    plan = {"tp": 2, "ep": 4, "dp": 8, "pp": 1}
+    assert map_groups(Op("alltoall", 10, "ep"), hosts, 8, plan, gpus=8) == []  # 2 x 4 = 8 GPUs: one server
+    assert map_groups(Op("alltoall", 10, "ep"), hosts, 2, plan, gpus=2) != []  # servers of 2 GPUs: the fabric
+    assert map_groups(Op("allreduce", 10, "dp"), hosts, 8, plan, gpus=8) != []  # 2 x 8 = 16: across servers
+    assert map_groups(Op("allreduce", 10, "dp"), ["h0"], 8, plan, gpus=8) == []  # a job on one server
+    assert in_host_gpus(Op("alltoall", 10, "ep"), plan, 8) == 4 and in_host_gpus(Op("allgather", 1, "tp"), plan, 8) == 2
 
 
 def test_plan_generator():
