@@ -2,7 +2,8 @@
 
 A schedule is a list of steps; a step is a set of flows (source rank, destination
 rank, bytes) that run together and end when the slowest ends, as in a
-synchronous collective. A rank is a host NIC: (host, nic).
+synchronous collective. A rank is a host NIC: (host, nic); `among_gpus` builds a collective among GPUs,
+several per server, and keeps the hops between servers (their NICs).
 
 Sizes follow nccl-tests: `size` is the buffer a rank holds (all-reduce,
 broadcast, send/recv) or the whole gathered/scattered buffer (all-gather,
@@ -37,6 +38,15 @@ class Schedule:
     # a step needs nothing the step before delivered (all-to-all: every block is the sender's own data), so a
     # rank sends every step at once, as NCCL's grouped sends and receives to all peers do
     independent_steps: bool = False
+    # among_gpus: the GPUs per group and per server; their hops inside a server went over NVLink and are not
+    # among the steps (0: a rank is a NIC, and every hop is on the network)
+    gpus: int = 0
+    gpus_per_host: int = 0
+
+    @property
+    def members(self) -> int:
+        """The ranks taking part, as nccl-tests counts them: GPUs, or NICs where a rank is a NIC."""
+        return self.gpus * self.groups if self.gpus else len(self.ranks)
 
     @property
     def total_bytes(self) -> int:
@@ -168,6 +178,30 @@ def hierarchical_allreduce(hosts: list[str], rails: int, size: int) -> Schedule:
     for step in range(len(rings[0].steps)):
         s.steps.append([f for ring in rings for f in ring.steps[step]])
     return s
+
+
+def among_gpus(op: str, gpus: list[Rank], size: int, algorithm: str | None, nic_of: Callable[[int], int]) -> Schedule:
+    """A collective among GPUs (host, GPU index), as many in every server: the ring visits a server's GPUs in
+    turn, direction alternating server by server, so that a hop between two servers joins GPUs of the same
+    index (one rail), as NCCL lays rings on rail-optimized fabrics. Hops inside a server go over NVLink and put
+    nothing on the network; the others run between the GPUs' NICs, `nic_of(GPU index)`."""
+    by_host: dict[str, list[int]] = {}
+    for h, g in gpus:
+        by_host.setdefault(h, []).append(g)
+    ordered = [(h, g) for i, (h, gs) in enumerate(by_host.items()) for g in sorted(gs, reverse=i % 2 == 1)]
+    whole = build_schedule(op, ordered, size, algorithm)
+
+    def nic(r: Rank) -> Rank:
+        return r[0], nic_of(r[1])
+
+    out = Schedule(whole.op, whole.algorithm, size, list(dict.fromkeys(nic(r) for r in ordered)),
+                   independent_steps=whole.independent_steps, gpus=len(ordered),
+                   gpus_per_host=len(ordered) // len(by_host))
+    for step in whole.steps:
+        flows = [Flow(nic(f.src), nic(f.dst), f.bytes) for f in step if f.src[0] != f.dst[0]]
+        if flows:
+            out.steps.append(flows)
+    return out
 
 
 ALGORITHMS: dict[str, dict[str, Callable[..., Schedule]]] = {

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from topos.addressing import PINNED_SPORTS, nic_address
 
 from .collectives import Schedule
-from .metrics import IterationResult, OpResult
+from .metrics import IterationResult, OpResult, busbw_factor
 from .plan import pieces, split, step_seconds
 from .program import op_spans, rank_programs
 from .skip import Skipper
@@ -154,6 +154,15 @@ class Replayer:
             rates.append(per_port * min(self.channels, len(links)))
         if schedule.op == "incast":  # the receiver's NIC is the bottleneck
             return rates[0]
+        if schedule.gpus:  # among GPUs: the busiest NIC's bytes at its rate bound the time
+            rate = dict(zip(schedule.ranks, rates, strict=True))
+            moved: dict = {}
+            for step in schedule.steps:
+                for f in step:
+                    moved[f.src, "out"] = moved.get((f.src, "out"), 0) + f.bytes
+                    moved[f.dst, "in"] = moved.get((f.dst, "in"), 0) + f.bytes
+            t = max(b * 8 / rate[r] for (r, _way), b in moved.items())
+            return busbw_factor(schedule.op, schedule.gpus) * schedule.size * 8 / t
         if schedule.algorithm == "hierarchical":
             n, hosts = len(schedule.ranks), len({h for h, _ in schedule.ranks})
             return min(rates) * (n - 1) / (hosts - 1)
@@ -273,7 +282,7 @@ class Replayer:
     def _result(self, schedule: Schedule, seconds: float, step_times: list[float], delivered: int) -> OpResult:
         """The op's figures in the fabric's time, from the wall times measured."""
         tb = self.timebase
-        return OpResult(schedule.op, schedule.algorithm, len(schedule.ranks), schedule.size, tb.virtual(seconds),
+        return OpResult(schedule.op, schedule.algorithm, schedule.members, schedule.size, tb.virtual(seconds),
                         self.ideal_busbw(schedule), [tb.virtual(t) for t in step_times], delivered,
                         schedule.total_bytes, groups=schedule.groups)
 
@@ -350,17 +359,27 @@ def concurrent(schedules: list[Schedule]) -> Schedule:
         return schedules[0]
     first = schedules[0]
     out = Schedule(first.op, first.algorithm, first.size, [r for s in schedules for r in s.ranks],
-                   groups=len(schedules), independent_steps=all(s.independent_steps for s in schedules))
+                   groups=len(schedules), independent_steps=all(s.independent_steps for s in schedules),
+                   gpus=first.gpus, gpus_per_host=first.gpus_per_host)
     for k in range(max(len(s.steps) for s in schedules)):
         out.steps.append([f for s in schedules if k < len(s.steps) for f in s.steps[k]])
     return out
 
 
 def op_schedule(op, hosts: list[str], rails: int, plan: dict | None = None, gpus: int | None = None) -> Schedule | None:
-    """A workload op placed on the fabric; None when it stays inside hosts (TP on NVLink). `gpus`: per host."""
-    from .collectives import build_schedule
-    from .workload import map_groups
+    """A workload op placed on the fabric; None when it stays inside hosts (on NVLink). `gpus`: per host. A
+    group of a parallelism plan (a SimAI file's) runs among its GPUs (collectives.among_gpus); a group without
+    one, one rank per NIC."""
+    from .collectives import among_gpus, build_schedule
+    from .workload import gpu_groups, map_groups
 
+    per_host = gpus or rails
+    by_gpu = gpu_groups(op, hosts, plan or {}, per_host)
+    if by_gpu is not None:
+        if not by_gpu:
+            return None
+        return concurrent([among_gpus(op.op, g, op.size, op.algorithm, lambda i: i * rails // per_host)
+                           for g in by_gpu])
     groups = map_groups(op, hosts, rails, plan, gpus)
     if not groups:
         return None

@@ -224,6 +224,27 @@ def parse_rank(text: Any, where: str) -> Rank:
     return m.group(1), int(m.group(2))
 
 
+def gpu_groups(op: Op, hosts: list[str], plan: dict[str, int], per_host: int) -> list[list[Rank]] | None:
+    """A plan's TP, DP or EP groups as GPUs (host, GPU index) in Megatron's order (rank = stage x TP x DP +
+    DP index x TP + TP index; an EP group a block of consecutive DP indices), the job's GPUs filled host by
+    host: [] when every group stays inside one server (NVLink); None when the plan does not give the group's
+    size (map_groups places it one rank per NIC) or the job has too few GPUs for the plan."""
+    if not isinstance(op.group, str) or op.group not in ("tp", "dp", "ep") or op.group not in plan:
+        return None
+    tp, dp, pp = plan.get("tp", 1), plan.get("dp", 1), plan.get("pp", 1)
+    if tp * dp * pp > len(hosts) * per_host or (op.group == "ep" and dp % plan["ep"]):
+        return None
+    if op.group == "tp":
+        members = [[r + k for k in range(tp)] for r in range(0, tp * dp * pp, tp)]
+    else:
+        size = dp if op.group == "dp" else plan["ep"]
+        members = [[s * tp * dp + d * tp + t for d in range(b, b + size)]
+                   for s in range(pp) for t in range(tp) for b in range(0, dp, size)]
+    if all(len({r // per_host for r in m}) == 1 for m in members):
+        return []
+    return [[(hosts[r // per_host], r % per_host) for r in m] for m in members]
+
+
 def in_host_gpus(op: Op, plan: dict[str, int], gpus: int) -> int:
     """The GPUs of one server an op runs among when map_groups keeps it inside the server (a TP group that fits
     it, or any group of a job on one server)."""

@@ -389,7 +389,7 @@ def _crux_classes(net: Network, exp: Experiment, job_list: list[Job], topo: Topo
 def _ideal_seconds(sched, rp) -> float:
     """A schedule's time alone at the fabric's ideal rate (the closed forms): what `predict` reads an iteration
     with."""
-    return busbw_factor(sched.op, len(sched.ranks) // sched.groups) * sched.size * 8 / rp.ideal_busbw(sched)
+    return busbw_factor(sched.op, sched.members // sched.groups) * sched.size * 8 / rp.ideal_busbw(sched)
 
 
 def new_folder(path: Path) -> Path:

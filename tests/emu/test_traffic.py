@@ -246,5 +246,7 @@ def test_tp_inside_a_server_waits_at_nvlink_and_only_dp_crosses_the_fabric(tmp_p
     assert it["compute_s"] == pytest.approx(0.005)
     assert it["seconds"] >= it["compute_s"] + it["nvlink_s"]  # the waits happened
     assert it["predicted_s"] >= it["compute_s"] + it["nvlink_s"] and it["bytes_ok"]
-    (op,) = rec["ops"]  # the DP all-reduce: 2 hosts x 2 rails
-    assert op["label"] == "allreduce/ring" and op["ranks"] == 4
+    (op,) = rec["ops"]  # the DP all-reduces: one per TP index (4), each GPU t of both hosts; 2 GPUs per NIC
+    assert op["label"] == "allreduce/ring" and op["ranks"] == 8
+    emulated = int((32 << 20) / rec["scale"])  # the buffer; a ring of two GPUs sends it once each way
+    assert op["bytes_delivered"] == op["bytes_expected"] == op["bytes_closed_form"] == 4 * 2 * emulated

@@ -5,15 +5,19 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from testbed.experiment.jobs import ideal_iteration_s, jobs
 from testbed.experiment.spec import from_dict
 from topos import build
 from topos.errors import InputError
 from topos.server import nvlink_of
+from traffic import closed_form
+from traffic.collectives import among_gpus
 from traffic.iteration import Step, predict
 from traffic.nvlink import nvlink_seconds
-from traffic.workload import load_simai
+from traffic.workload import Op, gpu_groups, load_simai
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -70,3 +74,39 @@ def test_tp_that_fits_a_server_runs_on_nvlink_and_a_larger_one_on_the_fabric(tmp
     assert ideal_iteration_s(job, topo, 2) >= job.compute_s + nvlink
     spread, _topo = tp4_job(tmp_path)  # 2 GPUs per host (one per NIC): TP 4 spans two servers
     assert all(sched is not None and s.nvlink_s == 0 for s, sched in spread.iteration if s.op is not None)
+
+
+def test_a_group_of_gpus_puts_only_its_hops_between_servers_on_their_nics():
+    """TP 4 on servers of 8: the DP group of TP index 1 is GPUs 1 and 5 of each server; the ring visits h0's 1
+    and 5, then h1's 5 and 1, so both hops between servers join one rail (5, then 1) and the rest is NVLink."""
+    s = among_gpus("allreduce", [("h0", 1), ("h0", 5), ("h1", 1), ("h1", 5)], 4000, None, lambda g: g)
+    assert {(f.src, f.dst) for step in s.steps for f in step} == {(("h0", 5), ("h1", 5)), (("h1", 1), ("h0", 1))}
+    assert (s.gpus, s.gpus_per_host, s.members) == (4, 2, 4) and len(s.steps) == 6  # 2 (n-1) steps of 1,000 B
+    assert s.total_bytes == closed_form.of(s) == 2 * 6 * 1000
+    shared = among_gpus("alltoall", [(h, g) for h in ("h0", "h1") for g in range(8)], 8000, None, lambda g: g // 4)
+    assert {f.src[1] for step in shared.steps for f in step} == {0, 1}  # two NICs, four GPUs behind each
+    assert shared.total_bytes == closed_form.of(shared) == 8 * 8000  # each block to the other server's 8 GPUs
+
+
+@settings(max_examples=150, deadline=None)
+@given(op=st.sampled_from(["allreduce", "allgather", "reducescatter", "alltoall"]), hosts=st.integers(2, 6),
+       per_host=st.integers(1, 4), size=st.integers(1, 10_000_000))
+def test_the_bytes_between_servers_match_their_closed_form(op, hosts, per_host, size):
+    """closed_form.between_servers works the bytes out from the ring's chunks, apart from the flows."""
+    gpus = [(f"h{h}", g) for h in range(hosts) for g in range(per_host)]
+    s = among_gpus(op, gpus, size, None, lambda g: g)
+    assert s.total_bytes == closed_form.of(s)
+    assert all(f.src[0] != f.dst[0] for step in s.steps for f in step)
+
+
+def test_megatron_groups_fill_the_servers_in_order():
+    plan = {"tp": 4, "dp": 4, "pp": 1, "ep": 2}
+    hosts = ["h0", "h1"]
+    dp = gpu_groups(Op("allreduce", 1, "dp"), hosts, plan, 8)
+    assert dp[1] == [("h0", 1), ("h0", 5), ("h1", 1), ("h1", 5)] and len(dp) == 4
+    assert gpu_groups(Op("alltoall", 1, "ep"), hosts, plan, 8) == []  # EP 2 at a stride of 4: in a server
+    ep = gpu_groups(Op("alltoall", 1, "ep"), hosts, {**plan, "ep": 4}, 8)
+    assert ep[0] == [("h0", 0), ("h0", 4), ("h1", 0), ("h1", 4)] and len(ep) == 4
+    assert gpu_groups(Op("allreduce", 1, "tp"), hosts, plan, 8) == []  # inside the servers
+    assert gpu_groups(Op("allreduce", 1, "dp"), ["h0"], plan, 8) is None  # 16 GPUs of a plan on 8: too few
+    assert gpu_groups(Op("allreduce", 1, "dp"), hosts, {}, 8) is None  # no plan: one rank per NIC
