@@ -1,9 +1,10 @@
-"""Every SimAI file the importer takes, replayed with its compute alone on the default HPN, against the closed form.
+"""Every SimAI file the importer takes, replayed with its compute alone on an HPN of its size, against the closed form.
 
     sudo .venv/bin/python -m bench.simai_iterations [--rows N] [--files A.txt B.txt] [--out FILE]
         [--dilation auto|D] [--max-wall S] [--keep DIR]
 
-Each file runs as a one-job experiment through the runner (routing precise, scale auto, time dilation auto
+Each file runs as a one-job experiment through the runner on one segment of as many 8-GPU servers (2 NICs
+each) as it has GPUs (routing precise, scale auto, time dilation auto
 unless given, one iteration after a warm-up iteration) and prints the measured iteration time, the
 prediction (compute in SimAI's order plus each network op at the fabric's ideal rate, traffic/iteration.py)
 and their ratio, with the number of network ops and the mean time an op spends beyond its closed form (the
@@ -50,7 +51,10 @@ def measure(path: Path, rows: int | None, dilation: float | str = "auto", max_wa
         if w.compute_s == 0:
             return {"file": path.name, "compute_s": 0.0, "note": "no compute in the file"}
         time_spec = {"dilation": dilation, **({"max_wall_s": max_wall} if max_wall else {})}
+        hosts = -(-w.plan["all_gpus"] // 8)  # servers of 8 GPUs behind the default 2 NICs, in one segment
         exp = from_dict({"name": "simai-bench", "routing": "precise", "time": time_spec,
+                         "topology": {"name": "hpn", "params": {"segments_per_pod": 1, "hosts_per_segment": hosts,
+                                                                "gpus_per_host": 8}},
                          "workload": {"simai": copy.name, "iterations": 2}})
         out = run(exp, base=Path(tmp), results=keep or Path(tmp) / "results")
         rec = json.loads((out / "results.json").read_text())["runs"][0]

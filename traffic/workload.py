@@ -15,10 +15,11 @@
     parallelism plan (TP, PP, DP, EP sizes, model size);
 (c) `load_simai(path)`: SimAI/AICB workload files.
 
-Groups are symbolic ("tp", "dp", "ep", "pp") until `map_groups` places them on
-the emulated hosts and rails (an emulated host has one GPU per rail): DP (and
-EP) groups are rail-aligned across all hosts, one group per rail, all rails at
-once (as on a rail-optimized fabric); a TP group that fits in a host stays there
+Groups are symbolic ("tp", "dp", "ep", "pp") until they are placed: a plan's
+(a SimAI file's) TP, DP and EP groups as GPUs in Megatron's order by `gpu_groups`
+(inside a server: NVLink; across servers: collectives.among_gpus); groups without a
+plan by `map_groups`, one rank per NIC: DP (and EP) rail-aligned across all hosts,
+one group per rail, all rails at once; a TP group that fits in a host stays there
 (NVLink: no network bytes), a larger one spans consecutive hosts, rail-aligned;
 PP pairs neighbouring hosts.
 Sizes are real bytes; `scaled(scale)` divides them by the bandwidth scale so

@@ -107,16 +107,30 @@ def workload_job(wl: WorkloadSpec, exp: Experiment, files: Files, topo: Topology
         return collective_job(name, dscp, wl.collective, exp.qos.scale, topo, f"{where}.collective")
     real = workloads(files).get(wl, where)
     w = real.scaled(exp.qos.scale)
-    hosts = hosts or [h.name for h in topo.hosts]
+    hosts = _hosts_for(real, hosts or [h.name for h in topo.hosts], topo, where)
     steps = _placed_steps(real, w, hosts, topo)
+    estimated = simai_estimate(real, topo) if wl.simai else None
     if any(s.compute_s > 0 or s.nvlink_s > 0 or (s.overlap and s.op is not None) for s, _sched in steps):
         items = [(s.op, sched) for s, sched in steps if s.op is not None] * wl.iterations
-        return Job(name, dscp, items, steps, wl.iterations, hosts,
-                   simai_estimate(real, topo) if wl.simai else None)
+        return Job(name, dscp, items, steps, wl.iterations, hosts, estimated)
     placed = {s.op: sched for s, sched in steps if s.op is not None}  # back to back, in the file's order
     items = [(o, placed[replace(o, repeat=1)]) for o in w.ops for _ in range(o.repeat)]
-    return Job(name, dscp, items * wl.iterations, iterations=wl.iterations, hosts=hosts,
-               simai_analytical=simai_estimate(real, topo) if wl.simai else None)
+    return Job(name, dscp, items * wl.iterations, iterations=wl.iterations, hosts=hosts, simai_analytical=estimated)
+
+
+def _hosts_for(w: Workload, hosts: list[str], topo: Topology, where: str) -> list[str]:
+    """The servers a file written for N GPUs (a SimAI header's all_gpus) runs on: the first that hold N GPUs.
+    On fewer its groups cannot be laid out as the file says, and it is refused."""
+    need = w.plan.get("all_gpus")
+    if need is None:
+        return hosts
+    per_host = topo.hosts[0].gpus or topo.hosts[0].nics
+    servers = -(-need // per_host)
+    if servers > len(hosts):
+        raise InputError(f"the file is written for {need} GPUs and the job has {len(hosts)} hosts of {per_host} "
+                         f"GPUs", f"give it at least {servers} hosts (topology hosts_per_segment, segments_per_pod) "
+                         "or more gpus_per_host", field=f"{where}.simai", value=need)
+    return hosts[:servers]
 
 
 def _placed_steps(real: Workload, w: Workload, hosts: list[str], topo: Topology) -> list[tuple[Step, Schedule | None]]:

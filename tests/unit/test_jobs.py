@@ -11,13 +11,15 @@ from testbed.experiment.jobs import demand, jobs
 from testbed.experiment.spec import from_dict, load
 from topos.errors import InputError
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-SIMAI = "simai_dp16_two_layers.txt"  # 1 s of compute per rank, two weight-gradient all-reduces of 10 GB
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+SIMAI = "simai_dp16_two_layers.txt"  # 16 GPUs, 1 s of compute each, two weight-gradient all-reduces of 10 GB
+YAML = "dp_training.yaml"  # a data-parallel step for any number of GPUs (experiments/workloads)
 
 
 def spec(**over) -> dict:
-    base = {"name": "t", "qos": {"scale": 20_000, "lossless": [{"priority": 3, "dscp": 26},
-                                                                {"priority": 4, "dscp": 34}]},
+    base = {"name": "t", "topology": {"name": "hpn", "params": {"gpus_per_host": 4}},
+            "qos": {"scale": 20_000, "lossless": [{"priority": 3, "dscp": 26}, {"priority": 4, "dscp": 34}]},
             "jobs": [{"name": "big", "workload": {"simai": SIMAI, "iterations": 2}, "hosts": "h0,h1,h2,h3"},
                      {"name": "small", "collective": {"op": "allreduce", "size": "1GB", "ranks": "h4:0,h5:0"},
                       "priority": 4}]}
@@ -47,13 +49,14 @@ def test_demand_carries_real_bytes_compute_and_overlap(tmp_path):
     assert sum(f["bytes"] for f in d["flows"]) == pytest.approx(emulated * 20_000, rel=1e-6)
     assert d["gpus"] == 4 * topo.nodes["h0"].gpus and d["compute_s"] == pytest.approx(1.0)
     # both all-reduces are weight gradients, but only layer 1's hides (under layer 0's backward compute):
-    # alone at 200G a 4-rank ring all-reduce of 10 GB takes 0.6 s; fwd 0.6 s + ig/wg 0.2 s, then 0.6 s under
-    # 0.2 s of compute, then layer 0's 0.6 s: 2.0 s, 1.0 s exposed of 1.2 s -> 1/6 hidden
-    assert d["overlap"] == pytest.approx(1 / 6, abs=1e-6)
-    # two channels: one flow each with half the bytes; 0.3 s per all-reduce, layer 1's runs 0.8-1.1 s, layer
-    # 0's 1.1-1.4 s: 0.4 s exposed of 0.6 s -> 1/3 hidden
+    # a ring of the 16 GPUs (4 per host) leaves each host once, every hop 2 x 15/16 of the 10 GB: 0.75 s at
+    # 200G; fwd 0.6 s + ig/wg 0.2 s, then 0.75 s under 0.2 s of compute, then layer 0's 0.75 s: 2.3 s, 1.3 s
+    # exposed of 1.5 s -> 2/15 hidden
+    assert d["overlap"] == pytest.approx(2 / 15, abs=1e-6)
+    # two channels: one flow each with half the bytes; 0.375 s per all-reduce, layer 1's runs 0.8-1.175 s,
+    # layer 0's 1.175-1.55 s: 0.55 s exposed of 0.75 s -> 4/15 hidden
     two = demand(big, 0, topo, exp.qos.scale, channels=2)
-    assert len(two["flows"]) == 2 * len(d["flows"]) and two["overlap"] == pytest.approx(1 / 3, abs=1e-6)
+    assert len(two["flows"]) == 2 * len(d["flows"]) and two["overlap"] == pytest.approx(4 / 15, abs=1e-6)
     assert len({(f["src"], f["dst"], f["sport"], f["dport"]) for f in d["flows"]}) == len(d["flows"])
     s = demand(small, 1, topo, exp.qos.scale)
     assert s["compute_s"] == 0 and s["overlap"] == 0 and {f["dport"] for f in s["flows"]} == {10_001}
@@ -98,12 +101,22 @@ def test_job_hosts_and_files_are_checked(tmp_path):
     ("scattered", ["h0", "h4", "h1", "h5", "h2", "h6"], ["h3", "h7"]),  # dealt across the two segments
 ])
 def test_jobs_given_as_gpus_are_placed_by_the_policy(tmp_path, policy, a_hosts, b_hosts):
-    shutil.copy(DATA / SIMAI, tmp_path)
-    exp = from_dict(spec(placement=policy, jobs=[{"name": "A", "workload": {"simai": SIMAI}, "gpus": 12},
-                                                 {"name": "B", "workload": {"simai": SIMAI}, "gpus": 4}]))
+    shutil.copy(ROOT / "experiments" / "workloads" / YAML, tmp_path)
+    hpn = {"name": "hpn"}  # 8 hosts of 2 GPUs
+    exp = from_dict(spec(placement=policy, topology=hpn, jobs=[{"name": "A", "workload": {"file": YAML}, "gpus": 12},
+                                                               {"name": "B", "workload": {"file": YAML}, "gpus": 4}]))
     a, b = jobs(exp, tmp_path, exp.topology.build())
     assert (a.hosts, b.hosts) == (a_hosts, b_hosts)
-    with pytest.raises(InputError) as exc:  # 20 GPUs on 8 hosts of 2 NICs: only 16
-        jobs(from_dict(spec(jobs=[{"name": "A", "workload": {"simai": SIMAI}, "gpus": 20}])), tmp_path,
-             exp.topology.build())
+    with pytest.raises(InputError) as exc:  # 20 GPUs on 8 hosts of 2: only 16
+        jobs(from_dict(spec(topology=hpn, jobs=[{"name": "A", "workload": {"file": YAML}, "gpus": 20}])),
+             tmp_path, exp.topology.build())
     assert exc.value.field == "jobs[].gpus"
+
+
+def test_a_simai_file_runs_on_as_many_gpus_as_it_was_written_for(tmp_path):
+    shutil.copy(DATA / SIMAI, tmp_path)
+    exp = from_dict(spec(jobs=[{"name": "A", "workload": {"simai": SIMAI}, "hosts": "h0,h1,h2"}]))
+    with pytest.raises(InputError) as exc:  # 3 hosts of 4 GPUs for a 16-GPU file
+        jobs(exp, tmp_path, exp.topology.build())
+    assert (exc.value.field, exc.value.value) == ("jobs[0].workload.simai", 16)
+    assert "at least 4 hosts" in exc.value.line() and "\n" not in exc.value.line()

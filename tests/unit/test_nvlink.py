@@ -72,7 +72,7 @@ def test_tp_that_fits_a_server_runs_on_nvlink_and_a_larger_one_on_the_fabric(tmp
     nvlink = sum(s.nvlink_s for s, _sched in job.iteration)
     assert len(tp) == len(real_tp) == 49 and nvlink == pytest.approx(sum(s.nvlink_s for s, _ in tp))
     assert ideal_iteration_s(job, topo, 2) >= job.compute_s + nvlink
-    spread, _topo = tp4_job(tmp_path)  # 2 GPUs per host (one per NIC): TP 4 spans two servers
+    spread, _topo = tp4_job(tmp_path, hosts_per_segment=4)  # 8 hosts of 2 GPUs: TP 4 spans two servers
     assert all(sched is not None and s.nvlink_s == 0 for s, sched in spread.iteration if s.op is not None)
 
 
