@@ -20,9 +20,8 @@ import tempfile
 from pathlib import Path
 
 from bench.tables import BENCHMARKS, replace_block, stamp, table
-from testbed.experiment.jobs import channels_of, ideal_s, jobs
+from testbed.experiment.jobs import channels_of, ideal_iteration_s, ideal_s, jobs
 from testbed.experiment.spec import from_dict
-from traffic.iteration import predict
 from traffic.workload import load_simai
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,8 +52,7 @@ def compare(path: Path, gpu: str = "H100") -> dict:
             ours_comm[kind] = ours_comm.get(kind, 0.0) + took
             if sched is None:
                 on_nvlink.add(kind)
-    ours = predict([s.__class__(**{**s.__dict__, "op": sched}) for s, sched in steps],
-                   lambda sched: ideal_s(sched, topo, channels)).seconds
+    ours = ideal_iteration_s(job, topo, channels)
     est = job.simai_analytical
     return {"file": path.name, "gpus": w.plan["all_gpus"], "plan": w.plan, "hosts": hosts, "ours_s": ours,
             "simai_analytical_s": est.seconds, "ratio": ours / est.seconds if est.seconds else None,

@@ -52,6 +52,16 @@ class Schedule:
     def total_bytes(self) -> int:
         return sum(f.bytes for step in self.steps for f in step)
 
+    def busiest_s(self, bps: Callable[[Rank], float]) -> float:
+        """The op alone at its ranks' rates: the busiest rank's bytes out or in over its rate, `bps(rank)`."""
+        sent: dict = {}
+        received: dict = {}
+        for step in self.steps:  # one pass over the flows (per rank, a pass each was quadratic in the ranks)
+            for f in step:
+                sent[f.src] = sent.get(f.src, 0) + f.bytes
+                received[f.dst] = received.get(f.dst, 0) + f.bytes
+        return max(max(sent.get(r, 0), received.get(r, 0)) * 8 / bps(r) for r in self.ranks)
+
     def sent_by(self, rank: Rank) -> int:
         return sum(f.bytes for step in self.steps for f in step if f.src == rank)
 

@@ -155,13 +155,7 @@ class Replayer:
         if schedule.op == "incast":  # the receiver's NIC is the bottleneck
             return rates[0]
         if schedule.gpus:  # among GPUs: the busiest NIC's bytes at its rate bound the time
-            rate = dict(zip(schedule.ranks, rates, strict=True))
-            moved: dict = {}
-            for step in schedule.steps:
-                for f in step:
-                    moved[f.src, "out"] = moved.get((f.src, "out"), 0) + f.bytes
-                    moved[f.dst, "in"] = moved.get((f.dst, "in"), 0) + f.bytes
-            t = max(b * 8 / rate[r] for (r, _way), b in moved.items())
+            t = schedule.busiest_s(dict(zip(schedule.ranks, rates, strict=True)).__getitem__)
             return busbw_factor(schedule.op, schedule.gpus) * schedule.size * 8 / t
         if schedule.algorithm == "hierarchical":
             n, hosts = len(schedule.ranks), len({h for h, _ in schedule.ranks})

@@ -249,19 +249,13 @@ def nic_bps(topo: Topology, rank: tuple[str, int], channels: int) -> float:
 
 def ideal_s(sched: Schedule, topo: Topology, channels: int) -> float:
     """An op alone on the fabric, at its size: the busiest rank's bytes out or in at its NIC's rate."""
-    sent: dict = {}
-    received: dict = {}
-    for step in sched.steps:  # one pass over the flows (per rank, a pass each was quadratic in the ranks)
-        for f in step:
-            sent[f.src] = sent.get(f.src, 0) + f.bytes
-            received[f.dst] = received.get(f.dst, 0) + f.bytes
-    return max(max(sent.get(r, 0), received.get(r, 0)) * 8 / nic_bps(topo, r, channels) for r in sched.ranks)
+    return sched.busiest_s(lambda r: nic_bps(topo, r, channels))
 
 
 def ideal_iteration_s(job: Job, topo: Topology, channels: int) -> float:
-    """One training iteration's ideal time, as traffic/iteration.py predicts it (compute, then each op at its
-    ideal time)."""
-    steps = [replace(s, op=sched) for s, sched in job.iteration]
+    """One iteration's ideal time, as traffic/iteration.py predicts it (compute, then each op at its ideal
+    time); a job of back-to-back ops: one iteration's ops in turn."""
+    steps = [replace(s, op=sched) for s, sched in job.one_iteration]
     return predict(steps, lambda sched: ideal_s(sched, topo, channels)).seconds
 
 
