@@ -128,12 +128,13 @@ def gap_after(report: dict, t: float, stream: int = 0) -> float:
 
 def iperf(net: Network, pairs: list[tuple[str, str]], duration: float, tos: int | None = None, nic: int = 0,
           base_port: int = 5201, during: Callable[[], None] | None = None, cc: str | None = None) -> list[dict]:
-    """TCP flows with iperf3, one server per flow; returns per flow bytes received, seconds, retransmits.
+    """TCP flows with iperf3, one server per flow; returns per flow bytes received, seconds, retransmits, and
+    the receiver's per-second intervals as (start, end, bytes).
 
     `during` runs while the flows are in steady state (after 1 s), e.g. to sample counters. `cc`: the TCP
     congestion control of both ends (iperf3 -C; its server takes the client's).
     """
-    servers = [net.popen(dst, ["iperf3", "-s", "-1", "-J", "-p", str(base_port + i)])
+    servers = [net.popen(dst, ["iperf3", "-s", "-1", "-J", "-p", str(base_port + i)], stdout=subprocess.PIPE)
                for i, (_src, dst) in enumerate(pairs)]
     time.sleep(0.5)
     extra = (["-S", str(tos)] if tos is not None else []) + (["-C", cc] if cc else [])
@@ -144,15 +145,19 @@ def iperf(net: Network, pairs: list[tuple[str, str]], duration: float, tos: int 
         time.sleep(1.0)
         during()
     out = []
-    for c in clients:
-        d = json.loads(c.communicate(timeout=duration + 30)[0])
-        end = d["end"]
+    for c, s in zip(clients, servers, strict=True):
+        end = json.loads(c.communicate(timeout=duration + 30)[0])["end"]
+        received = json.loads(s.communicate(timeout=10)[0])["intervals"]
         out.append({"bytes": end["sum_received"]["bytes"], "seconds": end["sum_received"]["seconds"],
-                    "retransmits": end["sum_sent"].get("retransmits", 0)})
-    for s in servers:
-        s.wait(timeout=10)
+                    "retransmits": end["sum_sent"].get("retransmits", 0),
+                    "intervals": [(i["sum"]["start"], i["sum"]["end"], i["sum"]["bytes"]) for i in received]})
     return out
 
+
+def goodput_between(flow: dict, start: float, end: float) -> float:
+    """Bits/s the receiver got in the whole seconds of [start, end] after the flow began (iperf's intervals)."""
+    inside = [(a, b, n) for a, b, n in flow["intervals"] if a >= start - 0.01 and b <= end + 0.01]
+    return sum(n for _a, _b, n in inside) * 8 / sum(b - a for a, b, _n in inside)
 
 
 def shaped_rate(net: Network, keys: tuple[str, ...], window: float, result: dict) -> None:
