@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from topos.server import NVLink
 
 from .metrics import busbw_factor
-from .workload import Workload
+from .workload import Workload, fits_server
 
 OVERLAP = {"tp": 0.0, "dp": 1.0, "ep": 0.0, "pp": 0.0}  # the share of a group's time compute may hide
 
@@ -47,9 +47,8 @@ def busbw_of(nvlink: NVLink, nic_bps: float, gpus_per_host: int, plan: dict[str,
     """The busbw table for servers of `gpus_per_host` GPUs whose NIC ports add up to `nic_bps`, for a file's
     parallelism `plan`: a group runs at NVLink when its span of ranks fits a server (Megatron's order: TP
     consecutive, DP and EP at a stride of TP, PP outermost)."""
-    tp, dp, ep, pp = (plan.get(k, 1) for k in ("tp", "dp", "ep", "pp"))
-    span = {"tp": tp, "dp": tp * dp, "ep": tp * ep, "pp": tp * dp * pp}
-    return Busbw(nvlink, nic_bps / gpus_per_host, frozenset(g for g, n in span.items() if n <= gpus_per_host))
+    return Busbw(nvlink, nic_bps / gpus_per_host,
+                 frozenset(g for g in ("tp", "dp", "ep", "pp") if fits_server(g, plan, gpus_per_host)))
 
 
 @dataclass(frozen=True)

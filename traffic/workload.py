@@ -225,6 +225,27 @@ def parse_rank(text: Any, where: str) -> Rank:
     return m.group(1), int(m.group(2))
 
 
+def group_members(kind: str, plan: dict[str, int]) -> list[range]:
+    """Every group of a kind as ranks, in Megatron's order (rank = stage x TP x DP + DP index x TP + TP index):
+    TP ranks consecutive; a DP group at a stride of TP; an EP group a block of consecutive DP indices; a PP
+    group the same place in every stage."""
+    tp, dp, pp, ep = (plan.get(k, 1) for k in ("tp", "dp", "pp", "ep"))
+    stage = tp * dp
+    if kind == "tp":
+        return [range(r, r + tp) for r in range(0, stage * pp, tp)]
+    if kind == "pp":
+        return [range(x, stage * pp, stage) for x in range(stage)]
+    size = dp if kind == "dp" else ep
+    return [range(s * stage + b * tp + t, s * stage + (b + size) * tp, tp)
+            for s in range(pp) for t in range(tp) for b in range(0, dp, size)]
+
+
+def fits_server(kind: str, plan: dict[str, int], per_host: int) -> bool:
+    """Every group of this kind lies inside one server of `per_host` GPUs (the job's GPUs filled server by
+    server): then it runs on NVLink."""
+    return all(g[0] // per_host == g[-1] // per_host for g in group_members(kind, plan))
+
+
 def gpu_groups(op: Op, hosts: list[str], plan: dict[str, int], per_host: int) -> list[list[Rank]] | None:
     """A plan's TP, DP or EP groups as GPUs (host, GPU index) in Megatron's order (rank = stage x TP x DP +
     DP index x TP + TP index; an EP group a block of consecutive DP indices), the job's GPUs filled host by
@@ -235,15 +256,9 @@ def gpu_groups(op: Op, hosts: list[str], plan: dict[str, int], per_host: int) ->
     tp, dp, pp = plan.get("tp", 1), plan.get("dp", 1), plan.get("pp", 1)
     if tp * dp * pp > len(hosts) * per_host or (op.group == "ep" and dp % plan["ep"]):
         return None
-    if op.group == "tp":
-        members = [[r + k for k in range(tp)] for r in range(0, tp * dp * pp, tp)]
-    else:
-        size = dp if op.group == "dp" else plan["ep"]
-        members = [[s * tp * dp + d * tp + t for d in range(b, b + size)]
-                   for s in range(pp) for t in range(tp) for b in range(0, dp, size)]
-    if all(len({r // per_host for r in m}) == 1 for m in members):
+    if fits_server(op.group, plan, per_host):
         return []
-    return [[(hosts[r // per_host], r % per_host) for r in m] for m in members]
+    return [[(hosts[r // per_host], r % per_host) for r in m] for m in group_members(op.group, plan)]
 
 
 def in_host_gpus(op: Op, plan: dict[str, int], gpus: int) -> int:
@@ -425,17 +440,14 @@ def map_groups(op: Op, hosts: list[str], rails: int, plan: dict[str, int] | None
     if op.group == "tp":
         per_host = gpus or rails
         tp = (plan or {}).get("tp", per_host)
-        if tp <= per_host:
+        if fits_server("tp", {"tp": tp}, per_host):
             return []  # inside a host: NVLink, no network bytes
         k = -(-tp // per_host)  # hosts a TP group spans
         return [[(h, r) for h in hosts[i:i + k]] for i in range(0, len(hosts) - k + 1, k) for r in range(rails)]
     if len(hosts) == 1:  # a job on one server: every group is inside it, on NVLink
         return []
-    if op.group in ("dp", "ep") and op.group in (plan or {}):
-        # Megatron's order: TP ranks consecutive, a DP or EP group's at a stride of TP; it fits a server when
-        # TP x its size does
-        if (plan or {}).get("tp", 1) * plan[op.group] <= (gpus or rails):
-            return []
+    if op.group in ("dp", "ep") and op.group in (plan or {}) and fits_server(op.group, plan, gpus or rails):
+        return []
     if op.group in ("dp", "ep"):
         return [[(h, r) for h in hosts] for r in range(rails)]
     if op.group == "pp":  # neighbouring stages: pairs of hosts, rail 0

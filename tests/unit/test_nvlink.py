@@ -17,7 +17,8 @@ from traffic import closed_form
 from traffic.collectives import among_gpus
 from traffic.iteration import Step, predict
 from traffic.nvlink import nvlink_seconds
-from traffic.workload import Op, gpu_groups, load_simai
+from traffic.simai_analytical import busbw_of
+from traffic.workload import Op, fits_server, gpu_groups, load_simai
 
 DATA = Path(__file__).parents[1] / "data"
 
@@ -97,6 +98,24 @@ def test_the_bytes_between_servers_match_their_closed_form(op, hosts, per_host, 
     s = among_gpus(op, gpus, size, None, lambda g: g)
     assert s.total_bytes == closed_form.of(s)
     assert all(f.src[0] != f.dst[0] for step in s.steps for f in step)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tp=st.sampled_from([1, 2, 3, 4, 8, 16]), dp=st.sampled_from([1, 2, 4, 6, 8]), ep=st.sampled_from([1, 2, 4]),
+       pp=st.sampled_from([1, 2, 3]), per_host=st.sampled_from([1, 2, 4, 6, 8]))
+def test_a_group_fits_a_server_exactly_when_every_one_of_its_ranks_does(tp, dp, ep, pp, per_host):
+    """fits_server, which the mapping, the GPU groups and SimAI-Analytical's busbw share, against the groups
+    written out rank by rank in Megatron's order."""
+    plan = {"tp": tp, "dp": dp, "ep": ep, "pp": pp}
+    members = {"tp": [range(r, r + tp) for r in range(0, tp * dp * pp, tp)],
+               "dp": [range(s * tp * dp + t, (s + 1) * tp * dp, tp) for s in range(pp) for t in range(tp)]}
+    if dp % ep == 0:
+        members["ep"] = [range(s * tp * dp + b * tp + t, s * tp * dp + (b + ep) * tp, tp)
+                         for s in range(pp) for t in range(tp) for b in range(0, dp, ep)]
+    in_server = busbw_of(nvlink_of(build("hpn").params), 400e9, per_host, plan).in_server
+    for kind, groups in members.items():
+        fits = all(len({r // per_host for r in g}) == 1 for g in groups)
+        assert fits_server(kind, plan, per_host) == fits == (kind in in_server), (kind, plan, per_host)
 
 
 def test_megatron_groups_fill_the_servers_in_order():
