@@ -10,13 +10,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from controllers.placement import place
+from testbed.qos.cpu import fit, max_scale
+from testbed.qos.ports import switch_ports
 from testbed.qos.scale import (
+    Budget,
     DilationChoice,
     IterationLoad,
     OpTime,
     ScaleChoice,
     choose_dilation,
     choose_scale,
+    load_budget,
     offered_load,
 )
 from topos.addressing import nic_address
@@ -317,7 +321,7 @@ def resolve_time(exp: Experiment, real: list[Job], topo: Topology, channels: int
     if exp.time.skip_compute and all(j.iteration for j in real):  # only ops in flight cost wall time
         busy = min(span, sum(t.ideal_s for it in iterations for t in it.ops) * max(j.iterations for j in real))
     choice = choose_dilation(ops, span, hosts=len(topo.hosts), max_wall_s=exp.time.max_wall_s,
-                             iterations=[it for it in iterations if it.ops], busy_s=busy)
+                             iterations=[it for it in iterations if it.ops], busy_s=busy, ports=switch_ports(topo))
     return exp.model_copy(update={"time": exp.time.model_copy(update={"dilation": choice.dilation})}), choice
 
 
@@ -343,16 +347,38 @@ def resolve_auto(exp: Experiment, files: Files, topo: Topology) -> tuple[Experim
     if exp.time.dilation != "auto" and exp.qos.scale != "auto":
         return exp, Auto()
     real = _real_jobs(exp, files, topo)
-    exp, dilation = resolve_time(exp, real, topo, channels_of(exp, topo))
-    exp, scale = _resolve_scale(exp, real, topo)
+    channels = channels_of(exp, topo)
+    exp, dilation = resolve_time(exp, real, topo, channels)
+    load, budget = offered(real, topo), fabric_budget(real, topo)
+    if dilation is not None:  # D takes what the scale cannot without steps of too few frames (testbed/qos/cpu.py)
+        largest = max_scale(step_bytes(real, topo, channels))
+        scale = exp.qos.scale if exp.qos.scale != "auto" else largest
+        if scale is not None:
+            dilation = fit(dilation, load, budget, scale)
+            exp = exp.model_copy(update={"time": exp.time.model_copy(update={"dilation": dilation.dilation})})
+    exp, scale = _resolve_scale(exp, load, budget, topo)
     return exp, Auto(scale, dilation)
 
 
-def _resolve_scale(exp: Experiment, real: list[Job], topo: Topology) -> tuple[Experiment, ScaleChoice | None]:
+def fabric_budget(job_list: list[Job], topo: Topology) -> Budget:
+    """This machine's budget for these jobs: held lower the more host ports send at once (testbed/qos/cpu.py)."""
+    port_bps = next(l.rate_gbps for l in topo.links if l.kind == "host-tor") * 1e9
+    return load_budget(hosts=len(topo.hosts), ports=round(offered(job_list, topo) / port_bps))
+
+
+def step_bytes(real: list[Job], topo: Topology, channels: int) -> list[tuple[float, int]]:
+    """Per op that crosses the network: its ideal time and its smallest step's bytes per connection (the
+    largest flow of that step over the channels), at real size."""
+    return [(ideal_s(sched, topo, channels), min(max(f.bytes for f in st) for st in sched.steps if st) // channels)
+            for j in real for _o, sched in j.items if sched is not None and any(sched.steps)]
+
+
+def _resolve_scale(exp: Experiment, load: float, budget: Budget, topo: Topology) -> tuple[Experiment,
+                                                                                         ScaleChoice | None]:
     """The experiment with a numeric scale: `auto` becomes the scale that fits its workload's offered load
-    (`offered`, from its jobs at real size) into this machine's budget (testbed/qos/scale.py), at its dilation,
+    (`offered`, from its jobs at real size) into this fabric's budget (testbed/qos/scale.py), at its dilation,
     which resolve_auto has made a number first."""
     if exp.qos.scale != "auto":
         return exp, None
-    choice = choose_scale(offered(real, topo), hosts=len(topo.hosts), dilation=exp.time.dilation)
+    choice = choose_scale(load, hosts=len(topo.hosts), dilation=exp.time.dilation, budget=budget)
     return exp.model_copy(update={"qos": exp.qos.model_copy(update={"scale": choice.scale})}), choice

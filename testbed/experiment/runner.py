@@ -36,7 +36,8 @@ from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
 from testbed.qos.cc import socket_cc
 from testbed.qos.pfc import in_fabric_time
-from testbed.qos.scale import load_budget, load_floor
+from testbed.qos.ports import switch_ports
+from testbed.qos.scale import load_floor
 from testbed.qos.shaper import ROOT, leaf_handles
 from testbed.system import stages
 from testbed.system.capabilities import probe
@@ -56,7 +57,7 @@ from traffic.transports import make
 from .detector import Detector, delays
 from .failures import Injector, campaign_outages
 from .fidelity import verdict
-from .jobs import Job, demand, job_gpus, offered
+from .jobs import Job, demand, fabric_budget, job_gpus, offered
 from .measure import Sampler, port_delta
 from .planning import Plan, plan, plan_variant
 from .record import RunRecord, bytes_ok
@@ -322,8 +323,8 @@ def _campaign(p: Plan, d: dict) -> dict:
 
 def _fidelity(p: Plan, d: dict) -> dict:
     """The verdict on a finished run, with whether every op delivered exactly the bytes its closed form says."""
-    budget = load_budget(hosts=len(p.topo.hosts))
-    floor = load_floor(hosts=len(p.topo.hosts))
+    budget = fabric_budget(p.jobs, p.topo)  # the budget and the floor of this fabric and load, as auto took them
+    floor = load_floor(hosts=len(p.topo.hosts), ports=switch_ports(p.topo))
     lossless = None if d["drops"]["unread"] else d["drops"]["lossless"]
     v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,
                 offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale / p.exp.time.dilation, budget_bps=budget.bps,

@@ -49,6 +49,7 @@ from traffic.timebase import MAX_DILATION
 from .ports import switch_ports
 
 DEFAULT_BUDGET_BPS = 128e6  # the lower of two calibrations of the development machine (128, 160 Mbit/s)
+PORT_LOAD_BPS = 16e9  # emulated bits/s x host ports sending at once that kept CPU idle >= 16% (testbed/qos/cpu.py)
 SAFETY = 1.0  # the calibration probe already runs agents, the controller and PFC polling, as runs do
 NICE = (1, 2, 2.5, 5)
 FINE = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8)  # dilations: each step costs wall time, so finer steps
@@ -57,12 +58,15 @@ CACHE = Path(os.environ.get("HPNLAB_CACHE", "/var/cache/hpnlab")) / "calibration
 
 @dataclass(frozen=True)
 class Budget:
-    bps: float
+    bps: float  # for this load: the calibrated (or default) figure, held to PORT_LOAD over its sending ports
     calibrated: bool  # measured on this machine (else DEFAULT_BUDGET_BPS)
     at_hosts: int | None = None  # the probe fabric's size it was measured on
+    ports: int | None = None  # the host ports sending at once, when they held it below the calibrated figure
 
     def source(self, hosts: int | None = None) -> str:
-        return _source("the default budget", self.calibrated, self.at_hosts, hosts)
+        said = _source("the default budget", self.calibrated, self.at_hosts, hosts)
+        return said + (f", held to {PORT_LOAD_BPS / 1e9:g} Gbit/s over its {self.ports} sending host ports "
+                       "(testbed/qos/cpu.py)" if self.ports else "")
 
 
 def _source(default: str, calibrated: bool, at_hosts: int | None, hosts: int | None) -> str:
@@ -81,15 +85,18 @@ def _hpn_ports(hosts: int) -> int:
     return switch_ports(build("hpn", **probe_params(hosts)))
 
 
-def growth(at_hosts: int | None, hosts: int | None) -> float:
+def growth(at_hosts: int | None, hosts: int | None, ports: int | None = None) -> float:
     """How much longer the emulator's own latencies are on a fabric of `hosts` than on the probe fabric of
     `at_hosts` (the development machine's 8 when None) that a figure was measured on: the ratio of their HPNs'
     switch ports, at least 1. Open vSwitch's one thread goes over every port, and agents and PFC queues come with
     them: here the per-step floor rose from 2.6 ms at 8 hosts to 12.5 ms at 64 (x 4.8; the ports x 5.3) and the
     PFC agent's longest reaction 2-3x. (The budget is not scaled so: at 32 and 64 hosts a budget divided by it
     put so few frames per step on ports of 100-400 kbit/s that the all-reduce fell from 85-90% of ideal to
-    68-85%, while what the CPU lacked at 64 hosts is mostly not the load's.)"""
+    68-85%, while what the CPU lacked at 64 hosts is mostly not the load's.) `ports`: the fabric's own switch
+    ports, where it is not a 2-rail HPN (8 rails put 5.3x the ports of the probe on 16 hosts)."""
     at = at_hosts or PROBE_HOSTS
+    if ports is not None:
+        return max(1.0, ports / _hpn_ports(at))
     if hosts is None or hosts <= at:
         return 1.0
     return _hpn_ports(-(-hosts // PROBE_HOSTS) * PROBE_HOSTS) / _hpn_ports(at)
@@ -265,6 +272,7 @@ class DilationChoice:
     max_wall_s: float
     hosts: int | None = None
     busy_s: float | None = None  # the part of virtual_s that costs wall time (compute skipping), if less
+    cpu: str = ""  # why the CPU took D above what the latency needs (testbed/qos/cpu.py), if it did
 
     @property
     def wall_s(self) -> float:
@@ -272,7 +280,7 @@ class DilationChoice:
         return (self.virtual_s if self.busy_s is None else self.busy_s) * self.dilation
 
     def why(self) -> str:
-        head = (f"dilation auto = {self.dilation:,.4g}: "
+        head = (f"dilation auto = {self.dilation:,.4g}: " + (f"{self.cpu}; for the latency, " if self.cpu else "")
                 + self.worst.describe(self.floor).format(need=f"{min(self.needed, MAX_DILATION):,.0f}")
                 + f" (from {self.floor.source(self.hosts)})")
         skipped = "" if self.busy_s is None else f" (compute skipped: {self.busy_s:.3g} s of it with ops in flight)"
@@ -287,10 +295,10 @@ class DilationChoice:
 
 def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = None, hosts: int | None = None,
                     max_wall_s: float | None = None, iterations: list[IterationLoad] = (),
-                    busy_s: float | None = None) -> DilationChoice:
+                    busy_s: float | None = None, ports: int | None = None) -> DilationChoice:
     """The least dilation that makes the floor small against every op and every iteration's ops together,
     within the wall-time cap (on `busy_s` when compute is skipped, else on `virtual_s`)."""
-    floor = floor or load_floor(hosts=hosts)
+    floor = floor or load_floor(hosts=hosts, ports=ports)
     cap = DEFAULT_MAX_WALL_S if max_wall_s is None else max_wall_s
     items = [o for o in ops if o.ideal_s > 0] + list(iterations)
     if not items:
@@ -364,24 +372,28 @@ def _probe_for(known: dict, hosts: int | None) -> int:
     return max(fits) if fits else min(known)
 
 
-def load_budget(path: Path | None = None, hosts: int | None = None) -> Budget:
-    """This machine's budget for a fabric of `hosts` (`_probe_for`), or the default."""
+def load_budget(path: Path | None = None, hosts: int | None = None, ports: int | None = None) -> Budget:
+    """This machine's budget for a fabric of `hosts` (`_probe_for`), or the default; with `ports` host ports
+    sending at once, at most PORT_LOAD_BPS over them (testbed/qos/cpu.py says why)."""
     known = calibrations(path)
-    if not known:
-        return Budget(DEFAULT_BUDGET_BPS, False)
-    at = _probe_for(known, hosts)
-    return Budget(known[at], True, at)
+    at = _probe_for(known, hosts) if known else None
+    bps = known[at] if known else DEFAULT_BUDGET_BPS
+    if ports and PORT_LOAD_BPS / ports < bps:
+        return Budget(PORT_LOAD_BPS / ports, bool(known), at, ports)
+    return Budget(bps, bool(known), at)
 
 
-def load_floor(path: Path | None = None, hosts: int | None = None) -> Floor:
-    """This machine's per-op floor for a fabric of `hosts` (`_probe_for`), or the default."""
+def load_floor(path: Path | None = None, hosts: int | None = None, ports: int | None = None) -> Floor:
+    """This machine's per-op floor for a fabric of `hosts` (`_probe_for`; its switch `ports`, if given, set
+    the growth), or the default."""
     known = floors(path)
     if not known:
         base, per_step = DEFAULT_FLOOR_S
-        return Floor(base, per_step * (g := growth(None, hosts)), grown=g)
+        return Floor(base, per_step * (g := growth(None, hosts, ports)), grown=g)
     at = _probe_for(known, hosts)
     base, per_step, frame = known[at]
-    return Floor(base, per_step * (g := growth(at, hosts)), calibrated=True, at_hosts=at, frame_s=frame, grown=g)
+    return Floor(base, per_step * (g := growth(at, hosts, ports)), calibrated=True, at_hosts=at, frame_s=frame,
+                 grown=g)
 
 
 def load_reaction(path: Path | None = None, hosts: int | None = None) -> Reaction:
@@ -437,7 +449,8 @@ def nice_ceil(x: float, steps: tuple = NICE) -> float:
 
 
 def choose_scale(offered_real_bps: float, budget_bps: float | None = None, hosts: int | None = None,
-                 dilation: float = 1.0) -> ScaleChoice:
-    budget = Budget(budget_bps, True, hosts) if budget_bps is not None else load_budget(hosts=hosts)
+                 dilation: float = 1.0, budget: Budget | None = None) -> ScaleChoice:
+    if budget is None:
+        budget = Budget(budget_bps, True, hosts) if budget_bps is not None else load_budget(hosts=hosts)
     return ScaleChoice(nice_ceil(offered_real_bps / (budget.bps * SAFETY * dilation)), offered_real_bps, budget,
                        hosts, dilation)
