@@ -15,6 +15,7 @@ pytestmark = pytest.mark.timing
 
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
 DATA = Path(__file__).resolve().parents[1] / "data"  # written by traffic/simai.py
+RTO_MIN_S = 0.2  # Linux's minimum retransmission timeout, in the fabric's time once dilated (testbed/net/hosts.py)
 
 DILATED = """
 name: dilated
@@ -52,7 +53,16 @@ def test_a_failure_and_the_timeline_are_on_the_fabrics_clock(tmp_path, no_leftov
     # the failure sits inside the timeline on the same clock, and the ops' times add up on it
     assert run["timeline"][0]["t"] < fired["t"] < run["timeline"][-1]["t"]
     assert sum(o["seconds"] for o in run["ops"]) <= span["virtual"]
-    assert all(0.5 < o["fraction_of_ideal"] <= 1.05 for o in run["ops"]), [o["fraction_of_ideal"] for o in run["ops"]]
+    hit = [o for o in run["ops"] if o["start"] <= fired["t"] <= o["start"] + o["seconds"]]
+    assert len(hit) == 1 and all(0.5 < o["fraction_of_ideal"] <= 1.05 for o in run["ops"] if o not in hit), \
+        [o["fraction_of_ideal"] for o in run["ops"]]
+    # the op the failure hit: at most its ideal time again for the reroute, plus TCP's timeouts where the downed
+    # link's in-flight frames were lost (the minimum RTO, 0.2 s of the fabric's time, doubling each time): once
+    # in a full suite one such timeout took it to 0.499 of its ideal rate
+    (o,) = hit
+    ideal = o["seconds"] * o["fraction_of_ideal"]
+    timeouts = run["tcp"]["TCPTimeouts"]
+    assert o["fraction_of_ideal"] <= 1.05 and o["seconds"] < 2 * ideal + RTO_MIN_S * (2**timeouts - 1), (o, run["tcp"])
     assert run["fidelity"]["faithful"] and run["fidelity"]["bytes_ok"], run["fidelity"]
     assert "Time dilated 10x" in (out / "summary.md").read_text()
 
