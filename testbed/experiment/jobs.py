@@ -349,7 +349,8 @@ def resolve_auto(exp: Experiment, files: Files, topo: Topology) -> tuple[Experim
     real = _real_jobs(exp, files, topo)
     channels = channels_of(exp, topo)
     exp, dilation = resolve_time(exp, real, topo, channels)
-    load, budget = offered(real, topo), fabric_budget(real, topo)
+    load = offered(real, topo)
+    budget = fabric_budget(load, topo)
     if dilation is not None:  # D takes what the scale cannot without steps of too few frames (testbed/qos/cpu.py)
         largest = max_scale(step_bytes(real, topo, channels))
         scale = exp.qos.scale if exp.qos.scale != "auto" else largest
@@ -360,10 +361,11 @@ def resolve_auto(exp: Experiment, files: Files, topo: Topology) -> tuple[Experim
     return exp, Auto(scale, dilation)
 
 
-def fabric_budget(job_list: list[Job], topo: Topology) -> Budget:
-    """This machine's budget for these jobs: held lower the more host ports send at once (testbed/qos/cpu.py)."""
+def fabric_budget(load: float, topo: Topology) -> Budget:
+    """This machine's budget for jobs offering `load` (real bits/s, `offered`): held lower the more host ports
+    send at once (testbed/qos/cpu.py)."""
     port_bps = next(l.rate_gbps for l in topo.links if l.kind == "host-tor") * 1e9
-    return load_budget(hosts=len(topo.hosts), ports=round(offered(job_list, topo) / port_bps))
+    return load_budget(hosts=len(topo.hosts), ports=round(load / port_bps))
 
 
 def step_bytes(real: list[Job], topo: Topology, channels: int) -> list[tuple[float, int]]:

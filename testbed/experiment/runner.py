@@ -323,11 +323,12 @@ def _campaign(p: Plan, d: dict) -> dict:
 
 def _fidelity(p: Plan, d: dict) -> dict:
     """The verdict on a finished run, with whether every op delivered exactly the bytes its closed form says."""
-    budget = fabric_budget(p.jobs, p.topo)  # the budget and the floor of this fabric and load, as auto took them
+    load = offered(p.jobs, p.topo)
+    budget = fabric_budget(load, p.topo)  # the budget and the floor of this fabric and load, as auto took them
     floor = load_floor(hosts=len(p.topo.hosts), ports=switch_ports(p.topo))
     lossless = None if d["drops"]["unread"] else d["drops"]["lossless"]
     v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,
-                offered_bps=offered(p.jobs, p.topo) / p.exp.qos.scale / p.exp.time.dilation, budget_bps=budget.bps,
+                offered_bps=load / p.exp.qos.scale / p.exp.time.dilation, budget_bps=budget.bps,
                 calibrated=budget.calibrated, sampler_error=d["sampler_error"], ops=d["ops"],
                 dilation=p.exp.time.dilation, lost_in_emulator=_lost_in_emulator(d), floor=floor,
                 iterations=d["iterations"], links=d.get("links"), scale=p.exp.qos.scale,

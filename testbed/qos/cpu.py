@@ -51,7 +51,7 @@ def fit(choice: DilationChoice, offered_bps: float, budget: Budget, scale: float
     need = offered_bps / (budget.bps * scale)
     if need <= choice.dilation:
         return choice
-    costly = choice.virtual_s if choice.busy_s is None else choice.busy_s
+    costly = choice.costly_s
     cap = max(choice.dilation, nice_floor(choice.max_wall_s / costly, FINE)) if costly > 0 else MAX_DILATION
     d = min(nice_ceil(need, FINE), cap, MAX_DILATION)
     said = (f"{offered_bps / 1e12:g} Tbit/s offered at scale 1/{scale:,.0f} needs {need:,.0f}x to fit "

@@ -275,9 +275,14 @@ class DilationChoice:
     cpu: str = ""  # why the CPU took D above what the latency needs (testbed/qos/cpu.py), if it did
 
     @property
+    def costly_s(self) -> float:
+        """The fabric's time that costs wall time: what compute skipping leaves of virtual_s."""
+        return self.virtual_s if self.busy_s is None else self.busy_s
+
+    @property
     def wall_s(self) -> float:
         """The wall time the traffic will take at the least (its ideal time that is not skipped, dilated)."""
-        return (self.virtual_s if self.busy_s is None else self.busy_s) * self.dilation
+        return self.costly_s * self.dilation
 
     def why(self) -> str:
         head = (f"dilation auto = {self.dilation:,.4g}: " + (f"{self.cpu}; for the latency, " if self.cpu else "")
