@@ -8,7 +8,9 @@ Runs inside a Mininet host (plain sockets, no Mininet import):
 The receiver writes how many packets arrived, how many were lost or reordered,
 and every silence longer than `--gap-ms` with its start time, so a failover
 gap is measured in milliseconds from real packets. With `--ready` it says "ready" on
-stderr once its socket is bound, so a caller starts the senders then, not after a guess.
+stderr once its socket is bound, so a caller starts the senders then, not after a guess. A sender
+with `--wait-go` says "ready" the same way and then waits for a line on stdin: streams from several
+hosts (an incast) start together however long each took to start (seconds apart on a loaded VM).
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ HEADER = struct.Struct("!QdI")  # seq, send time, stream id
 STILL_COMING_S = 1.0  # the receiver waits this long after a packet before it may close
 
 
-def send(dst: str, dport: int, sport: int, pps: float, duration: float, size: int, stream: int, tos: int = 0) -> dict:
+def send(dst: str, dport: int, sport: int, pps: float, duration: float, size: int, stream: int, tos: int = 0,
+         on_bound=None) -> dict:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if tos:
         s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)  # DSCP << 2: picks the queue class
     s.bind(("0.0.0.0", sport))
+    if on_bound:
+        on_bound()
     pad = b"\0" * max(0, size - HEADER.size)
     interval = 1.0 / pps
     start = time.monotonic()
@@ -99,6 +104,15 @@ def recv(port: int, duration: float, gap_ms: float, on_bound=None) -> dict:
             "max_gap_ms": max((g["ms"] for g in gaps), default=0.0)}
 
 
+def _ready() -> None:
+    print("ready", file=sys.stderr, flush=True)
+
+
+def _ready_then_go() -> None:
+    _ready()
+    sys.stdin.readline()
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m traffic.udpstream")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -111,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--size", type=int, default=200)
     s.add_argument("--stream", type=int, default=0)
     s.add_argument("--tos", type=int, default=0, help="IP TOS byte (DSCP 26 -> 104: the lossless class)")
+    s.add_argument("--wait-go", action="store_true", help='say "ready" on stderr, start at a line on stdin')
     r = sub.add_parser("recv")
     r.add_argument("--port", type=int, required=True)
     r.add_argument("--duration", type=float, default=6)
@@ -119,10 +134,10 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--ready", action="store_true", help='say "ready" on stderr once the socket is bound')
     a = ap.parse_args(argv)
     if a.cmd == "send":
-        out = send(a.dst, a.dport, a.sport, a.pps, a.duration, a.size, a.stream, a.tos)
+        out = send(a.dst, a.dport, a.sport, a.pps, a.duration, a.size, a.stream, a.tos,
+                   on_bound=_ready_then_go if a.wait_go else None)
     else:
-        out = recv(a.port, a.duration, a.gap_ms, on_bound=(lambda: print("ready", file=sys.stderr, flush=True))
-                   if a.ready else None)
+        out = recv(a.port, a.duration, a.gap_ms, on_bound=_ready if a.ready else None)
     text = json.dumps(out)
     if getattr(a, "out", None):
         write_file(a.out, text, "--out")

@@ -51,12 +51,16 @@ def start_receiver(net: Network, host: str, port: int, duration: float, gap_ms: 
     seconds under TCG, and the packets sent before it binds are lost."""
     p = net.python(host, "traffic.udpstream", "recv", "--port", str(port), "--duration", str(duration),
                    "--gap-ms", str(gap_ms), "--ready", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return _when_ready(p, f"the stream receiver on {host} port {port}")
+
+
+def _when_ready(p: subprocess.Popen, what: str) -> subprocess.Popen:
+    """`p` once it said "ready" on stderr, or an error naming `what` after READY_S."""
     said = p.stderr.readline() if readable([p.stderr], READY_S) else ""
     if said.strip() != "ready":
         p.kill()
         _, err = p.communicate(timeout=10)
-        raise RuntimeError(f"the stream receiver on {host} port {port} did not start within {READY_S:g} s: "
-                           f"{(said + err).strip()[-300:] or 'no output'}")
+        raise RuntimeError(f"{what} did not start within {READY_S:g} s: {(said + err).strip()[-300:] or 'no output'}")
     return p
 
 
@@ -79,10 +83,23 @@ def run_streams(net: Network, specs: list[StreamSpec], actions: list[tuple[float
         key = f"{s.dst}:{s.dport}"
         if key not in receivers:
             receivers[key] = start_receiver(net, s.dst, s.dport, duration + tail + 0.5, gap_ms)
+    # every sender bound before any sends: an incast whose senders started seconds apart (a loaded VM) was
+    # no incast, and a receiver that heard nothing for its whole window closed before the first packet
     senders = [net.python(s.src, "traffic.udpstream", "send", "--dst", s.dst_ip(net), "--dport", str(s.dport),
                           "--sport", str(s.sport), "--pps", str(s.pps), "--duration", str(s.duration),
-                          "--size", str(s.size), "--stream", str(s.stream), "--tos", str(s.tos),
-                          stdout=subprocess.PIPE, text=True) for s in specs]
+                          "--size", str(s.size), "--stream", str(s.stream), "--tos", str(s.tos), "--wait-go",
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for s in specs]
+    try:
+        for s, p in zip(specs, senders, strict=True):
+            _when_ready(p, f"the stream sender on {s.src} port {s.sport}")
+    except RuntimeError:
+        for p in senders + list(receivers.values()):
+            p.kill()
+        raise
+    for p in senders:
+        p.stdin.write("go\n")
+        p.stdin.flush()  # communicate() closes it below
     start = time.time()
     fired = []
     for offset, action in sorted(actions, key=lambda a: a[0]):
