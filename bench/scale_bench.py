@@ -1,12 +1,13 @@
 """Scale benchmark: HPN at 8 to 128 hosts, hpnlab beside Mininet's own API with TCLink on the same graph.
 
     sudo .venv/bin/python -m bench.scale_bench [--hosts 8 16 32 64 128] [--out results/bench/scale.json]
-        [--dilation [D ...]] [--floor] [--allreduce-only] [--from results/bench/scale.json]
+        [--repeat N] [--dilation [D ...]] [--floor] [--allreduce-only] [--from results/bench/scale.json]
 
 Per size: start (built, routed, shaped) and teardown time, all-pairs ping time
 and loss, memory per host (MemAvailable before and after start), a ring
 all-reduce on rail 0 at the default settings (time dilation and scale auto: busbw as a fraction of ideal,
-exact bytes, fidelity verdict, what the PFC agent cost and how fast it acted), and the peer
+exact bytes, fidelity verdict and the CPU idle minimum, what the PFC agent cost and how fast it acted;
+`--repeat N` runs it N times, each on a fresh network), and the peer
 baseline: the same hosts, switches and links at the same rates started and
 stopped with Mininet's API and TCLink. With `--dilation D ...` (default 1; none: `--dilation` alone), the
 all-reduce again at each given D: D = 1 undilated at scale auto, D > 1 at the scale D = 1 takes (the same
@@ -142,10 +143,11 @@ DEFAULT_HOSTS = [8, 16, 32, 64, 128]
 
 def _verdict(fidelity: dict) -> str:
     said = status(fidelity)
+    idle = fidelity["cpu_idle_min"]
+    idle_said = f"CPU idle >= {idle:.0%}" if idle is not None else "CPU idle not measured"
     if said == "faithful":
-        return "faithful" + (f" (CPU idle >= {fidelity['cpu_idle_min']:.0%})" if fidelity["cpu_idle_min"] is not None
-                             else "")
-    return f"{'NOT faithful' if said != 'unknown' else 'unknown'}: " + "; ".join(reasons(fidelity))[:160]
+        return f"faithful ({idle_said})"
+    return f"{'NOT faithful' if said != 'unknown' else 'unknown'} ({idle_said}): " + "; ".join(reasons(fidelity))[:160]
 
 
 def _allreduce_cells(ar: dict) -> list[str]:
@@ -172,8 +174,11 @@ def scale_table(rows: list[dict]) -> str:
                     f"{h['ping_received']:,}/{h['ping_sent']:,} in {h['pingall_s']} s", f"{h['mem_per_host_mb']} MB"]
         else:
             life = [str(row["hosts"]), "-", "-", "-", "-"]
-        for i, ar in enumerate([row["allreduce"], *row.get("dilated", [])]):
-            out.append((life if i == 0 else [f"{row['hosts']}, same", "", "", "", ""]) + _allreduce_cells(ar))
+        again = [f"{row['hosts']}, again", "", "", "", ""]
+        for i, ar in enumerate([row["allreduce"], *row.get("repeats", []), *row.get("dilated", [])]):
+            first = life if i == 0 else again if ar.get("settings") == "default" else [f"{row['hosts']}, same", "",
+                                                                                        "", "", ""]
+            out.append(first + _allreduce_cells(ar))
     return table(["hosts / switches / links", "up: hpnlab / Mininet+TCLink", "teardown: hpnlab / Mininet",
                   "pingall (all NIC pairs)", "memory per host", "all-reduce: scale, dilation",
                   "busbw of ideal (2 iterations)", "virtual in wall", "PFC agent", "verdict"], out)
@@ -203,6 +208,7 @@ def main() -> None:
                     help="Besides the default settings (dilation and scale auto), also run the all-reduce with "
                          "time dilated by each D (1: undilated, at scale auto; D > 1: at the scale D = 1 would "
                          "choose, so 1/D of the per-port wall-clock load).")
+    ap.add_argument("--repeat", type=int, default=1, help="Run the all-reduce at the defaults N times per size.")
     ap.add_argument("--allreduce-only", action="store_true", help="Skip the start/stop and pingall figures.")
     ap.add_argument("--floor", action="store_true", help="Measure and cache each size's per-op floor first.")
     ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
@@ -220,6 +226,7 @@ def main() -> None:
         if a.floor:
             row["floor"] = calibrate(hosts=n, budget=False)["floor"]
         row["allreduce"] = allreduce(n, a.iters)
+        row["repeats"] = [allreduce(n, a.iters) for _ in range(a.repeat - 1)]
         row["dilated"] = _given(n, a.iters, a.dilation, row["allreduce"])
         rows.append(row)
         if "hpnlab" in row:
@@ -228,7 +235,7 @@ def main() -> None:
                   f"{h['down_s']:5.1f} s | Mininet+TCLink up {mn.get('up_s', '-')} down {mn.get('down_s', '-')} | "
                   f"pingall {h['ping_received']}/{h['ping_sent']} in {h['pingall_s']} s | {h['mem_per_host_mb']} "
                   "MB/host", flush=True)
-        for ar in [row["allreduce"], *row["dilated"]]:
+        for ar in [row["allreduce"], *row["repeats"], *row["dilated"]]:
             span = ar["traffic_s"]
             print(f"{n:4} hosts all-reduce 1/{ar['scale']:,.0f}, D = {ar['dilation']:g}: {ar['fraction_of_ideal']} "
                   f"of ideal, bytes ok {ar['bytes_ok']}, {span['virtual']:.2f} s virtual in {span['wall']:.1f} s "
