@@ -78,21 +78,22 @@ def run_streams(net: Network, specs: list[StreamSpec], actions: list[tuple[float
     Returns the receivers' reports keyed by "dst:dport", plus the wall time of each action.
     """
     duration = max(s.duration for s in specs)
-    receivers = {}
-    for s in specs:
-        key = f"{s.dst}:{s.dport}"
-        if key not in receivers:
-            receivers[key] = start_receiver(net, s.dst, s.dport, duration + tail + 0.5, gap_ms)
     # every sender bound before any sends: an incast whose senders started seconds apart (a loaded VM) was
-    # no incast, and a receiver that heard nothing for its whole window closed before the first packet
+    # no incast
     senders = [net.python(s.src, "traffic.udpstream", "send", "--dst", s.dst_ip(net), "--dport", str(s.dport),
                           "--sport", str(s.sport), "--pps", str(s.pps), "--duration", str(s.duration),
                           "--size", str(s.size), "--stream", str(s.stream), "--tos", str(s.tos), "--wait-go",
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for s in specs]
+    receivers: dict[str, subprocess.Popen] = {}
     try:
         for s, p in zip(specs, senders, strict=True):
             _when_ready(p, f"the stream sender on {s.src} port {s.sport}")
+        # then the receivers: one waits `duration` for its first packet, and six senders took longer to start
+        for s in specs:
+            key = f"{s.dst}:{s.dport}"
+            if key not in receivers:
+                receivers[key] = start_receiver(net, s.dst, s.dport, duration + tail + 0.5, gap_ms)
     except RuntimeError:
         for p in senders + list(receivers.values()):
             p.kill()
