@@ -18,30 +18,29 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.experiment.record import bytes_ok
+from testbed.schema.results import Run
 
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
 PARAMS = {"hosts_per_segment": 2, "rails": 1, "aggs_per_plane": 2, "tor_uplinks": 2}
 
 
-def traffic_run(args: list[str], cluster: str | None) -> dict:
+def traffic_run(args: list[str], cluster: str | None) -> Run:
     cmd = [HPNLAB, "traffic", "run", *args, "--format", "json", *(["--cluster", cluster] if cluster else [])]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if not r.stdout.strip():
         raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout)
+    return Run.model_validate_json(r.stdout)
 
 
-def summary(rec: dict) -> dict:
-    ops = rec["ops"]
-    if rec["halted"] or not ops:
-        raise SystemExit(f"the run halted: {rec['halted']}")
-    fid = rec["fidelity"]
-    return {"busbw_bps": round(statistics.mean(o["busbw_bps"] for o in ops)),
-            "fraction_of_ideal": round(statistics.mean(o["fraction_of_ideal"] for o in ops), 4),
-            "bytes_ok": all(bytes_ok(o) for o in ops),
-            "faithful": fid["faithful"], "reasons": fid["reasons"], "cpu_idle_min": fid["cpu_idle_min"],
-            "servers": list(rec.get("cluster", {}).get("servers", {})) or ["this one"]}
+def summary(rec: Run) -> dict:
+    ops = rec.ops
+    if rec.halted or not ops:
+        raise SystemExit(f"the run halted: {rec.halted}")
+    fid = rec.fidelity
+    return {"busbw_bps": round(statistics.mean(o.busbw_bps for o in ops)),
+            "fraction_of_ideal": round(statistics.mean(o.fraction_of_ideal for o in ops), 4),
+            "bytes_ok": rec.bytes_ok, "faithful": fid.faithful, "reasons": fid.reasons,
+            "cpu_idle_min": fid.cpu_idle_min, "servers": list((rec.cluster or {}).get("servers", {})) or ["this one"]}
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ order, cross-segment bytes, load balance and the fidelity verdict.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 from collections.abc import Callable
@@ -21,47 +20,52 @@ from pathlib import Path
 import yaml
 
 from bench.tables import replace_block, stamp, stamp_of_results
-from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.results import cluster_summary
 from testbed.net.balance import cross_segment_bytes, describe, links_used, nic_balance, nic_port_queue, ratio_text
+from testbed.schema.results import Results, Run, load
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "experiments" / "README.md"
 
 
-def _runs(data: dict, variant: str) -> list[dict]:
-    return [r for r in data["runs"] if r["variant"] == variant]
+def _runs(data: Results, variant: str) -> list[Run]:
+    return [r for r in data.runs if r.variant == variant]
 
 
-def frac(data: dict, variant: str) -> float:
+def _variants(data: Results) -> list[str]:
+    return list(dict.fromkeys(r.variant for r in data.runs))
+
+
+def frac(data: Results, variant: str) -> float:
     """Mean fraction of ideal of a variant's ops."""
-    fr = [o["fraction_of_ideal"] for r in _runs(data, variant) for o in r["ops"]]
+    fr = [o.fraction_of_ideal for r in _runs(data, variant) for o in r.ops]
     return statistics.mean(fr) if fr else 0.0
 
 
-def _gain(data: dict, better: str, worse: str) -> str:
+def _gain(data: Results, better: str, worse: str) -> str:
     a, b = frac(data, better), frac(data, worse)
     return f"{better} {a:.1%} vs {worse} {b:.1%} of ideal: {a / b - 1:+.0%}" if b else "no ops"
 
 
-def _job_time(data: dict, variant: str, job: str) -> float | None:
-    ts = [i["seconds"] for r in _runs(data, variant) for i in r["iterations"] if i["job"] == job]
-    ts = ts or [o["seconds"] for r in _runs(data, variant) for o in r["ops"] if o.get("job") == job]
+def _job_time(data: Results, variant: str, job: str) -> float | None:
+    ts = [i.seconds for r in _runs(data, variant) for i in r.iterations if i.job == job]
+    ts = ts or [o.seconds for r in _runs(data, variant) for o in r.ops if o.job == job]
     return statistics.mean(ts) if ts else None
 
 
-def _worst_nic(data: dict, variant: str) -> str:
-    nics = nic_balance(_runs(data, variant)[0], min_bytes=1 << 20)
+def _worst_nic(data: Results, variant: str) -> str:
+    nics = nic_balance(_runs(data, variant)[0].counters, min_bytes=1 << 20)
     return ratio_text(max(n.imbalance for n in nics)) if nics else "no data"
 
 
-def _deepest(data: dict, variant: str) -> float:
-    return max((n.deepest_queue for n in nic_balance(_runs(data, variant)[0], min_bytes=1 << 20)), default=0) / 1e3
+def _deepest(data: Results, variant: str) -> float:
+    nics = nic_balance(_runs(data, variant)[0].counters, min_bytes=1 << 20)
+    return max((n.deepest_queue for n in nics), default=0) / 1e3
 
 
-def _standing(d: dict, variant: str) -> float | None:
+def _standing(d: Results, variant: str) -> float | None:
     """The median over a variant's first run of the deepest NIC-facing ToR queue, KB (None: not sampled)."""
-    q = nic_port_queue(_runs(d, variant)[0]) if _runs(d, variant) else None
+    q = nic_port_queue(_runs(d, variant)[0].counters) if _runs(d, variant) else None
     return q.p50 / 1e3 if q else None
 
 
@@ -71,13 +75,14 @@ def _cut(worse: float | None, better: float | None) -> str:
     return f"{worse:.0f} KB vs {better:.0f} KB ({better / worse - 1:+.0%})"
 
 
-def _hash_polarization(d: dict) -> str:
+def _hash_polarization(d: Results) -> str:
     single, dual = _deepest(d, "single-plane"), _deepest(d, "dual-plane")
     cc_single, cc_dual = _standing(d, "single-plane-dcqcn"), _standing(d, "dual-plane-dcqcn")
     cut = bool(cc_single and cc_dual is not None and cc_dual <= 0.2 * cc_single)
+    used = {v: links_used(_runs(d, v)[0].counters)[0] for v in ("single-plane", "dual-plane")}
     return (f"worst NIC {_worst_nic(d, 'single-plane')} single-plane vs {_worst_nic(d, 'dual-plane')} dual-plane; "
-            f"aggregation-to-ToR links used {links_used(_runs(d, 'single-plane')[0])[0]} (one seed) vs "
-            f"{links_used(_runs(d, 'dual-plane')[0])[0]}; deepest queue at a NIC's ToR ports {single:.0f} KB vs "
+            f"aggregation-to-ToR links used {used['single-plane']} (one seed) vs "
+            f"{used['dual-plane']}; deepest queue at a NIC's ToR ports {single:.0f} KB vs "
             f"{dual:.0f} KB ({(dual / single - 1) if single else 0:+.0%}) without end-to-end control (every "
             f"connection fills its bottleneck up to XOFF); with DCQCN the queue standing there (median over the "
             f"run) {_cut(cc_single, cc_dual)}: "
@@ -88,36 +93,35 @@ def _hash_polarization(d: dict) -> str:
                "sender"))
 
 
-def _cc_incast(d: dict) -> str:
+def _cc_incast(d: Results) -> str:
     parts = []
-    for v in dict.fromkeys(r["variant"] for r in d["runs"]):
+    for v in _variants(d):
         r = _runs(d, v)[0]
-        q = nic_port_queue(r)
-        pauses = sum(t.get("pause_events", 0) for t in ((r.get("pfc") or {}).get("pauses_by_tier") or {}).values())
+        q = nic_port_queue(r.counters)
+        pauses = sum(t.get("pause_events", 0) for t in ((r.pfc or {}).get("pauses_by_tier") or {}).values())
         queue = f"median {q.p50 / 1e3:.0f} KB, p90 {q.p90 / 1e3:.0f} KB" if q else "not sampled (no PFC agent)"
-        parts.append(f"{v}: {frac(d, v):.1%} of ideal, lossless drops {r['drops']['lossless']:,}, pauses {pauses:,}, "
-                     f"marks {(r.get('ecn') or {}).get('total') or 0:,}, queue at the receiver's ToR ports {queue}")
+        parts.append(f"{v}: {frac(d, v):.1%} of ideal, lossless drops {r.drops.lossless:,}, pauses {pauses:,}, "
+                     f"marks {(r.ecn or {}).get('total') or 0:,}, queue at the receiver's ToR ports {queue}")
     return "; ".join(parts)
 
 
-def _dual_tor(d: dict) -> str:
-    halted = {v: sum(1 for r in _runs(d, v) if r.get("halted")) for v in ("dual-tor-hpn", "single-tor-rail")}
+def _dual_tor(d: Results) -> str:
+    halted = {v: sum(1 for r in _runs(d, v) if r.halted) for v in ("dual-tor-hpn", "single-tor-rail")}
     return (f"dual-ToR halted in {halted['dual-tor-hpn']} of {len(_runs(d, 'dual-tor-hpn'))} runs, single-ToR in "
             f"{halted['single-tor-rail']} of {len(_runs(d, 'single-tor-rail'))}: "
             + ("reproduced" if halted["single-tor-rail"] and not halted["dual-tor-hpn"] else "NOT reproduced"))
 
 
-def _pfc_incast(d: dict) -> str:
-    drops = {v: sum(r["drops"]["lossless"] for r in _runs(d, v)) for v in ("pfc-on", "pfc-off")}
+def _pfc_incast(d: Results) -> str:
+    drops = {v: sum(r.drops.lossless for r in _runs(d, v)) for v in ("pfc-on", "pfc-off")}
     return f"lossless-queue drops with PFC {drops['pfc-on']:,}, without {drops['pfc-off']:,}"
 
 
-def _crux(d: dict) -> str:
-    util = {v: cluster_summary(_runs(d, v))["utilization"] for v in dict.fromkeys(r["variant"] for r in d["runs"])
-            if v != "A-alone"}
+def _crux(d: Results) -> str:
+    util = {v: cluster_summary(_runs(d, v))["utilization"] for v in _variants(d) if v != "A-alone"}
     fair = util.get("ecmp-one-class-dctcp")
     alone, best = _job_time(d, "A-alone", "A"), _job_time(d, "crux-priorities-paths", "A")
-    crux = _runs(d, "crux-priorities")[0].get("crux") or {}
+    crux = _runs(d, "crux-priorities")[0].crux or {}
     return ("cluster GPU utilization " + ", ".join(f"{v} {u:.1%}" for v, u in util.items())
             + f"; Crux's order {', '.join(crux.get('order', []))}"
             + (f"; Crux's priorities and paths over the baseline with DCTCP: "
@@ -126,26 +130,26 @@ def _crux(d: dict) -> str:
                f"({best / alone - 1:+.1%})" if alone and best else ""))
 
 
-def _placement(d: dict) -> str:
-    up = {v: statistics.mean(cross_segment_bytes(r) for r in _runs(d, v)) for v in ("compact", "scattered")}
+def _placement(d: Results) -> str:
+    up = {v: statistics.mean(cross_segment_bytes(r.counters) for r in _runs(d, v)) for v in ("compact", "scattered")}
     return (f"bytes up the ToR uplinks {up['compact'] / 1e6:.1f} MB compact vs {up['scattered'] / 1e6:.1f} MB "
             f"scattered ({up['compact'] / up['scattered'] - 1:+.0%}); the paper's DCN+ side (19 segments) is NOT "
             "reproduced: no DCN+ preset at its size")
 
 
-def _restarts(d: dict, variant: str, kinds: tuple[str, ...]) -> tuple[int, int, int]:
+def _restarts(d: Results, variant: str, kinds: tuple[str, ...]) -> tuple[int, int, int]:
     """(restarts, outages that met a running job, confounded ones: the job still stuck from the outage before,
     so what this one cost cannot be told) of a campaign variant's outages of these kinds."""
-    outs = [o for r in _runs(d, variant) for o in (r.get("campaign") or {}).get("outcomes", []) if o["kind"] in kinds]
+    outs = [o for r in _runs(d, variant) for o in (r.campaign or {}).get("outcomes", []) if o["kind"] in kinds]
     confounded = sum(1 for o in outs if o["outcome"] == "confounded")
     return sum(1 for o in outs if o["outcome"] == "restart"), len(outs) - confounded, confounded
 
 
-def _campaign(d: dict) -> str:
+def _campaign(d: Results) -> str:
     parts, access = [], ("nic-tor", "tor")
-    for v in dict.fromkeys(r["variant"] for r in d["runs"]):
+    for v in _variants(d):
         (ra, na, ca), (rb, nb, cb) = _restarts(d, v, access), _restarts(d, v, ("agg", "tor-agg"))
-        s = next(iter(_runs(d, v)[0]["campaign"]["summary"].values()))
+        s = next(iter(_runs(d, v)[0].campaign["summary"].values()))
         confounded = f" ({ca + cb} more confounded)" if ca + cb else ""
         parts.append(f"{v}: {ra} restarts in {na} NIC-ToR link and ToR outages, {rb} in {nb} aggregation-side "
                      f"ones{confounded}; goodput {s['goodput']:.6f}")
@@ -154,14 +158,14 @@ def _campaign(d: dict) -> str:
     return "; ".join(parts) + (": reproduced" if ok else ": NOT reproduced")
 
 
-def _gray(d: dict) -> str:
+def _gray(d: Results) -> str:
     base = _job_time(d, "healthy", "job")
     parts, named_1e4 = [], None
-    for v in dict.fromkeys(r["variant"] for r in d["runs"]):
-        runs = [r for r in _runs(d, v) if r.get("gray")]
+    for v in _variants(d):
+        runs = [r for r in _runs(d, v) if r.gray]
         if not runs:
             continue
-        after = [x["named_after_s"] for r in runs for x in r["gray"]["delays"]]
+        after = [x["named_after_s"] for r in runs for x in r.gray["delays"]]
         t = _job_time(d, v, "job")
         parts.append(f"{v}: named after " + ", ".join("never" if a is None else f"{a:.2f} s" for a in after)
                      + (f", ops {t / base:.2f}x the healthy run's" if t and base else ""))
@@ -171,7 +175,7 @@ def _gray(d: dict) -> str:
     return "; ".join(parts) + ("; 1e-4 named within 2 s: reproduced" if ok else "; 1e-4 named within 2 s: NOT met")
 
 
-COMPARE: dict[str, Callable[[dict], str]] = {
+COMPARE: dict[str, Callable[[Results], str]] = {
     "gray_failures": _gray,
     "failure_campaign": _campaign,
     "precise_vs_ecmp": lambda d: _gain(d, "hpn-precise", "hpn-ecmp"),
@@ -189,33 +193,33 @@ COMPARE: dict[str, Callable[[dict], str]] = {
 }
 
 
-def _verdicts(runs: list[dict]) -> str:
-    said = [status(r["fidelity"]) for r in runs]
+def _verdicts(runs: list[Run]) -> str:
+    said = [r.fidelity.status for r in runs]
     if all(s == "faithful" for s in said):
         return "faithful"
-    why = next(reasons(r["fidelity"]) for r in runs if status(r["fidelity"]) != "faithful")
+    why = next(r.fidelity.why() for r in runs if r.fidelity.status != "faithful")
     return f"{sum(s != 'faithful' for s in said)} of {len(runs)} not: {why[0][:90]}"
 
 
 def rows_of(outdir: Path) -> list[str]:
     """One row per variant of a finished run."""
-    data = json.loads((outdir / "results.json").read_text())
-    name = data["experiment"]["name"]
+    data = load((outdir / "results.json").read_text())
+    name = data.experiment["name"]
     out = []
-    for v in dict.fromkeys(r["variant"] for r in data["runs"]):
+    for v in _variants(data):
         runs = _runs(data, v)
-        ops = [o for r in runs for o in r["ops"]]
-        bw = [o["busbw_bps"] / 1e6 for o in ops]
-        jobs = sorted({o.get("job", "job") for o in ops} | {i["job"] for r in runs for i in r["iterations"]})
+        ops = [o for r in runs for o in r.ops]
+        bw = [o.busbw_bps / 1e6 for o in ops]
+        jobs = sorted({o.job for o in ops} | {i.job for r in runs for i in r.iterations})
         per_job = "; ".join(f"{j} {t:.2f} s" for j in jobs if (t := _job_time(data, v, j)) is not None) \
-            if len(jobs) > 1 or runs[0]["iterations"] else ""
-        util = f"{cluster_summary(runs)['utilization']:.1%}" if runs[0]["iterations"] else ""
-        halted = sum(1 for r in runs if r.get("halted"))
-        drops = sum(r["drops"]["lossless"] for r in runs), sum(r["drops"]["default"] for r in runs)
-        up = statistics.mean(cross_segment_bytes(r) for r in runs) / 1e6
+            if len(jobs) > 1 or runs[0].iterations else ""
+        util = f"{cluster_summary(runs)['utilization']:.1%}" if runs[0].iterations else ""
+        halted = sum(1 for r in runs if r.halted)
+        drops = sum(r.drops.lossless for r in runs), sum(r.drops.default for r in runs)
+        up = statistics.mean(cross_segment_bytes(r.counters) for r in runs) / 1e6
         out.append(f"| {name} | {v} | {len(ops)} | {statistics.mean(bw) if bw else 0:.2f} | {frac(data, v):.1%} | "
                    f"{drops[0]:,}/{drops[1]:,} | {f'{halted} of {len(runs)}' if halted else 'no'} | {per_job} | "
-                   f"{util} | {up:.1f} | {describe(runs[0])} | {_verdicts(runs)} | {outdir.name} |")
+                   f"{util} | {up:.1f} | {describe(runs[0].counters)} | {_verdicts(runs)} | {outdir.name} |")
     return out
 
 
@@ -237,9 +241,9 @@ def tables(outdirs: list[Path], files: list[Path], quick: bool) -> str:
             "### The paper's figures beside ours", ""]
     compared = []
     for d in outdirs:
-        data = json.loads((d / "results.json").read_text())
-        name = data["experiment"]["name"]
-        paper = ", ".join(f"{k}: {v}" for k, v in (data["experiment"].get("paper") or {}).items())
+        data = load((d / "results.json").read_text())
+        name = data.experiment["name"]
+        paper = ", ".join(f"{k}: {v}" for k, v in (data.experiment.get("paper") or {}).items())
         if name in COMPARE:
             compared.append(f"- **{name}** (paper: {paper or '—'}): {COMPARE[name](data)}.")
     rows = [r for d in outdirs for r in rows_of(d)]

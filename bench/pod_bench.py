@@ -10,7 +10,6 @@ RESULTS_DIR: a finished failure_campaign run (default: the newest under results/
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from bench.tables import replace_block, stamp_of_results, table
@@ -18,6 +17,7 @@ from testbed.campaign.cost import Resilience
 from testbed.campaign.pod import AGGS_PER_PLANE, POD_GPUS, Pod, measured_from, pod_picture
 from testbed.experiment.failures import campaign_rates
 from testbed.experiment.spec import from_dict
+from testbed.schema.results import load
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "experiments" / "README.md"
@@ -32,16 +32,16 @@ def fabric_of(exp) -> tuple[Pod, int]:
 
 
 def pictures(run_dir: Path, trials: int) -> list[tuple[str, dict]]:
-    data = json.loads((run_dir / "results.json").read_text())
-    variants = dict(from_dict(data["experiment"]).expand())
+    data = load((run_dir / "results.json").read_text())
+    variants = dict(from_dict(data.experiment).expand())
     out = []
-    for r in data["runs"]:
-        if not r.get("campaign") or r["repetition"]:
+    for r in data.runs:
+        if not r.campaign or r.repetition:
             continue
-        exp = variants[r["variant"]]
+        exp = variants[r.variant]
         pod, aggs = fabric_of(exp)
-        res = Resilience(**r["campaign"]["resilience"])
-        out.append((r["variant"], pod_picture(pod, campaign_rates(exp), measured_from(r["campaign"]["outcomes"]),
+        res = Resilience(**r.campaign["resilience"])
+        out.append((r.variant, pod_picture(pod, campaign_rates(exp), measured_from(r.campaign["outcomes"]),
                                               res, trials=trials, seed=exp.seed, slice_aggs_per_plane=aggs)))
     return out
 

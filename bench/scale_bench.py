@@ -27,14 +27,13 @@ from pathlib import Path
 
 from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
 from testbed.experiment.calibration import calibrate
-from testbed.experiment.fidelity import line as fidelity_line
-from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.jobs import resolve_auto
 from testbed.experiment.runner import run_one
 from testbed.experiment.spec import from_dict
 from testbed.net.network import Network
 from testbed.qos.scale import choose_scale, offered_load, probe_params
 from testbed.qos.spec import QosSpec
+from testbed.schema.results import Verdict
 from testbed.system.ownership import exit_cleanly_on_signals
 from topos import build
 from topos.addressing import dpid_hex
@@ -111,13 +110,12 @@ def allreduce(hosts: int, iters: int, dilation: float | None = None, scale: floa
     exp = _experiment(hosts, iters, dilation, scale)
     t0 = time.monotonic()
     rec = run_one(f"{hosts}", exp, Path.cwd(), None, 0)
-    return {"settings": "default" if dilation is None else "given", "scale": rec["scale"],
-            "scale_auto": rec["scale_auto"], "dilation": rec["dilation"], "dilation_auto": rec.get("dilation_auto"),
-            "traffic_s": rec["traffic_s"], "run_wall_s": round(time.monotonic() - t0, 1), "tcp": rec["tcp"],
-            "drops": rec["drops"],
-            "fraction_of_ideal": [round(o["fraction_of_ideal"], 4) for o in rec["ops"]],
-            "bytes_ok": rec["fidelity"]["bytes_ok"], "faithful": rec["fidelity"]["faithful"],
-            "fidelity": rec["fidelity"], "halted": rec["halted"], "pfc_agent": _pfc_agent(rec.get("pfc"))}
+    return {"settings": "default" if dilation is None else "given", "scale": rec.scale,
+            "scale_auto": rec.scale_auto, "dilation": rec.dilation, "dilation_auto": rec.dilation_auto,
+            "traffic_s": rec.traffic_s, "run_wall_s": round(time.monotonic() - t0, 1), "tcp": rec.tcp,
+            "drops": rec.drops.dump(), "fraction_of_ideal": [round(o.fraction_of_ideal, 4) for o in rec.ops],
+            "bytes_ok": rec.bytes_ok, "faithful": rec.fidelity.faithful, "fidelity": rec.fidelity.dump(),
+            "halted": rec.halted and rec.halted.dump(), "pfc_agent": _pfc_agent(rec.pfc)}
 
 
 def _pfc_agent(report: dict | None) -> dict | None:
@@ -142,12 +140,11 @@ DEFAULT_HOSTS = [8, 16, 32, 64, 128]
 
 
 def _verdict(fidelity: dict) -> str:
-    said = status(fidelity)
-    idle = fidelity["cpu_idle_min"]
-    idle_said = f"CPU idle >= {idle:.0%}" if idle is not None else "CPU idle not measured"
-    if said == "faithful":
+    v = Verdict.model_validate(fidelity)
+    idle_said = f"CPU idle >= {v.cpu_idle_min:.0%}" if v.cpu_idle_min is not None else "CPU idle not measured"
+    if v.status == "faithful":
         return f"faithful ({idle_said})"
-    return f"{'NOT faithful' if said != 'unknown' else 'unknown'} ({idle_said}): " + "; ".join(reasons(fidelity))[:160]
+    return f"{'NOT faithful' if v.status != 'unknown' else 'unknown'} ({idle_said}): " + "; ".join(v.why())[:160]
 
 
 def _allreduce_cells(ar: dict) -> list[str]:
@@ -239,7 +236,7 @@ def main() -> None:
             span = ar["traffic_s"]
             print(f"{n:4} hosts all-reduce 1/{ar['scale']:,.0f}, D = {ar['dilation']:g}: {ar['fraction_of_ideal']} "
                   f"of ideal, bytes ok {ar['bytes_ok']}, {span['virtual']:.2f} s virtual in {span['wall']:.1f} s "
-                  f"wall, {fidelity_line(ar['fidelity'])}", flush=True)
+                  f"wall, {Verdict.model_validate(ar['fidelity']).line()}", flush=True)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"when": time.strftime("%Y-%m-%d %H:%M:%S"), "stamp": measured, "rows": rows},
                                        indent=1))

@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 
 from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
-from testbed.experiment.fidelity import reasons, status
 from testbed.experiment.runner import run
 from testbed.experiment.spec import from_dict
+from testbed.schema.results import load
 from traffic.workload import load_simai
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,23 +57,21 @@ def measure(path: Path, rows: int | None, dilation: float | str = "auto", max_wa
                                                                 "gpus_per_host": 8}},
                          "workload": {"simai": copy.name, "iterations": 2}})
         out = run(exp, base=Path(tmp), results=keep or Path(tmp) / "results")
-        rec = json.loads((out / "results.json").read_text())["runs"][0]
-    its = rec["iterations"]
-    last = its[-1]  # the first iteration opens the connections
-    ops = [o for o in rec["ops"] if o["start"] >= last["start"]]
-    ideal = [o["seconds"] * o["fraction_of_ideal"] for o in ops]
-    return {"file": path.name, "rows": rows, "network_ops": len(ops), "scale": rec["scale"],
-            "compute_s": last["compute_s"], "seconds": last["seconds"], "predicted_s": last["predicted_s"],
-            "ratio": round(last["seconds"] / last["predicted_s"], 3),
+        rec = load((out / "results.json").read_text()).runs[0]
+    last = rec.iterations[-1]  # the first iteration opens the connections
+    ops = [o for o in rec.ops if o.start >= last.start]
+    ideal = [o.seconds * o.fraction_of_ideal for o in ops]
+    return {"file": path.name, "rows": rows, "network_ops": len(ops), "scale": rec.scale,
+            "compute_s": last.compute_s, "seconds": last.seconds, "predicted_s": last.predicted_s,
+            "ratio": round(last.seconds / last.predicted_s, 3),
             # where the time goes: the ops at their closed forms, the ops as measured, the rest (compute, and
             # the gaps between one op's last byte and the next op's start)
-            "ops_ideal_s": round(sum(ideal), 4), "ops_s": round(sum(o["seconds"] for o in ops), 4),
-            "mean_op_beyond_ideal_ms": round(1000 * statistics.mean(o["seconds"] - i for o, i in zip(ops, ideal,
+            "ops_ideal_s": round(sum(ideal), 4), "ops_s": round(sum(o.seconds for o in ops), 4),
+            "mean_op_beyond_ideal_ms": round(1000 * statistics.mean(o.seconds - i for o, i in zip(ops, ideal,
                                                                                                     strict=True)), 1)
             if ops else None,
-            "bytes_ok": last["bytes_ok"], "dilation": rec["dilation"], "traffic_s": rec["traffic_s"], "tcp": rec["tcp"],
-            "verdict": status(rec["fidelity"]), "reasons": reasons(rec["fidelity"]),
-            "faithful": rec["fidelity"]["faithful"]}
+            "bytes_ok": last.bytes_ok, "dilation": rec.dilation, "traffic_s": rec.traffic_s, "tcp": rec.tcp,
+            "verdict": rec.fidelity.status, "reasons": rec.fidelity.why(), "faithful": rec.fidelity.faithful}
 
 
 def simai_table(rows: list[dict]) -> str:

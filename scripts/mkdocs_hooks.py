@@ -182,7 +182,7 @@ def rest_reference() -> str:
 
 
 def results_reference() -> str:
-    from testbed.experiment.schema import TABLES
+    from testbed.schema.results import TABLES
 
     out = []
     for title, fields in TABLES.items():

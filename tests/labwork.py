@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from testbed.net.balance import cross_segment_bytes, links_used
+from testbed.net.balance import Counters, cross_segment_bytes, links_used
 from traffic.metrics import cluster_utilization
 
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
@@ -41,7 +41,7 @@ def recorded_run(name: str, cwd: Path) -> dict:
     data = json.loads((RECORDED / f"{name}.json").read_text())
     folder = cwd / "results" / data["recorded"]["from"]
     folder.mkdir(parents=True)
-    (folder / "results.json").write_text(json.dumps(data))
+    (folder / "results.json").write_text(json.dumps({k: v for k, v in data.items() if k != "recorded"}))
     return data
 
 
@@ -55,7 +55,7 @@ def by_variant(data: dict) -> dict[str, list[dict]]:
 def lab2_answers(precise_vs_ecmp: dict, hash_polarization: dict) -> dict:
     v = by_variant(precise_vs_ecmp)
     frac = {k: statistics.mean(o["fraction_of_ideal"] for r in rs for o in r["ops"]) for k, rs in v.items()}
-    used = {k: links_used(rs[0])[0] for k, rs in by_variant(hash_polarization).items()}
+    used = {k: links_used(Counters.of(rs[0]))[0] for k, rs in by_variant(hash_polarization).items()}
     return {"ecmp_fraction": round(frac["hpn-ecmp"], 2), "precise_fraction": round(frac["hpn-precise"], 2),
             "faster": "precise" if frac["hpn-precise"] > frac["hpn-ecmp"] else "ecmp",
             "polarized_links": used["single-plane"], "seeded_links": used["single-plane-seeded"]}
@@ -81,7 +81,8 @@ def lab6_answers(crux_multi_job: dict, placement: dict) -> dict:
         return cluster_utilization([i for r in runs for i in r["iterations"]],
                                    {j: d["gpus"] for r in runs for j, d in r["jobs"].items()})[0]
 
-    ratio = cross_segment_bytes(place["compact"][0]) / cross_segment_bytes(place["scattered"][0])
+    compact, scattered = (cross_segment_bytes(Counters.of(place[k][0])) for k in ("compact", "scattered"))
+    ratio = compact / scattered
     return {"first_job": crux["crux-priorities"][0]["crux"]["order"][0],
             "util_one_class": round(util(crux["ecmp-one-class"]), 3),
             "util_crux_paths": round(util(crux["crux-priorities-paths"]), 3), "crossing_ratio": round(ratio, 3)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -12,6 +13,9 @@ from rich.table import Table
 
 from testbed.qos.spec import CCS
 from topos.errors import InputError
+
+if TYPE_CHECKING:
+    from testbed.schema.results import Iteration, Run
 
 from .common import DILATION, SCALE, cluster_opt, console, hashing_opt, load_cluster_arg, parse_kv
 
@@ -102,14 +106,14 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
         task = prog.add_task("replaying", total=len(replayed))
         rec = execute(p, None, progress=lambda: prog.advance(task), cluster=cluster)
     if fmt != "table":  # plain stdout for scripts: no colour, no wrapping
-        click.echo(nccl_tests(rec["ops"], rec["scale"], f"{title}, {routing} on {topo_name}") if fmt == "nccl"
-                   else json.dumps(rec, default=str), nl=fmt == "json")
-        raise SystemExit(1 if rec["halted"] else 0)
+        click.echo(nccl_tests([o.model_dump() for o in rec.ops], rec.scale, f"{title}, {routing} on {topo_name}")
+                   if fmt == "nccl" else json.dumps(rec.dump(), default=str), nl=fmt == "json")
+        raise SystemExit(1 if rec.halted else 0)
     for why in p.notes:
         console.print(why, soft_wrap=True)
     _print_record(rec, f"{title} — {routing} on {topo_name}", p.exp.time.dilation, len(job.items) - len(replayed))
-    if rec["halted"]:
-        console.print(f"[red]halted at {rec['halted']['at']} s in {rec['halted']['op']}: {rec['halted']['why']}[/]")
+    if rec.halted:
+        console.print(f"[red]halted at {rec.halted.at} s in {rec.halted.op}: {rec.halted.why}[/]")
         raise SystemExit(1)
 
 
@@ -138,37 +142,34 @@ def _experiment(name, topo_name, preset, params, routing, hashing, transport, ch
                       "step_timeout_s": STEP_TIMEOUT_S})
 
 
-def _print_record(rec: dict, title: str, dilation: float, skipped: int) -> None:
+def _print_record(rec: Run, title: str, dilation: float, skipped: int) -> None:
     """The run as tables: its ops as nccl-tests reports them, its training iterations, and the verdict."""
-    from testbed.experiment.fidelity import line as fidelity_line
-    from testbed.experiment.record import bytes_ok
-
-    if rec.get("cluster"):
+    if rec.cluster:
         from testbed.experiment.results import cluster_line
 
-        console.print(cluster_line(rec["cluster"]), soft_wrap=True)
-    scale = rec["scale"]
-    t = Table(title=f"{title}, {rec['channels']} channel(s), {rec['transport'].upper()}, scale 1/{scale:,.0f}"
+        console.print(cluster_line(rec.cluster), soft_wrap=True)
+    scale = rec.scale
+    t = Table(title=f"{title}, {rec.channels} channel(s), {rec.transport.upper()}, scale 1/{scale:,.0f}"
                     + (f", time dilated {dilation:g}x" if dilation > 1 else ""))
     for c in ("op", "size (B)", "time (ms)", "algbw (Mbit/s)", "busbw (Mbit/s)", "busbw real (Gbit/s)",
               "of ideal", "bytes ok"):
         t.add_column(c, justify="right")
-    for r in rec["ops"]:
-        t.add_row(r["label"], f"{r['size']:,}", f"{r['seconds'] * 1000:.0f}", _fmt(r["algbw_bps"]),
-                  _fmt(r["busbw_bps"]), f"{r['busbw_bps'] * scale / 1e9:.1f}", f"{r['fraction_of_ideal']:.1%}",
-                  "yes" if bytes_ok(r)
-                  else f"NO {r['bytes_delivered']}/{r['bytes_expected']} (closed form {r.get('bytes_closed_form')})")
+    for o in rec.ops:
+        t.add_row(o.label, f"{o.size:,}", f"{o.seconds * 1000:.0f}", _fmt(o.algbw_bps),
+                  _fmt(o.busbw_bps), f"{o.busbw_bps * scale / 1e9:.1f}", f"{o.fraction_of_ideal:.1%}",
+                  "yes" if o.bytes_ok
+                  else f"NO {o.bytes_delivered}/{o.bytes_expected} (closed form {o.bytes_closed_form})")
     console.print(t)
-    if rec["ops"]:
-        fr = [r["fraction_of_ideal"] for r in rec["ops"]]
+    if rec.ops:
+        fr = [o.fraction_of_ideal for o in rec.ops]
         console.print(f"busbw as a fraction of ideal: mean {statistics.mean(fr):.1%}, min {min(fr):.1%}"
                       + (f"; {skipped} op(s) inside hosts (NVLink), not replayed" if skipped else ""))
-    if rec["iterations"]:
-        console.print(_iteration_table(rec["iterations"]))
-    fid = rec["fidelity"]
-    colour = "green" if fid["faithful"] else "yellow"
-    load_bound = any(r.startswith(("CPU-bound", "offered load")) for r in fid["reasons"])
-    console.print(f"[{colour}]{fidelity_line(fid)}[/]" + (" (raise --scale to lower the load)" if load_bound else ""),
+    if rec.iterations:
+        console.print(_iteration_table(rec.iterations))
+    fid = rec.fidelity
+    colour = "green" if fid.faithful else "yellow"
+    load_bound = any(r.startswith(("CPU-bound", "offered load")) for r in fid.reasons)
+    console.print(f"[{colour}]{fid.line()}[/]" + (" (raise --scale to lower the load)" if load_bound else ""),
                   soft_wrap=True)
 
 
@@ -183,7 +184,7 @@ def _workload_arg(workload_file: str | None, simai_file: str | None, iterations:
     return f.parent, {"file" if workload_file else "simai": f.name, "iterations": iterations}
 
 
-def _iteration_table(iterations: list[dict]) -> Table:
+def _iteration_table(iterations: list[Iteration]) -> Table:
     """A training job's iterations beside their prediction (traffic/iteration.py at the fabric's ideal rate)."""
     t = Table(title="training iterations (compute as timed waits; predicted: the closed forms at the ideal rate)")
     for c in ("iteration", "time (ms)", "predicted (ms)", "x predicted", "compute (ms)", "NVLink (ms)",
@@ -191,10 +192,10 @@ def _iteration_table(iterations: list[dict]) -> Table:
               "GPU utilization", "predicted utilization", "bytes ok"):
         t.add_column(c, justify="right")
     for i in iterations:
-        ratio = i["seconds"] / i["predicted_s"] if i["predicted_s"] else float("nan")
-        t.add_row(str(i["iteration"]), f"{i['seconds'] * 1000:.1f}", f"{i['predicted_s'] * 1000:.1f}",
-                  f"{ratio:.2f}", f"{i['compute_s'] * 1000:.1f}", f"{i.get('nvlink_s', 0.0) * 1000:.1f}",
-                  f"{i['exposed_comm_s'] * 1000:.1f}",
-                  f"{i['gpu_utilization']:.1%}", f"{i['predicted_gpu_utilization']:.1%}",
-                  "yes" if i["bytes_ok"] else "NO")
+        ratio = i.seconds / i.predicted_s if i.predicted_s else float("nan")
+        t.add_row(str(i.iteration), f"{i.seconds * 1000:.1f}", f"{i.predicted_s * 1000:.1f}",
+                  f"{ratio:.2f}", f"{i.compute_s * 1000:.1f}", f"{i.nvlink_s * 1000:.1f}",
+                  f"{i.exposed_comm_s * 1000:.1f}",
+                  f"{i.gpu_utilization:.1%}", f"{i.predicted_gpu_utilization:.1%}",
+                  "yes" if i.bytes_ok else "NO")
     return t

@@ -95,13 +95,12 @@ def measure_point(scale: float, seconds: float = SECONDS, hosts: int = PROBE_HOS
     rec = run_one(f"scale-{scale:g}", exp, Path.cwd(), None, 0)
     topo = exp.topology.build()
     offered = len(topo.hosts) * 2 * host_port_gbps(topo) * 1e9 / scale
-    rate_fidelity = wire_fidelity([r["host_tx_bps"] for r in rec["timeline"]], offered)
-    reasons = [r for r in rec["fidelity"]["reasons"] if not r.startswith("offered load")]
-    faithful = bool(rec["ops"]) and not reasons and rate_fidelity >= RATE_FIDELITY_MIN and not rec["halted"] \
-        and rec["fidelity"]["bytes_ok"]
+    rate_fidelity = wire_fidelity([r.host_tx_bps for r in rec.timeline], offered)
+    reasons = [r for r in rec.fidelity.reasons if not r.startswith("offered load")]
+    faithful = bool(rec.ops) and not reasons and rate_fidelity >= RATE_FIDELITY_MIN and not rec.halted \
+        and rec.bytes_ok
     return {"scale": scale, "offered_bps": offered, "rate_fidelity": round(rate_fidelity, 4),
-            "fidelity": rec["fidelity"], "reasons": reasons, "bytes_ok": rec["fidelity"]["bytes_ok"],
-            "faithful": faithful}
+            "fidelity": rec.fidelity.dump(), "reasons": reasons, "bytes_ok": rec.bytes_ok, "faithful": faithful}
 
 
 def stolen_only(point: dict) -> bool:
@@ -146,13 +145,13 @@ def floor_point(hosts: int, op: str, frames: bool = False) -> dict:
     exp = floor_experiment(hosts, op, frames)
     rec = run_one(exp["name"], from_dict(exp), Path.cwd(), None, 0)
     ops = exp["workload"]["collective"]["iters"]
-    if rec["halted"] or len(rec["ops"]) < ops:
-        raise RuntimeError(f"the per-op floor's {exp['name']} probe did not finish: {rec['halted']}")
+    if rec.halted or len(rec.ops) < ops:
+        raise RuntimeError(f"the per-op floor's {exp['name']} probe did not finish: {rec.halted}")
     warm = FRAME_WARMUP if frames else FLOOR_WARMUP
-    secs = sorted(o["seconds"] * (1 - o["fraction_of_ideal"]) for o in rec["ops"][warm:])
-    return {"op": op, "frames": frames, "steps": len(rec["ops"][0]["step_seconds"]),
+    secs = sorted(o.seconds * (1 - o.fraction_of_ideal) for o in rec.ops[warm:])
+    return {"op": op, "frames": frames, "steps": len(rec.ops[0].step_seconds),
             "median_s": statistics.median(secs), "q_s": secs[min(len(secs) - 1, int(FLOOR_Q * len(secs)))],
-            "fidelity": rec["fidelity"]["status"]}
+            "fidelity": rec.fidelity.status}
 
 
 def measure_floor(hosts: int = PROBE_HOSTS) -> dict:
@@ -196,7 +195,7 @@ def measure_reaction(hosts: int = PROBE_HOSTS, seconds: float = REACTION_SECONDS
     `reaction_experiment`, and how far the switch queues went past XOFF (what the headroom must hold)."""
     exp = reaction_experiment(hosts, seconds, budget_bps, dilation)
     rec = run_one("pfc-reaction", from_dict(exp), Path.cwd(), None, 0)
-    pfc = rec.get("pfc") or {}
+    pfc = rec.pfc or {}
     r = pfc.get("reaction_ms") or {}
     if pfc.get("detect") != "kernel" or r.get("max") is None:
         raise RuntimeError("the PFC reaction probe saw no reaction on kernel events (detect "
@@ -213,9 +212,8 @@ def measure_reaction(hosts: int = PROBE_HOSTS, seconds: float = REACTION_SECONDS
             "pauses": sum(t["pause_events"] for t in pfc.get("pauses_by_tier", {}).values()),
             "past_xoff_max_bytes": max((q["max_backlog"] - q["xoff"] for q in switch), default=0),
             "headroom_min_bytes": min((q["headroom"] for q in switch), default=None),
-            "lossless_drops": rec["fidelity"]["lossless_drops"], "fidelity": rec["fidelity"]["status"],
-            "reasons": rec["fidelity"]["reasons"] + rec["fidelity"]["unknown"],
-            "cpu_idle_min": rec["fidelity"]["cpu_idle_min"]}
+            "lossless_drops": rec.fidelity.lossless_drops, "fidelity": rec.fidelity.status,
+            "reasons": rec.fidelity.why(), "cpu_idle_min": rec.fidelity.cpu_idle_min}
 
 
 def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Callable[[dict], None] | None = None,

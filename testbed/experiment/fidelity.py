@@ -67,6 +67,7 @@ from __future__ import annotations
 import statistics
 
 from testbed.qos.scale import DEFAULT_FLOOR_S, FINE, LATENCY_SHARE, Floor, nice_ceil
+from testbed.schema.results import Verdict
 
 CPU_IDLE_MIN = 0.05
 STEAL_MAX = 0.05
@@ -309,35 +310,6 @@ def _too_fast(ops: list[dict], reasons: list[str]) -> None:
                        "too few packets for the link shapers at this scale; lower the scale")
 
 
-def status(v: dict) -> str:
-    """faithful, not faithful or unknown (a record from before "unknown" existed has only `faithful`)."""
-    return v.get("status") or ("faithful" if v["faithful"] else "not faithful")
-
-
 def line(v: dict) -> str:
-    """One line for a terminal or a summary."""
-    said = status(v)
-    if said == "faithful":
-        figures = []
-        if v["cpu_idle_min"] is not None:
-            figures.append(f"CPU idle >= {v['cpu_idle_min']:.0%}")
-        if v["ovs_thread_max"] is not None:
-            figures.append(f"OVS thread <= {v['ovs_thread_max']:.0%}")
-        if v["steal_mean"] is not None:
-            figures.append(f"steal {v['steal_mean']:.0%}")
-        if v["pfc_poll_p99_ms"] is not None:
-            figures.append(f"PFC poll p99 {v['pfc_poll_p99_ms']:g} ms")
-        if v.get("pfc_reaction_ms"):
-            figures.append(f"PFC reaction p50 {v['pfc_reaction_ms']['median']:g} ms, "
-                           f"p99 {v['pfc_reaction_ms']['p99']:g} ms")
-        if v.get("ops_too_short"):
-            figures.append(f"{v['ops_too_short']:,} ops too short to time alone, weighed by their iterations")
-        return f"fidelity: faithful ({', '.join(figures)})"
-    if said == "unknown":
-        return "fidelity: unknown: " + "; ".join(v["unknown"])
-    return "fidelity: NOT faithful: " + "; ".join(reasons(v))
-
-
-def reasons(v: dict) -> list[str]:
-    """Why a run is not faithful: what went wrong, then what was not measured."""
-    return v["reasons"] + v.get("unknown", [])
+    """One line for a terminal or a summary (a verdict as results.json holds it)."""
+    return Verdict.model_validate(v).line()

@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from testbed.schema.results import exact_bytes
 from traffic.timebase import Clock, Timebase, stamp
 
 from .watch import Watch
@@ -28,10 +29,8 @@ def op_record(job: str, label: str, start: float, r, closed_form: int | None = N
 
 
 def bytes_ok(o: dict) -> bool:
-    """The receivers got what the schedule sent, and that is what the collective moves by definition (the second
-    check cannot be fooled by a schedule that lost a chunk: the receivers expect the schedule's sum)."""
-    closed = o.get("bytes_closed_form")
-    return o["bytes_delivered"] == o["bytes_expected"] and (closed is None or closed == o["bytes_expected"])
+    """An op's row (op_record) delivered exactly its bytes (testbed.schema.results.exact_bytes)."""
+    return exact_bytes(o["bytes_delivered"], o["bytes_expected"], o.get("bytes_closed_form"))
 
 
 class RunRecord:

@@ -4,31 +4,28 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 import re
 import statistics
 from pathlib import Path
 
 from testbed.net.balance import cross_segment_bytes, links_used, nic_balance, ratio_text
+from testbed.schema.results import Results, Run, load
 from topos.errors import InputError
 from topos.inputs import open_output, read_text, save_figure, write_file
 from traffic.metrics import cluster_utilization
 
-from .fidelity import reasons, status
-from .record import bytes_ok
 from .sections import campaign_lines, gray_lines, pfc_lines
 
 RESULTS = Path("results")
 
 
-def cluster_summary(runs: list[dict]) -> dict:
+def cluster_summary(runs: list[Run]) -> dict:
     """Over runs of one variant: each training job's GPUs, class and mean utilization, and the GPU-weighted
     mean (traffic.metrics.cluster_utilization); a job's class is the lossless priority Crux gave it, else
     its DSCP."""
-    info = {j: d for r in runs for j, d in r.get("jobs", {}).items()}
-    crux = {j: d for r in runs for j, d in (r.get("crux") or {}).get("jobs", {}).items()}
-    total, means = cluster_utilization([i for r in runs for i in r.get("iterations", [])],
+    info = {j: d for r in runs for j, d in r.jobs.items()}
+    crux = {j: d for r in runs for j, d in (r.crux or {}).get("jobs", {}).items()}
+    total, means = cluster_utilization([i.model_dump() for r in runs for i in r.iterations],
                                        {j: d["gpus"] for j, d in info.items()})
     return {"utilization": total, "jobs": {
         j: {"gpus": info.get(j, {}).get("gpus", 1), "utilization": u,
@@ -40,13 +37,13 @@ def _mean_sd(xs: list[float]) -> tuple[float, float]:
     return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (0.0, 0.0)
 
 
-def _fired(rs: list[dict]) -> str:
-    fired = sum(len(r["failures"]) for r in rs)
-    return f"{fired} of {fired + sum(len(r.get('failures_not_fired', [])) for r in rs)}"
+def _fired(rs: list[Run]) -> str:
+    fired = sum(len(r.failures) for r in rs)
+    return f"{fired} of {fired + sum(len(r.failures_not_fired) for r in rs)}"
 
 
-def _balance_row(variant: str, rs: list[dict]) -> str | None:
-    per_run = [(nic_balance(r, min_bytes=1 << 20), links_used(r)) for r in rs]
+def _balance_row(variant: str, rs: list[Run]) -> str | None:
+    per_run = [(nic_balance(r.counters, min_bytes=1 << 20), links_used(r.counters)) for r in rs]
     per_run = [(nics, used) for nics, used in per_run if nics]
     if not per_run:
         return None
@@ -71,7 +68,7 @@ def cluster_line(cluster: dict) -> str:
             f"cross between them over {cluster['tunnel']} tunnels")
 
 
-def write_reports(outdir: Path, exp, runs: list[dict]) -> None:
+def write_reports(outdir: Path, exp, runs: list[Run]) -> None:
     """ops.csv, timeline.csv, the three figures and summary.md of a results folder."""
     import matplotlib
 
@@ -89,36 +86,34 @@ def _csv(path: Path):
     return io.TextIOWrapper(open_output(path, path.name), newline="")
 
 
-def _write_csvs(outdir: Path, runs: list[dict]) -> None:
+def _write_csvs(outdir: Path, runs: list[Run]) -> None:
     with _csv(outdir / "ops.csv") as f:
         w = csv.writer(f)
         w.writerow(["variant", "repetition", "label", "op", "algorithm", "ranks", "size", "start_s", "seconds",
                     "algbw_bps", "busbw_bps", "ideal_busbw_bps", "fraction_of_ideal", "bytes_ok"])
         for r in runs:
-            for o in r["ops"]:
-                w.writerow([r["variant"], r["repetition"], o["label"], o["op"], o["algorithm"], o["ranks"], o["size"],
-                            o["start"], o["seconds"], round(o["algbw_bps"]), round(o["busbw_bps"]),
-                            round(o["ideal_busbw_bps"]), round(o["fraction_of_ideal"], 4),
-                            bytes_ok(o)])
+            for o in r.ops:
+                w.writerow([r.variant, r.repetition, o.label, o.op, o.algorithm, o.ranks, o.size,
+                            o.start, o.seconds, round(o.algbw_bps), round(o.busbw_bps),
+                            round(o.ideal_busbw_bps), round(o.fraction_of_ideal, 4), o.bytes_ok])
     with _csv(outdir / "timeline.csv") as f:
         w = csv.writer(f)
         # t: the fabric's (virtual) time; wall_t and host_tx_bps: this machine's clock (D x slower when dilated)
         w.writerow(["variant", "repetition", "t", "wall_t", "cpu_idle", "host_tx_bps"])
         for r in runs:
-            for row in r["timeline"]:
-                w.writerow([r["variant"], r["repetition"], row["t"], row.get("wall_t", row["t"]), row["cpu_idle"],
-                            row["host_tx_bps"]])
+            for row in r.timeline:
+                w.writerow([r.variant, r.repetition, row.t, row.wall_t, row.cpu_idle, row.host_tx_bps])
 
 
-def _by_variant(runs: list[dict]) -> tuple[list[str], dict[str, list[float]], dict[str, list[float]]]:
+def _by_variant(runs: list[Run]) -> tuple[list[str], dict[str, list[float]], dict[str, list[float]]]:
     """The variants in run order, and each one's ops' busbw (Mbit/s) and fraction of ideal."""
-    variants = list(dict.fromkeys(r["variant"] for r in runs))
-    fr = {v: [o["fraction_of_ideal"] for r in runs if r["variant"] == v for o in r["ops"]] for v in variants}
-    bw = {v: [o["busbw_bps"] / 1e6 for r in runs if r["variant"] == v for o in r["ops"]] for v in variants}
+    variants = list(dict.fromkeys(r.variant for r in runs))
+    fr = {v: [o.fraction_of_ideal for r in runs if r.variant == v for o in r.ops] for v in variants}
+    bw = {v: [o.busbw_bps / 1e6 for r in runs if r.variant == v for o in r.ops] for v in variants}
     return variants, bw, fr
 
 
-def _plot_busbw(outdir: Path, exp, runs: list[dict]) -> None:
+def _plot_busbw(outdir: Path, exp, runs: list[Run]) -> None:
     import matplotlib.pyplot as plt
 
     variants, bw, fr = _by_variant(runs)
@@ -134,16 +129,16 @@ def _plot_busbw(outdir: Path, exp, runs: list[dict]) -> None:
     plt.close(fig)
 
 
-def _plot_throughput(outdir: Path, runs: list[dict]) -> None:
+def _plot_throughput(outdir: Path, runs: list[Run]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 4), dpi=110)
     for r in runs:
-        ts = [row["t"] for row in r["timeline"]]
-        d = r.get("dilation", 1.0)  # the same bytes in 1/D of the time: the fabric's rate
-        ax.plot(ts, [row["host_tx_bps"] * d / 1e6 for row in r["timeline"]], label=f"{r['variant']} #{r['repetition']}")
-        for ev in r["failures"]:
-            ax.axvline(ev["t"], color="green" if ev["up"] else "red", alpha=0.4, lw=1)
+        ts = [row.t for row in r.timeline]
+        d = r.dilation  # the same bytes in 1/D of the time: the fabric's rate
+        ax.plot(ts, [row.host_tx_bps * d / 1e6 for row in r.timeline], label=f"{r.variant} #{r.repetition}")
+        for ev in r.failures:
+            ax.axvline(ev.t, color="green" if ev.up else "red", alpha=0.4, lw=1)
     ax.set_xlabel("time (s, the fabric's); red: link down, green: link up")
     ax.set_ylabel("all hosts' NICs sending (Mbit/s)")
     ax.legend(fontsize=7)
@@ -152,22 +147,22 @@ def _plot_throughput(outdir: Path, runs: list[dict]) -> None:
     plt.close(fig)
 
 
-def _plot_queues(outdir: Path, runs: list[dict]) -> None:
+def _plot_queues(outdir: Path, runs: list[Run]) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6), dpi=110, sharex=True)
     drew = False
     for r in runs:
-        samples = (r.get("pfc") or {}).get("samples") or []
+        samples = (r.pfc or {}).get("samples") or []
         if not samples:
             continue
         drew = True
-        deepest = sorted(r["pfc"]["queues"].items(), key=lambda kv: -kv[1]["max_backlog"])[:2]
+        deepest = sorted(r.pfc["queues"].items(), key=lambda kv: -kv[1]["max_backlog"])[:2]
         ts = [x["t"] for x in samples]
         for key, _q in deepest:
             ax.plot(ts, [x["backlog"].get(key, 0) / 1000 for x in samples],
-                    label=f"{r['variant']} #{r['repetition']} {key}")
-        ax2.plot(ts, [len(x["paused"]) for x in samples], label=f"{r['variant']} #{r['repetition']}")
+                    label=f"{r.variant} #{r.repetition} {key}")
+        ax2.plot(ts, [len(x["paused"]) for x in samples], label=f"{r.variant} #{r.repetition}")
     ax.set_ylabel("lossless backlog (KB)")
     ax.set_title("PFC: the deepest lossless queues and paused ports over time" if drew else "no PFC samples")
     ax2.set_ylabel("ports paused")
@@ -180,14 +175,14 @@ def _plot_queues(outdir: Path, runs: list[dict]) -> None:
     plt.close(fig)
 
 
-def summary_lines(exp, runs: list[dict]) -> list[str]:
+def summary_lines(exp, runs: list[Run]) -> list[str]:
     """summary.md: the variants, then per job, training iterations, placement, NIC balance, fidelity."""
-    variants = list(dict.fromkeys(r["variant"] for r in runs))
+    variants = list(dict.fromkeys(r.variant for r in runs))
     lines = [f"# {exp.name}", "", exp.description or "", "", *_variant_table(runs)]
     lines += _per_job(variants, runs)
     lines += _iterations(variants, runs)
     lines += _placement(exp, variants, runs)
-    balance = [row for v in variants if (row := _balance_row(v, [r for r in runs if r["variant"] == v]))]
+    balance = [row for v in variants if (row := _balance_row(v, [r for r in runs if r.variant == v]))]
     if balance:
         lines += ["", "Load on the two ToR ports facing each receiving NIC (more/less loaded bytes), the deepest "
                   "lossless queue at those ports, and the aggregation-to-ToR links that carried traffic "
@@ -195,8 +190,8 @@ def summary_lines(exp, runs: list[dict]) -> list[str]:
                   "| variant | worst NIC | median over NICs | NICs >= 2x | deepest queue (KB) "
                   "| agg-to-ToR links used |",
                   "|---|---|---|---|---|---|", *balance]
-    if runs and runs[0].get("cluster"):
-        lines += ["", cluster_line(runs[0]["cluster"]) + " (results.json: each run's `cluster`)."]
+    if runs and runs[0].cluster:
+        lines += ["", cluster_line(runs[0].cluster) + " (results.json: each run's `cluster`)."]
     lines += pfc_lines(runs)
     lines += campaign_lines(runs)
     lines += gray_lines(runs)
@@ -205,22 +200,22 @@ def summary_lines(exp, runs: list[dict]) -> list[str]:
         lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]
     return lines + _fidelity_lines(runs) + [
         "", "Files: ops.csv, timeline.csv, results.json, busbw.png, throughput.png, queues.png, environment.json"
-        + (", campaign.png." if any(r.get("campaign") for r in runs) else ".")]
+        + (", campaign.png." if any(r.campaign for r in runs) else ".")]
 
 
-def _plot_campaign(outdir: Path, runs: list[dict]) -> None:
+def _plot_campaign(outdir: Path, runs: list[Run]) -> None:
     """campaign.png: each outage's stall per run, against the watchdog."""
-    rs = [r for r in runs if r.get("campaign")]
+    rs = [r for r in runs if r.campaign]
     if not rs:
         return
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for r in rs:
-        outs = [o for o in r["campaign"]["outcomes"] if o["stall_s"] is not None]
+        outs = [o for o in r.campaign["outcomes"] if o["stall_s"] is not None]
         ax.plot([o["outage"] for o in outs], [o["stall_s"] for o in outs], "o",
-                label=f"{r['variant']} #{r['repetition']}")
-    ax.axhline(rs[0]["campaign"]["resilience"]["watchdog_s"], color="red", linestyle="--", label="watchdog")
+                label=f"{r.variant} #{r.repetition}")
+    ax.axhline(rs[0].campaign["resilience"]["watchdog_s"], color="red", linestyle="--", label="watchdog")
     ax.set_xlabel("outage")
     ax.set_ylabel("longest step without progress (s, fabric time)")
     ax.set_yscale("log")
@@ -230,75 +225,75 @@ def _plot_campaign(outdir: Path, runs: list[dict]) -> None:
     plt.close(fig)
 
 
-def time_lines(runs: list[dict]) -> list[str]:
+def time_lines(runs: list[Run]) -> list[str]:
     """What each run's traffic cost in wall time against the fabric's time it stands for (traffic/timebase.py)."""
-    rows = [r for r in runs if r.get("traffic_s")]
+    rows = [r for r in runs if r.traffic_s]
     if not rows:
         return []
-    d = sorted({r.get("dilation", 1.0) for r in rows})
+    d = sorted({r.dilation for r in rows})
     head = (f"Time dilated {', '.join(f'{x:g}' for x in d)}x: every time here is the fabric's; the emulation ran "
             "that many times slower." if d != [1.0] else "Time not dilated: the fabric's time is the wall clock's.")
-    cost = "; ".join(f"{r['variant']} #{r['repetition']} {r['traffic_s']['virtual']:.3f} s in "
-                     f"{r['traffic_s']['wall']:.1f} s of wall time" for r in rows)
+    cost = "; ".join(f"{r.variant} #{r.repetition} {r.traffic_s['virtual']:.3f} s in "
+                     f"{r.traffic_s['wall']:.1f} s of wall time" for r in rows)
     return ["", f"{head} Traffic: {cost}."]
 
 
-def _faithful_cell(rs: list[dict]) -> str:
+def _faithful_cell(rs: list[Run]) -> str:
     """'yes' only when every run was judged faithful; runs not judged (unknown) are counted apart."""
-    no = sum(1 for r in rs if status(r["fidelity"]) == "not faithful")
-    unknown = sum(1 for r in rs if status(r["fidelity"]) == "unknown")
+    no = sum(1 for r in rs if r.fidelity.status == "not faithful")
+    unknown = sum(1 for r in rs if r.fidelity.status == "unknown")
     cells = ([f"NO ({no} of {len(rs)})"] if no else []) + ([f"unknown ({unknown} of {len(rs)})"] if unknown else [])
     return ", ".join(cells) or "yes"
 
 
-def _variant_table(runs: list[dict]) -> list[str]:
+def _variant_table(runs: list[Run]) -> list[str]:
     variants, bw, fr = _by_variant(runs)
     lines = ["| variant | ops | busbw (Mbit/s, mean ± sd) | of ideal (mean ± sd) | drops (lossless/default) "
              "| failures fired (of planned) | halted | faithful |",
              "|---|---|---|---|---|---|---|---|"]
     for v in variants:
-        rs = [r for r in runs if r["variant"] == v]
+        rs = [r for r in runs if r.variant == v]
         m, s = _mean_sd(bw[v])
         fm, fs = _mean_sd(fr[v])
-        halted = [r["halted"] for r in rs if r.get("halted")]
-        halted_text = f"{len(halted)} of {len(rs)} (first at {halted[0]['at']} s)" if halted else "no"
-        drops = f"{sum(r['drops']['lossless'] for r in rs)}/{sum(r['drops']['default'] for r in rs)}"
+        halted = [r.halted for r in rs if r.halted]
+        halted_text = f"{len(halted)} of {len(rs)} (first at {halted[0].at} s)" if halted else "no"
+        drops = f"{sum(r.drops.lossless for r in rs)}/{sum(r.drops.default for r in rs)}"
         lines.append(f"| {v} | {len(bw[v])} | {m:.2f} ± {s:.2f} | {fm:.1%} ± {fs:.1%} | {drops} | "
                      f"{_fired(rs)} | {halted_text} | {_faithful_cell(rs)} |")
     return lines
 
 
-def _fidelity_lines(runs: list[dict]) -> list[str]:
-    bad = [r for r in runs if not r["fidelity"]["bytes_ok"]]
+def _fidelity_lines(runs: list[Run]) -> list[str]:
+    bad = [r for r in runs if not r.fidelity.bytes_ok]
     lines = ["", f"Bytes delivered equal the closed forms in {len(runs) - len(bad)} of {len(runs)} runs.", "",
              "Fidelity (testbed/experiment/fidelity.py): a run is faithful when the CPU never ran out (idle >= 5% "
              "in every sample), the hypervisor's steal stayed <= 5%, the PFC agent kept its poll period and the "
              "lossless class dropped nothing with PFC on, no op slower than its ideal time was made of more than "
              "5% of the emulator's own latency, and no op ran faster than its links allow; it is unknown when a "
              "measurement it relies on is missing. Runs not faithful:"]
-    return lines + ([f"- {r['variant']} #{r['repetition']}: " + "; ".join(reasons(r["fidelity"]))
-                     for r in runs if not r["fidelity"]["faithful"]] or ["- none"])
+    return lines + ([f"- {r.variant} #{r.repetition}: " + "; ".join(r.fidelity.why())
+                     for r in runs if not r.fidelity.faithful] or ["- none"])
 
 
-def _per_job(variants: list[str], runs: list[dict]) -> list[str]:
+def _per_job(variants: list[str], runs: list[Run]) -> list[str]:
     lines: list[str] = []
-    jobs = sorted({o.get("job", "job") for r in runs for o in r["ops"]})
+    jobs = sorted({o.job for r in runs for o in r.ops})
     if len(jobs) > 1:
         lines += ["", "Per job: iteration (op) time, mean ± sd:", "", "| variant | " + " | ".join(jobs) + " |",
                   "|---|" + "---|" * len(jobs)]
         for v in variants:
             cells = []
             for j in jobs:
-                ts = [o["seconds"] for r in runs if r["variant"] == v for o in r["ops"] if o.get("job") == j]
+                ts = [o.seconds for r in runs if r.variant == v for o in r.ops if o.job == j]
                 m, sd = _mean_sd(ts)
                 cells.append(f"{m:.2f} ± {sd:.2f} s ({len(ts)} ops)")
             lines.append(f"| {v} | " + " | ".join(cells) + " |")
     return lines
 
 
-def _iterations(variants: list[str], runs: list[dict]) -> list[str]:
+def _iterations(variants: list[str], runs: list[Run]) -> list[str]:
     lines: list[str] = []
-    iters = [(r["variant"], i) for r in runs for i in r.get("iterations", [])]
+    iters = [(r.variant, i) for r in runs for i in r.iterations]
     if iters:
         lines += ["", "Training iterations (compute as timed waits, then communication in SimAI's order; "
                   "predicted: traffic/iteration.py at the fabric's ideal rate; "
@@ -308,16 +303,16 @@ def _iterations(variants: list[str], runs: list[dict]) -> list[str]:
                   "| exposed comm (s) | GPU utilization | predicted utilization |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for v in variants:
-            for j in sorted({i["job"] for vv, i in iters if vv == v}):
-                its = [i for vv, i in iters if vv == v and i["job"] == j]
-                t, ts = _mean_sd([i["seconds"] for i in its])
-                e, _ = _mean_sd([i["exposed_comm_s"] for i in its])
-                u, us = _mean_sd([i["gpu_utilization"] for i in its])
+            for j in sorted({i.job for vv, i in iters if vv == v}):
+                its = [i for vv, i in iters if vv == v and i.job == j]
+                t, ts = _mean_sd([i.seconds for i in its])
+                e, _ = _mean_sd([i.exposed_comm_s for i in its])
+                u, us = _mean_sd([i.gpu_utilization for i in its])
                 simai = _simai_estimate(runs, v, j)
-                lines.append(f"| {v} | {j} | {len(its)} | {t:.3f} ± {ts:.3f} | {its[0]['predicted_s']:.3f} | {simai} "
-                             f"| {its[0].get('nvlink_s', 0.0):.3f} | {e:.3f} | {u:.1%} ± {us:.1%} "
-                             f"| {its[0]['predicted_gpu_utilization']:.1%} |")
-        cluster = {v: cluster_summary([r for r in runs if r["variant"] == v]) for v in variants}
+                lines.append(f"| {v} | {j} | {len(its)} | {t:.3f} ± {ts:.3f} | {its[0].predicted_s:.3f} | {simai} "
+                             f"| {its[0].nvlink_s:.3f} | {e:.3f} | {u:.1%} ± {us:.1%} "
+                             f"| {its[0].predicted_gpu_utilization:.1%} |")
+        cluster = {v: cluster_summary([r for r in runs if r.variant == v]) for v in variants}
         if any(len(c["jobs"]) > 1 for c in cluster.values()):
             lines += ["", "Cluster GPU utilization (each job's mean utilization weighted by its GPUs), and the "
                       "lossless priority each job got:", "", "| variant | cluster utilization | jobs |",
@@ -328,42 +323,38 @@ def _iterations(variants: list[str], runs: list[dict]) -> list[str]:
     return lines
 
 
-def _simai_estimate(runs: list[dict], variant: str, job: str) -> str:
+def _simai_estimate(runs: list[Run], variant: str, job: str) -> str:
     """A job's SimAI-Analytical estimate (its file's, the same in every repetition), or '-'."""
     for r in runs:
-        est = (r.get("jobs") or {}).get(job, {}).get("simai_analytical") if r["variant"] == variant else None
+        est = r.jobs.get(job, {}).get("simai_analytical") if r.variant == variant else None
         if est:
             return f"{est['seconds']:.3f}"
     return "-"
 
 
-def _placement(exp, variants: list[str], runs: list[dict]) -> list[str]:
+def _placement(exp, variants: list[str], runs: list[Run]) -> list[str]:
     lines: list[str] = []
-    if exp.jobs and all(r.get("jobs") for r in runs):
+    if exp.jobs and all(r.jobs for r in runs):
         lines += ["", "Where the jobs ran (controllers/placement.py: segments spanned, share of the rail rings' hops "
                   "between segments) and the bytes that crossed segments (up the ToR uplinks, OVS counters), "
                   "mean over runs:", "", "| variant | cross-segment bytes | job | hosts | segments | ring hops "
                   "crossing |", "|---|---|---|---|---|---|"]
         for v in variants:
-            rs = [r for r in runs if r["variant"] == v]
-            up, _ = _mean_sd([cross_segment_bytes(r) for r in rs])
-            for j, d in rs[0]["jobs"].items():
+            rs = [r for r in runs if r.variant == v]
+            up, _ = _mean_sd([cross_segment_bytes(r.counters) for r in rs])
+            for j, d in rs[0].jobs.items():
                 lines.append(f"| {v} | {up / 1e6:,.1f} MB | {j} | {','.join(d['hosts'])} | {d['segments']} "
                              f"| {d['ring_hops_crossing']:.0%} |")
     return lines
 
 
-def load_results(run_dir: Path) -> dict:
-    """A run's results.json, or an InputError saying it is unreadable (a run killed mid-write, an edited file)."""
+def load_results(run_dir: Path) -> Results:
+    """A run's results.json, typed, or an InputError saying it is unreadable (a run killed mid-write, an edited
+    file, one from another version)."""
     try:
-        data = json.loads(read_text(run_dir / "results.json", "results.json"))
-        if not (isinstance(data, dict) and isinstance(data.get("experiment"), dict)
-                and isinstance(data["experiment"].get("name"), str) and isinstance(data.get("runs"), list)
-                and all(isinstance(r, dict) for r in data["runs"])):
-            raise ValueError("not a results record")
-        return data
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"results.json is unreadable ({str(exc)[:60]})",
+        return load(read_text(run_dir / "results.json", "results.json"))
+    except ValueError as exc:
+        raise InputError(f"results.json is unreadable ({str(exc)[:120]})",
                          "run the experiment again, or remove the folder", field="run", value=run_dir.name) from None
 
 
@@ -373,7 +364,8 @@ def list_runs() -> list[dict]:
     for d in sorted(RESULTS.glob("*/results.json")):
         try:
             data = load_results(d.parent)
-            out.append({"run": d.parent.name, "experiment": data["experiment"]["name"], "runs": len(data["runs"])})
+            name = str(data.experiment.get("name", "(no name)"))
+            out.append({"run": d.parent.name, "experiment": name, "runs": len(data.runs)})
         except InputError as exc:
             out.append({"run": d.parent.name, "experiment": f"(unreadable: {exc.what})", "runs": None})
     return out
@@ -411,18 +403,11 @@ def folder_summary(d: Path) -> str:
 
 
 def _per_variant(run_dir: Path) -> dict[str, tuple[float, float]]:
-    data = load_results(run_dir)
     out: dict[str, tuple[list, list]] = {}
-    try:
-        for r in data["runs"]:
-            bw, fr = out.setdefault(str(r["variant"]), ([], []))
-            bw += [float(o["busbw_bps"]) / 1e6 for o in r["ops"]]
-            fr += [float(o["fraction_of_ideal"]) for o in r["ops"]]
-            if not all(math.isfinite(x) for x in bw + fr):  # hpnlab writes none: the record was edited
-                raise ValueError("a busbw that is not a finite number")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"results.json lacks a field ({exc!s:.40})", "run the experiment again", field="run",
-                         value=run_dir.name) from None
+    for r in load_results(run_dir).runs:
+        bw, fr = out.setdefault(r.variant, ([], []))
+        bw += [o.busbw_bps / 1e6 for o in r.ops]
+        fr += [o.fraction_of_ideal for o in r.ops]
     return {v: (_mean_sd(bw)[0], _mean_sd(fr)[0]) for v, (bw, fr) in out.items()}
 
 

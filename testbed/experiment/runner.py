@@ -39,6 +39,7 @@ from testbed.qos.pfc import in_fabric_time
 from testbed.qos.ports import switch_ports
 from testbed.qos.scale import load_floor
 from testbed.qos.shaper import ROOT, leaf_handles
+from testbed.schema.results import Run
 from testbed.system import stages
 from testbed.system.capabilities import probe
 from testbed.system.ownership import exit_cleanly_on_signals
@@ -109,13 +110,13 @@ def _link_load(topo: Topology, before: dict, after: dict) -> list[dict]:
 
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
             progress: Callable[[], None] | None = None, watch: Watch | None = None,
-            stage: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None) -> dict:
+            stage: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None) -> Run:
     """Repetition `rep` of variant `exp` (an experiment without variants), planned and run."""
     return execute(plan_variant(label, exp, base, cluster).at(rep), log_dir, progress, watch, stage, cluster)
 
 
 def execute(p: Plan, log_dir: Path | None, progress: Callable[[], None] | None = None, watch: Watch | None = None,
-            stage: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None) -> dict:
+            stage: Callable[[str], None] | None = None, cluster: ClusterSpec | None = None) -> Run:
     """A planned repetition on a network of its own; returns the run's record. `progress` is called after each
     op, `stage` with each stage of the network's start (minutes at 128 hosts); `watch` hears of the network,
     every op and iteration as they happen (the live web view); `cluster`: the servers it spreads over
@@ -149,7 +150,7 @@ def execute(p: Plan, log_dir: Path | None, progress: Callable[[], None] | None =
     if p.exp.campaign is not None:
         rec.data["campaign"] = _campaign(p, rec.data)
     rec.data["fidelity"] = _fidelity(p, rec.data)
-    return rec.data
+    return Run.model_validate(rec.data)  # the record checked key by key against results.json's schema
 
 
 def _tcp_timers(net: Network, e: Experiment, rec: RunRecord) -> None:
@@ -436,7 +437,7 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     write_file(outdir / "spec.yaml", text, "spec.yaml")
     write_file(outdir / "environment.json", json.dumps({"capabilities": caps.to_dict(), "versions": versions(caps)},
                                                        indent=1), "environment.json")
-    runs: list[dict] = []
+    runs: list[Run] = []
     try:
         _run_variants(exp, plans, outdir, runs, total, watch, cluster)
     except BaseException:
@@ -449,7 +450,7 @@ def run(spec: str | Path | Experiment, reduced: bool = False, base: Path | None 
     return outdir
 
 
-def _run_variants(exp: Experiment, plans: list[Plan], outdir: Path, runs: list[dict], total: int, watch: Watch,
+def _run_variants(exp: Experiment, plans: list[Plan], outdir: Path, runs: list[Run], total: int, watch: Watch,
                   cluster: ClusterSpec | None) -> None:
     """Every variant's repetitions in turn, each on a fresh network, results.json rewritten after each."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -479,16 +480,17 @@ def _run_variants(exp: Experiment, plans: list[Plan], outdir: Path, runs: list[d
                 _save(outdir, exp, runs, complete=False)
 
 
-def _save(outdir: Path, exp: Experiment, runs: list[dict], complete: bool) -> None:
+def _save(outdir: Path, exp: Experiment, runs: list[Run], complete: bool) -> None:
     """results.json, written whole or not at all: a run stopped mid-write leaves no truncated record behind.
     `complete` is false while variants are still to come (or when the run stopped early)."""
     tmp = outdir / "results.json.tmp"
-    write_file(tmp, json.dumps({"experiment": exp.model_dump(by_alias=True), "complete": complete, "runs": runs},
+    write_file(tmp, json.dumps({"experiment": exp.model_dump(by_alias=True), "complete": complete,
+                                           "runs": [r.dump() for r in runs]},
                                indent=1, default=str), "results.json")
     tmp.replace(outdir / "results.json")
 
 
-def _write_reports_quietly(outdir: Path, exp: Experiment, runs: list[dict]) -> None:
+def _write_reports_quietly(outdir: Path, exp: Experiment, runs: list[Run]) -> None:
     """The reports of a run that stopped early; their own failure must not hide why it stopped."""
     try:
         write_reports(outdir, exp, runs)

@@ -5,35 +5,37 @@ from __future__ import annotations
 
 import statistics
 
+from testbed.schema.results import Run
+
 TIERS = ("host", "tor", "agg", "core")
 
 
-def pfc_lines(runs: list[dict]) -> list[str]:
+def pfc_lines(runs: list[Run]) -> list[str]:
     """Per run with PFC on: the pause events, the ports paused and the time paused per tier of the paused port,
     and the events of all tiers added (what lab 4 asks for)."""
-    rows = [r for r in runs if (r.get("pfc") or {}).get("pauses_by_tier")]
+    rows = [r for r in runs if (r.pfc or {}).get("pauses_by_tier")]
     if not rows:
         return []
-    tiers = [t for t in TIERS if any(t in r["pfc"]["pauses_by_tier"] for r in rows)]
+    tiers = [t for t in TIERS if any(t in r.pfc["pauses_by_tier"] for r in rows)]
     lines = ["", "PFC pauses per tier of the paused port (the sending side): pause events, ports paused, and the "
              "time they stayed paused (s, fabric time):", "",
              "| variant | pause events, all tiers | " + " | ".join(f"{t}: events / ports / paused s" for t in tiers)
              + " |", "|---|---|" + "---|" * len(tiers)]
     for r in rows:
-        by = r["pfc"]["pauses_by_tier"]
+        by = r.pfc["pauses_by_tier"]
         cells = [f"{by[t]['pause_events']:,} / {by[t]['ports_paused']} / {by[t]['paused_s']:.3f}" if t in by else "-"
                  for t in tiers]
-        lines.append(f"| {r['variant']} #{r['repetition']} | {sum(t['pause_events'] for t in by.values()):,} | "
+        lines.append(f"| {r.variant} #{r.repetition} | {sum(t['pause_events'] for t in by.values()):,} | "
                      + " | ".join(cells) + " |")
     return lines
 
 
-def campaign_lines(runs: list[dict]) -> list[str]:
+def campaign_lines(runs: list[Run]) -> list[str]:
     """A failure campaign's summary per run and job, and its outcomes per kind of component (testbed/campaign)."""
-    rows = [(r, job, s) for r in runs if r.get("campaign") for job, s in r["campaign"]["summary"].items()]
+    rows = [(r, job, s) for r in runs if r.campaign for job, s in r.campaign["summary"].items()]
     if not rows:
         return []
-    c0 = rows[0][0]["campaign"]
+    c0 = rows[0][0].campaign
     lines = ["", f"Failure campaign: outages sampled from production failure rates, each held "
              f"{c0['resilience']['watchdog_s']:g} s of the watchdog or longer; a restart costs "
              f"{c0['resilience']['restart_s']:g} s and the work since the last checkpoint (every "
@@ -42,8 +44,8 @@ def campaign_lines(runs: list[dict]) -> list[str]:
              "| variant | job | outages | restarts | slowdowns | confounded | survived | months | compression | "
              "interruptions / month | lost GPU-h / month | goodput |", "|" + "---|" * 12]
     for r, job, s in rows:
-        c = r["campaign"]
-        lines.append(f"| {r['variant']} #{r['repetition']} | {job} | {s['outages']} | {s['restarts']} | "
+        c = r.campaign
+        lines.append(f"| {r.variant} #{r.repetition} | {job} | {s['outages']} | {s['restarts']} | "
                      f"{s['slowdowns']} | {s['confounded']} | {_pct(s['survived'])} | {c['months']:,.1f} | "
                      f"{c['compression']:,.0f}x | "
                      f"{s['interruptions_per_month']:.4f} | {s['lost_gpu_hours_per_month']:.3f} | "
@@ -52,25 +54,25 @@ def campaign_lines(runs: list[dict]) -> list[str]:
               "before; mean slowdown of those slowed; mean "
               "reroute, the controller hearing of it and recomputing):", "",
               "| variant | kind | outcomes | mean slowdown | mean reroute (ms) |", "|---|---|---|---|---|"]
-    for r in [r for r in runs if r.get("campaign")]:
-        for kind in sorted({o["kind"] for o in r["campaign"]["outcomes"]}):
-            outs = [o for o in r["campaign"]["outcomes"] if o["kind"] == kind]
+    for r in [r for r in runs if r.campaign]:
+        for kind in sorted({o["kind"] for o in r.campaign["outcomes"]}):
+            outs = [o for o in r.campaign["outcomes"] if o["kind"] == kind]
             n = {k: sum(1 for o in outs if o["outcome"] == k) for k in ("restart", "slowdown", "none", "confounded")}
             slow = [o["slowdown"] for o in outs if o["outcome"] == "slowdown"]
             rr = [o["reroute_ms"] for o in outs if o["reroute_ms"] is not None]
-            lines.append(f"| {r['variant']} #{r['repetition']} | {kind} | {n['restart']} / {n['slowdown']} / "
+            lines.append(f"| {r.variant} #{r.repetition} | {kind} | {n['restart']} / {n['slowdown']} / "
                          f"{n['none']} / {n['confounded']} | {_mean_or_dash(slow, '.2f')} | "
                          f"{_mean_or_dash(rr, '.1f')} |")
     return lines
 
 
-def gray_lines(runs: list[dict]) -> list[str]:
+def gray_lines(runs: list[Run]) -> list[str]:
     """Gray failures: each one, how soon the detector named its link, what the link lost, the hosts' TCP
     retransmissions and the ops' time against the run without one (testbed/experiment/detector.py)."""
-    rows = [r for r in runs if r.get("gray")]
+    rows = [r for r in runs if r.gray]
     if not rows:
         return []
-    healthy = [o["seconds"] for r in runs if not r.get("gray") and not r["failures"] for o in r["ops"]]
+    healthy = [o.seconds for r in runs if not r.gray and not r.failures for o in r.ops]
     base = statistics.mean(healthy) if healthy else None
     lines = ["", "Gray failures (a link that keeps running: lossy, dropped by a BPF program; or slower; or one that "
              "flaps): when the detector named the link from the operator's counters (input errors; operational "
@@ -80,18 +82,18 @@ def gray_lines(runs: list[dict]) -> list[str]:
              "| variant | failure | named after (s) | frames lost / carried | TCP retransmissions | op time (s) |",
              "|---|---|---|---|---|---|"]
     for r in rows:
-        ops = [o["seconds"] for o in r["ops"]]
+        ops = [o.seconds for o in r.ops]
         t = statistics.mean(ops) if ops else None
         slow = f" ({t / base:.2f}x)" if t and base else ""
-        for d in r["gray"]["delays"]:
-            c = r["gray"]["counters"].get(d["links"][0], {})
+        for d in r.gray["delays"]:
+            c = r.gray["counters"].get(d["links"][0], {})
             lost, carried = sum(c.get("errors", {}).values()), sum(c.get("frames", {}).values())
             frames = f"{lost:,} / {lost + carried:,}" if "errors" in c else "-"
             named = "never" if d["named_after_s"] is None else f"{d['named_after_s']:.3f}"
             what = f"flap every {d['value']:g} s" if d["failure"] == "flap" else f"{d['failure']} {d['value']:g}"
-            lines.append(f"| {r['variant']} #{r['repetition']} | {what} on "
+            lines.append(f"| {r.variant} #{r.repetition} | {what} on "
                          f"{d['links'][0]} at {d['at']:.2f} s | {named} | {frames} | "
-                         f"{(r.get('tcp') or {}).get('RetransSegs', '-')} | "
+                         f"{(r.tcp or {}).get('RetransSegs', '-')} | "
                          f"{'-' if t is None else f'{t:.3f}'}{slow} |")
     return lines
 

@@ -7,17 +7,17 @@ Numbers the student reports are checked against the checker's own computation
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 from controllers.precise import FlowSpec, assign, least_loaded, loads
 from controllers.routing import RoutingGraph, compute_tables, trace
 from testbed.net.balance import cross_segment_bytes, links_used
+from testbed.schema.results import Run
 from topos import build
 from topos.addressing import nic_address
 from topos.errors import InputError
 from traffic.metrics import cluster_utilization
 
-from .evidence import Check, Evidence, answer_check, png_check
+from .evidence import Check, Evidence, StudentRun, answer_check, png_check
 from .sandbox import ChildPolicy, PolicyFailed
 
 LAB1_PAIR = ("h0", "h7")  # different segments in both fabrics: paths through the aggregation layer
@@ -36,13 +36,6 @@ def count_paths(topo_name: str, src: str, dst: str, down: tuple[str, ...] = ()) 
 def _run_missing(experiment: str) -> Check:
     return Check(f"a run of {experiment}", False,
                  f"run it first: hpnlab run experiments/{experiment}.yaml --quick")
-
-
-def _variants(run: dict) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for r in run["runs"]:
-        out.setdefault(r["variant"], []).append(r)
-    return out
 
 
 def lab1(ev: Evidence) -> list[Check]:
@@ -69,12 +62,12 @@ def _lab2_polarization(ev: Evidence) -> list[Check]:
     run = ev.latest_run("hash_polarization")
     if run is None:
         return [_run_missing("hash_polarization")]
-    used = {k: links_used(rs[0])[0] for k, rs in _variants(run).items()}
+    used = {k: links_used(rs[0].counters)[0] for k, rs in run.variants().items()}
     if not {"single-plane", "single-plane-seeded"} <= set(used):
         return [Check("the run has single-plane and single-plane-seeded", False,
                       "run the shipped experiments/hash_polarization.yaml, unchanged")]
     a = ev.answers(2)
-    how = f"read 'agg-to-ToR links used' in 'hpnlab results show {Path(run['_dir']).name}' (its first run)"
+    how = f"read 'agg-to-ToR links used' in 'hpnlab results show {run.name}' (its first run)"
     return [Check("one seed everywhere left aggregation-to-ToR links idle that per-switch seeds used",
                   used["single-plane"] < used["single-plane-seeded"],
                   "compare the two single-plane variants' 'agg-to-ToR links used'"),
@@ -82,11 +75,11 @@ def _lab2_polarization(ev: Evidence) -> list[Check]:
             answer_check(a, "seeded_links", used["single-plane-seeded"], close=0, how=how)]
 
 
-def _lab2_collisions(ev: Evidence, run: dict) -> list[Check]:
-    v = _variants(run)
-    frac = {k: statistics.mean(o["fraction_of_ideal"] for r in rs for o in r["ops"]) for k, rs in v.items()}
+def _lab2_collisions(ev: Evidence, run: StudentRun) -> list[Check]:
+    v = run.variants()
+    frac = {k: statistics.mean(o.fraction_of_ideal for r in rs for o in r.ops) for k, rs in v.items()}
     a = ev.answers(2)
-    how = f"read 'of ideal' in 'hpnlab results show {Path(run['_dir']).name}'"
+    how = f"read 'of ideal' in 'hpnlab results show {run.name}'"
     checks = [Check("the run has hpn-precise and hpn-ecmp", {"hpn-precise", "hpn-ecmp"} <= set(frac),
                     "run the shipped experiments/precise_vs_ecmp.yaml, unchanged")]
     if not checks[0].ok:
@@ -108,8 +101,8 @@ def lab3(ev: Evidence) -> list[Check]:
     run = ev.latest_run("dual_tor_failover")
     if run is None:
         return checks + [_run_missing("dual_tor_failover")]
-    halted = {k: any(r["halted"] for r in rs) for k, rs in _variants(run).items()}
-    how = f"look for 'halted' in 'hpnlab results show {Path(run['_dir']).name}'"
+    halted = {k: any(r.halted for r in rs) for k, rs in run.variants().items()}
+    how = f"look for 'halted' in 'hpnlab results show {run.name}'"
     return checks + [answer_check(a, "dual_tor_halted", halted.get("dual-tor-hpn", False), how=how),
                      answer_check(a, "single_tor_halted", halted.get("single-tor-rail", False), how=how)]
 
@@ -118,12 +111,12 @@ def lab4(ev: Evidence) -> list[Check]:
     run = ev.latest_run("pfc_incast")
     if run is None:
         return [_run_missing("pfc_incast")]
-    v = _variants(run)
-    drops = {k: sum(r["drops"]["lossless"] for r in rs) for k, rs in v.items()}
-    pauses = sum(t["pause_events"] for r in v.get("pfc-on", []) for t in (r.get("pfc") or {})
+    v = run.variants()
+    drops = {k: sum(r.drops.lossless for r in rs) for k, rs in v.items()}
+    pauses = sum(t["pause_events"] for r in v.get("pfc-on", []) for t in (r.pfc or {})
                  .get("pauses_by_tier", {}).values())
     a = ev.answers(4)
-    how = f"read the drops and pauses in 'hpnlab results show {Path(run['_dir']).name}'"
+    how = f"read the drops and pauses in 'hpnlab results show {run.name}'"
     return [
         Check("PFC on kept the lossless class lossless", drops.get("pfc-on", -1) == 0,
               "the pfc-on variant dropped packets: was the run CPU-bound? see its fidelity line"),
@@ -174,9 +167,9 @@ def lab5(ev: Evidence) -> list[Check]:
     ]
 
 
-def _utilization(runs: list[dict]) -> float:
-    gpus = {j: d["gpus"] for r in runs for j, d in r.get("jobs", {}).items()}
-    return cluster_utilization([i for r in runs for i in r.get("iterations", [])], gpus)[0]
+def _utilization(runs: list[Run]) -> float:
+    gpus = {j: d["gpus"] for r in runs for j, d in r.jobs.items()}
+    return cluster_utilization([i.model_dump() for r in runs for i in r.iterations], gpus)[0]
 
 
 def lab6(ev: Evidence) -> list[Check]:
@@ -186,9 +179,10 @@ def lab6(ev: Evidence) -> list[Check]:
     if run is None:
         checks.append(_run_missing("crux_multi_job"))
     else:
-        v = _variants(run)
-        how = f"read the cluster table in 'hpnlab results show {Path(run['_dir']).name}'"
-        first = (v.get("crux-priorities", [{}])[0].get("crux") or {}).get("order", ["?"])[0]
+        v = run.variants()
+        how = f"read the cluster table in 'hpnlab results show {run.name}'"
+        crux = [r.crux for r in v.get("crux-priorities", [])[:1] if r.crux]
+        first = (crux[0].get("order") or ["?"])[0] if crux else "?"
         one, paths = (_utilization(v.get(k, [])) for k in ("ecmp-one-class", "crux-priorities-paths"))
         checks += [Check("Crux put the most GPU-intensive job (A) first", first == "A",
                          f"the scheduler put {first} first: was the run complete? see its results.json"),
@@ -200,11 +194,11 @@ def lab6(ev: Evidence) -> list[Check]:
     run = ev.latest_run("placement")
     if run is None:
         return checks + [_run_missing("placement")]
-    v = _variants(run)
-    compact, scattered = (statistics.mean(cross_segment_bytes(r) for r in v.get(k, [{}])) for k in
+    v = run.variants()
+    compact, scattered = (statistics.mean([cross_segment_bytes(r.counters) for r in v.get(k, [])] or [0]) for k in
                           ("compact", "scattered"))
     ratio = compact / scattered if scattered else 0.0
-    how = f"divide the two cross-segment byte counts in 'hpnlab results show {Path(run['_dir']).name}'"
+    how = f"divide the two cross-segment byte counts in 'hpnlab results show {run.name}'"
     return checks + [Check("compact placement sent fewer bytes across segments", ratio < 1,
                            "not in your run: compare the variants' cross-segment bytes"),
                      answer_check(a, "crossing_ratio", round(ratio, 3), close=0.05, how=how)]
@@ -219,14 +213,14 @@ def _lab7_campaign(ev: Evidence, a: dict) -> list[Check]:
     run = ev.latest_run("failure_campaign")
     if run is None:
         return [_run_missing("failure_campaign")]
-    c = {k: rs[0].get("campaign") for k, rs in _variants(run).items()}
+    c = {k: rs[0].campaign for k, rs in run.variants().items()}
     if not (c.get("dual-tor-hpn") and c.get("single-tor-rail")):
         return [Check("the run has dual-tor-hpn and single-tor-rail campaigns", False,
                       "run the shipped experiments/failure_campaign.yaml, unchanged")]
     restarts = {k: sum(s["restarts"] for s in c[k]["summary"].values()) for k in ("dual-tor-hpn", "single-tor-rail")}
     slow = [o["slowdown"] for o in c["dual-tor-hpn"]["outcomes"]
             if o["kind"] == "nic-tor" and o["outcome"] == "slowdown"]
-    how = f"read the Failure campaign tables in 'hpnlab results show {Path(run['_dir']).name}'"
+    how = f"read the Failure campaign tables in 'hpnlab results show {run.name}'"
     checks = [Check("dual-ToR rode out every outage (no restart)", restarts["dual-tor-hpn"] == 0,
                     "a dual-ToR job restarted: was the run CPU-bound? see its fidelity lines"),
               Check("single-ToR: the watchdog restarted the job", restarts["single-tor-rail"] > 0,
@@ -242,12 +236,12 @@ def _lab7_gray(ev: Evidence, a: dict) -> list[Check]:
     run = ev.latest_run("gray_failures")
     if run is None:
         return [_run_missing("gray_failures")]
-    lossy = [d for r in _variants(run).get("lossy-1e-3", []) for d in (r.get("gray") or {}).get("delays", [])]
+    lossy = [d for r in run.variants().get("lossy-1e-3", []) for d in (r.gray or {}).get("delays", [])]
     if not lossy:
         return [Check("the run has the lossy-1e-3 variant", False,
                       "run the shipped experiments/gray_failures.yaml, unchanged")]
     d = lossy[0]
-    how = f"read the Gray failures table in 'hpnlab results show {Path(run['_dir']).name}'"
+    how = f"read the Gray failures table in 'hpnlab results show {run.name}'"
     if d["named_after_s"] is None:
         return [Check("the detector named the lossy link", False,
                       "it never did in your run: were any frames lost? see the table's 'frames lost'")]

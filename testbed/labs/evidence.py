@@ -7,11 +7,11 @@ results folders `hpnlab run` leaves in `results/`.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.schema.results import Run, load
 from topos.errors import InputError
 from topos.inputs import load_yaml, read_head, read_text
 
@@ -38,21 +38,37 @@ class Evidence:
                              field="answers", value=str(path))
         return data
 
-    def latest_run(self, experiment: str) -> dict | None:
-        """results.json of the newest run of an experiment (quick runs count)."""
+    def latest_run(self, experiment: str) -> StudentRun | None:
+        """The newest run of an experiment (quick runs count), typed; a record that is not one hpnlab wrote (a
+        run killed while writing it, a file edited by hand) is no evidence, and no reason to stop the check."""
         runs = []
         for p in sorted(self.results.glob(f"*-{experiment}*/results.json")):
-            try:  # a run killed while writing its record is no evidence, and no reason to stop the check
-                data = json.loads(read_text(p, "results.json"))
-                if data["experiment"]["name"] == experiment:
-                    runs.append((p, data))
-            except (InputError, ValueError, KeyError, TypeError):
+            try:
+                data = load(read_text(p, "results.json"))
+            except (InputError, ValueError):
                 continue
-        if not runs:
-            return None
-        p, data = runs[-1]
-        data["_dir"] = str(p.parent)
-        return data
+            if data.experiment.get("name") == experiment:
+                runs.append(StudentRun(p.parent, data.runs))
+        return runs[-1] if runs else None
+
+
+@dataclass
+class StudentRun:
+    """A results folder a student's run left, and its runs."""
+
+    dir: Path
+    runs: list[Run]
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    def variants(self) -> dict[str, list[Run]]:
+        """The runs of each variant, in the order they ran."""
+        out: dict[str, list[Run]] = {}
+        for r in self.runs:
+            out.setdefault(r.variant, []).append(r)
+        return out
 
 
 def number(answers: dict, key: str) -> float | None:

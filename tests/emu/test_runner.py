@@ -167,7 +167,10 @@ def test_compact_placement_keeps_traffic_inside_segments(quick_results, no_lefto
     assert [compact["jobs"][j]["segments"] for j in "AB"] == [2, 1]
     assert [compact["jobs"][j]["ring_hops_crossing"] for j in "AB"] == [pytest.approx(1 / 3, abs=1e-3), 0]
     assert [scattered["jobs"][j]["ring_hops_crossing"] for j in "AB"] == [1, 1]
-    from testbed.net.balance import cross_segment_bytes as crossing
+    from testbed.net.balance import Counters, cross_segment_bytes
+
+    def crossing(run: dict) -> int:
+        return cross_segment_bytes(Counters.of(run))
 
     # the same bytes in all; a third of A's hops and none of B's cross when compact, all when scattered
     assert crossing(compact) < 0.5 * crossing(scattered), (crossing(compact), crossing(scattered))

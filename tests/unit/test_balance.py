@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from testbed.net.balance import NicBalance, QueueOverTime, links_used, nic_balance, nic_port_queue, ratio_text
+from testbed.net.balance import Counters, NicBalance, QueueOverTime, links_used, nic_balance, nic_port_queue, ratio_text
 
 
-def record() -> dict:
-    return {
+def record() -> Counters:
+    return Counters.of({
         "host_port_rx": {"h0:0": 3_000_000, "h0:1": 1_000_000, "h1:0": 2_000_000, "h1:1": 0, "h2:0": 10},
         "host_port_tor": {"h0:0": "tor-a:1", "h0:1": "tor-b:1", "h1:0": "tor-a:2", "h1:1": "tor-b:2"},
         "pfc": {"queues": {"tor-a:1": {"max_backlog": 90_000}, "tor-b:1": {"max_backlog": 3_000}}},
@@ -18,7 +18,7 @@ def record() -> dict:
             {"from": "agg-1", "to": "tor-c", "kind": "tor-agg", "bytes": 0},  # a ToR nothing came down to
             {"from": "tor-a", "to": "agg-0", "kind": "tor-agg", "bytes": 5_000_000},
         ],
-    }
+    })
 
 
 def test_each_dual_homed_nic_with_traffic_busiest_first():
@@ -31,7 +31,7 @@ def test_each_dual_homed_nic_with_traffic_busiest_first():
 
 def test_aggregation_to_tor_links_used_among_those_into_fed_tors():
     assert links_used(record()) == (2, 4)
-    assert links_used({"fabric_links": []}) == (0, 0)
+    assert links_used(Counters()) == (0, 0)
 
 
 def test_a_port_that_carried_only_acknowledgements_is_idle_not_a_ratio():
@@ -48,8 +48,8 @@ def test_queue_over_time_is_the_deepest_nic_facing_port_at_each_sample():
     # uplink queue (agg-0:1) is deeper but faces no NIC; an empty sample (before the traffic) is left out
     spike = {"tor-a:1/p3": 90_000, "agg-0:1/p3": 200_000}
     standing = [{"tor-a:1/p3": 1_000, "tor-b:1/p3": 20_000, "agg-0:1/p3": 200_000}] * 9
-    rec["pfc"]["samples"] = [{"t": t, "backlog": b} for t, b in enumerate([{}, spike, *standing])]
+    rec.pfc["samples"] = [{"t": t, "backlog": b} for t, b in enumerate([{}, spike, *standing])]
     assert nic_port_queue(rec) == QueueOverTime(samples=10, p50=20_000, p90=90_000, peak=90_000)
-    rec["pfc"]["samples"] = [{"t": 0, "backlog": {}}]
+    rec.pfc["samples"] = [{"t": 0, "backlog": {}}]
     assert nic_port_queue(rec) is None  # nothing queued while sampled: no figure, not a zero
-    assert nic_port_queue({"host_port_tor": {}, "pfc": None}) is None  # PFC off: nobody sampled
+    assert nic_port_queue(Counters()) is None  # PFC off: nobody sampled

@@ -17,6 +17,7 @@ import pytest
 from testbed.labs.checks import lab1, lab5
 from testbed.labs.evidence import Evidence, number
 from testbed.labs.registry import LABS, prepare
+from tests.records import a_run, an_op, results_json
 from topos.errors import InputError
 from topos.inputs import open_output, save_figure, write_file
 from traffic.simai import Plan
@@ -380,24 +381,22 @@ def test_rest_refuses_a_nul_in_a_name_and_the_same_flow_twice():
 
 
 def test_compare_refuses_a_busbw_that_is_not_a_number(tmp_path):
-    import json
 
-    for name, bw in (("20260101-000000-a-x", 1e6), ("20260101-000001-b-x", "NaN")):
+    for name, bw in (("20260101-000000-a-x", "1e6"), ("20260101-000001-b-x", "NaN")):
         (tmp_path / "results" / name).mkdir(parents=True)
-        text = json.dumps({"experiment": {"name": "e"}, "runs": [
-            {"variant": "v", "ops": [{"busbw_bps": 0.0, "fraction_of_ideal": 0.5}]}]})
-        (tmp_path / "results" / name / "results.json").write_text(text.replace("0.0", str(bw)))
-    one_line_error(hpnlab(tmp_path, "compare", "20260101-000000-a-x", "20260101-000001-b-x"), "finite number")
+        text = results_json({"name": "e"}, [a_run(variant="v", ops=[an_op(busbw_bps=123.25)])])
+        (tmp_path / "results" / name / "results.json").write_text(text.replace("123.25", bw))
+    one_line_error(hpnlab(tmp_path, "compare", "20260101-000000-a-x", "20260101-000001-b-x"), "finite number",
+                   "busbw_bps")
 
 
 def test_compare_refuses_a_link_planted_at_its_picture(tmp_path, victim):
-    import json
 
     names = ("20260101-000000-a-x", "20260101-000001-b-x")
     for name in names:
         (tmp_path / "results" / name).mkdir(parents=True)
-        (tmp_path / "results" / name / "results.json").write_text(json.dumps({"experiment": {"name": "e"}, "runs": [
-            {"variant": "v", "ops": [{"busbw_bps": 1e6, "fraction_of_ideal": 0.5}]}]}))
+        (tmp_path / "results" / name / "results.json").write_text(results_json({"name": "e"}, [
+            a_run(variant="v", ops=[an_op(busbw_bps=1e6, fraction_of_ideal=0.5)])]))
     (tmp_path / "results" / f"compare-{names[0]}-vs-{names[1]}.png").symlink_to(victim)
     one_line_error(hpnlab(tmp_path, "compare", *names), "compare picture", "symbolic link")
     assert victim.read_text() == SECRET

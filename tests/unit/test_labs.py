@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 from testbed.labs.checks import lab1, lab5
 from testbed.labs.evidence import Evidence
 from testbed.labs.registry import LABS, get, prepare
+from tests.records import a_run, an_op, results_json
 from topos.errors import InputError
 
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
@@ -100,8 +100,8 @@ def test_prepare_never_overwrites_the_students_work(tmp_path):
 def fake_run(results: Path, name: str, variants: dict[str, dict]) -> None:
     d = results / f"20260101-000000-{name}-abc"
     d.mkdir(parents=True)
-    runs = [{"variant": v, "ops": [{"fraction_of_ideal": 0.5}], **extra} for v, extra in variants.items()]
-    (d / "results.json").write_text(json.dumps({"experiment": {"name": name}, "runs": runs}))
+    runs = [a_run(variant=v, ops=[an_op(fraction_of_ideal=0.5)], **extra) for v, extra in variants.items()]
+    (d / "results.json").write_text(results_json({"name": name}, runs))
 
 
 def links(used: int) -> dict:

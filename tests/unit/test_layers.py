@@ -25,6 +25,7 @@ LAYERS = [
     ("testbed.qos",),
     ("testbed.cluster",),  # a server agent shapes its share of the ports with testbed.qos
     ("testbed.net",),
+    ("testbed.schema",),  # what a run writes (results.json), typed: the runner writes it, the labs read it
     ("testbed.experiment", "testbed.labs"),
     ("testbed.web",),  # the browser front end, beside the CLI that starts it
     ("testbed.cli",),

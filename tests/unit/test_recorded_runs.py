@@ -15,6 +15,7 @@ import statistics
 import pytest
 
 from testbed.labs.registry import LABS, prepare
+from testbed.schema.results import Run
 from tests.labwork import (
     RECORDED,
     answer,
@@ -133,7 +134,8 @@ def summary(name: str) -> tuple[dict, str]:
     from testbed.experiment.spec import Experiment
 
     data = json.loads((RECORDED / f"{name}.json").read_text())
-    return data, "\n".join(summary_lines(Experiment.model_validate(data["experiment"]), data["runs"]))
+    runs = [Run.model_validate(r) for r in data["runs"]]
+    return data, "\n".join(summary_lines(Experiment.model_validate(data["experiment"]), runs))
 
 
 def variant_rows(out: str) -> dict[str, list[str]]:

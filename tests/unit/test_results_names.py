@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from testbed.experiment import results
+from tests.records import a_run, an_op, results_json
 from topos.errors import InputError
 
 
@@ -17,15 +16,15 @@ def tree(tmp_path, monkeypatch):
     monkeypatch.setattr(results, "RESULTS", root)
     good = root / "20261122-100000-demo-abc1234"
     good.mkdir()
-    (good / "results.json").write_text(json.dumps({"experiment": {"name": "demo"}, "runs": [
-        {"variant": "ecmp", "ops": [{"busbw_bps": 2e6, "fraction_of_ideal": 0.5}]}]}))
+    (good / "results.json").write_text(results_json({"name": "demo"}, [
+        a_run(variant="ecmp", ops=[an_op(busbw_bps=2e6, fraction_of_ideal=0.5)])]))
     (good / "summary.md").write_text("# demo\n")
     broken = root / "20261122-110000-demo-def5678"
     broken.mkdir()
     (broken / "results.json").write_text('{"experiment": {"name": "demo"}, "runs": [{"variant": "ec')
     outside = tmp_path / "secret"
     outside.mkdir()
-    (outside / "results.json").write_text(json.dumps({"experiment": {"name": "x"}, "runs": []}))
+    (outside / "results.json").write_text(results_json({"name": "x"}, []))
     (outside / "summary.md").write_text("not yours\n")
     (root / "20261122-120000-link").symlink_to(outside)
     return root, good, broken

@@ -1,33 +1,55 @@
-"""results.json's reference (testbed/experiment/schema.py) against real records: the recorded quick runs in
-tests/data/runs. Every key a run wrote is documented, and every documented key a run always has is there."""
+"""results.json's schema (testbed/experiment/schema.py) against real records: the recorded quick runs in
+tests/data/runs. Every key a run wrote is a field of the models, every field a run always has is there, every
+field is described for the docs' reference, and an edited record is refused with the field it got wrong."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from testbed.experiment.schema import FILE_FIELDS, ITERATION_FIELDS, OP_FIELDS, RUN_FIELDS, optional
+import pytest
+
+from testbed.schema.results import TABLES, Results, Run, load, optional
 
 RUNS = sorted((Path(__file__).resolve().parents[1] / "data" / "runs").glob("*.json"))
 STAMP = {"recorded"}  # scripts/record_runs.py's provenance, not the product's
 
 
-def check(fields: dict[str, str], records: list[dict], what: str) -> set[str]:
-    """The keys the records hold, after checking them against the documented ones."""
-    seen = set().union(*(r.keys() for r in records))
-    assert not seen - set(fields) - STAMP, f"{what}: undocumented keys {sorted(seen - set(fields) - STAMP)}"
-    always = {k for k, v in fields.items() if not optional(v)}
-    for r in records:
-        assert always <= set(r), f"{what}: documented but missing {sorted(always - set(r))}"
-    return seen
+def recorded(path: Path) -> dict:
+    return {k: v for k, v in json.loads(path.read_text()).items() if k not in STAMP}
 
 
-def test_documented_keys_are_what_runs_write():
-    files = [json.loads(p.read_text()) for p in RUNS]
-    assert len(files) >= 5
-    runs = [r for f in files for r in f["runs"]]
-    check(FILE_FIELDS, files, "results.json")
-    seen = check(RUN_FIELDS, runs, "run")
-    assert {k for k, v in RUN_FIELDS.items() if optional(v)} & seen, "the recorded runs hold no optional key"
-    check(OP_FIELDS, [o for r in runs for o in r["ops"]], "op")
-    check(ITERATION_FIELDS, [i for r in runs for i in r["iterations"]], "iteration")
+@pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in RUNS])
+def test_every_recorded_run_is_what_the_schema_says(path):
+    data = recorded(path)
+    typed = Results.model_validate(data)  # extra keys are refused, required ones must be there
+    assert typed.runs and all(r.ops for r in typed.runs)
+    assert [r.dump() for r in typed.runs] == data["runs"]  # read back and written again: the same record
+
+
+def test_the_recorded_runs_cover_the_optional_fields_and_every_field_is_described():
+    assert len(RUNS) >= 5
+    seen = {k for p in RUNS for r in recorded(p)["runs"] for k in r}
+    assert {name for name, f in Run.model_fields.items() if optional(f.description or "")} & seen
+    for title, fields in TABLES.items():
+        assert all(len(text) > 5 for text in fields.values()), title
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda r: r.update(surprise=1), "runs.0.surprise"),
+    (lambda r: r.pop("fidelity"), "runs.0.fidelity"),
+    (lambda r: r["ops"][0].update(busbw_bps="fast"), "runs.0.ops.0.busbw_bps"),
+    (lambda r: r["drops"].update(lossless=-0.5), "runs.0.drops.lossless"),
+])
+def test_an_edited_record_is_refused_naming_the_field(edit, field):
+    data = recorded(RUNS[0])
+    edit(data["runs"][0])
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        load(json.dumps(data))
+
+
+def test_a_number_that_is_not_finite_is_refused():
+    data = recorded(RUNS[0])
+    data["runs"][0]["ops"][0]["busbw_bps"] = float("inf")
+    with pytest.raises(ValueError, match="busbw_bps"):
+        load(json.dumps(data))

@@ -13,6 +13,8 @@ import pytest
 from testbed.experiment import runner
 from testbed.experiment.record import RunRecord
 from testbed.experiment.watch import Watch
+from testbed.schema.results import Run
+from tests.records import a_run
 
 EXP = Path(__file__).resolve().parents[2] / "experiments" / "precise_vs_ecmp.yaml"
 
@@ -47,10 +49,8 @@ def test_a_crash_in_variant_2_keeps_variant_1(tmp_path, monkeypatch):
         label = p.label
         if len(calls) == 2:
             raise RuntimeError("the network died")
-        return {"variant": label, "repetition": 0, "ops": [], "iterations": [], "timeline": [], "failures": [],
-                "drops": {"lossless": 0, "default": 0, "high": 0, "unread": 0}, "halted": None, "pfc": None,
-                "fidelity": {"faithful": False, "status": "unknown", "reasons": [], "unknown": ["x"],
-                             "bytes_ok": True}}
+        verdict = {**a_run()["fidelity"], "faithful": False, "status": "unknown", "reasons": [], "unknown": ["x"]}
+        return Run.model_validate(a_run(variant=label, repetition=0, fidelity=verdict))
 
     caps = SimpleNamespace(require_root=lambda _what: None, to_dict=lambda: {})
     monkeypatch.setattr(runner, "probe", lambda: caps)

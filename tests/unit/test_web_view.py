@@ -19,6 +19,7 @@ from testbed.net import checks
 from testbed.web import Hub, WebServer
 from testbed.web.elements import elements, flow_links, port_links
 from testbed.web.fabric import FabricProbe
+from tests.records import a_run, an_op, results_json
 from topos import build
 from topos.errors import InputError
 
@@ -221,12 +222,13 @@ def test_results_folder_page(tmp_path, monkeypatch):
     run.mkdir(parents=True)
     exp = Experiment.model_validate({"name": "tiny", "topology": {"name": "hpn"}, "qos": {"scale": "auto"},
                                      "workload": {"collective": {"op": "allreduce", "size": "1GB"}}})
-    op = {"job": "main", "label": "allreduce/ring", "start": 0.2, "seconds": 3.0, "busbw_bps": 18e6,
-          "fraction_of_ideal": 0.9}
-    runs = [{"variant": "ecmp", "repetition": 0, "scale": 20000, "dilation": 4, "ops": [op, op],
-             "timeline": [{"t": 0.5, "host_tx_bps": 1e8}],
-             "failures": [{"t": 1.0, "up": False, "links": ["h0:nic0:p0"], "cause": "down h0:nic0:p0"}]}]
-    (run / "results.json").write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs}))
+    op = an_op(job="main", label="allreduce/ring", start=0.2, seconds=3.0, busbw_bps=18e6, fraction_of_ideal=0.9)
+    sample = a_run()["timeline"][0]
+    fired = {"t": 1.0, "wall_t": 4.0, "planned_t": 1.0, "time": 1.8e9, "up": False, "links": ["h0:nic0:p0"],
+             "cause": "down h0:nic0:p0", "outage": None}
+    runs = [a_run(variant="ecmp", repetition=0, scale=20000, dilation=4, ops=[op, op],
+                  timeline=[{**sample, "t": 0.5, "host_tx_bps": 100_000_000}], failures=[fired])]
+    (run / "results.json").write_text(results_json(exp.model_dump(by_alias=True), runs))
     (run / "summary.md").write_text("# tiny\n")
     (run / "busbw.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     with WebServer(results=run) as web:
@@ -237,7 +239,7 @@ def test_results_folder_page(tmp_path, monkeypatch):
             "h0:nic0:p0"]
         assert len(page["network"]["elements"]["nodes"]) == 24
         assert (page["network"]["scale"], page["network"]["dilation"]) == (20000, 4)  # the run's, not auto
-        assert page["timeline"] == [{"series": "ecmp #0", "points": [[0.5, 1e8]]}]
+        assert page["timeline"] == [{"series": "ecmp #0", "points": [[0.5, 100_000_000]]}]
         status, ctype, _ = get(web.port, f"/api/plot/busbw.png?token={web.token}")
         assert status == 200 and ctype == "image/png"
         assert get(web.port, f"/api/plot/results.json?token={web.token}")[0] == 404
@@ -278,7 +280,7 @@ def _results_run(tmp_path, runs):
     run.mkdir(parents=True)
     exp = Experiment.model_validate({"name": "tiny", "topology": {"name": "hpn"}, "qos": {"scale": 20000},
                                      "workload": {"collective": {"op": "allreduce", "size": "1GB"}}})
-    (run / "results.json").write_text(json.dumps({"experiment": exp.model_dump(by_alias=True), "runs": runs}))
+    (run / "results.json").write_text(results_json(exp.model_dump(by_alias=True), runs))
     (run / "summary.md").write_text("# tiny\n")
     return run
 
@@ -306,8 +308,8 @@ def test_a_past_run_serves_only_its_own_plots(tmp_path, monkeypatch):
 
 def test_a_malformed_results_file_gives_the_page_a_message(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    run = _results_run(tmp_path, [{"variant": "a", "repetition": 0, "ops": [], "timeline": [{"t": "x"}]}])
+    run = _results_run(tmp_path, [a_run(variant="a", timeline=[{"t": "x"}])])
     with WebServer(results=run) as web:
         status, _, body = get(web.port, f"/api/snapshot?token={web.token}")
     page = json.loads(body)
-    assert status == 200 and "results.json has a field this page cannot read" in page["error"]
+    assert status == 200 and "results.json is unreadable (runs.0.timeline.0" in page["error"], page["error"]
