@@ -46,6 +46,7 @@ def incast(cc: str, qos: QosSpec | None = None, seconds: float = SECONDS) -> dic
               for k in ("tor-p0-s1-r0-a:1/p3", "tor-p0-s1-r0-b:1/p3")}
     out["median_depth"] = max(d[len(d) // 2] for d in depths.values())
     out["pauses"] = sum(t["pause_events"] for t in report["pauses_by_tier"].values())
+    out["paused_s"] = sum(t["paused_s"] for t in report["pauses_by_tier"].values())
     return out
 
 
@@ -72,7 +73,11 @@ def test_dctcp_holds_the_queue_at_k_where_plain_tcp_fills_it_to_xoff(no_leftover
     k = dctcp["xoff"] // 4  # DCTCP's marking threshold K
     assert dctcp["median_depth"] <= k + 4 * 1514 and dctcp["median_depth"] < plain["median_depth"], (k, dctcp,
                                                                                                      plain)
-    assert dctcp["pauses"] < plain["pauses"] / 2, (dctcp["pauses"], plain["pauses"])
+    # time paused, not pause events: plain TCP holds its ports paused (0.8-1.0 s of 6 over 21-35 events, measured
+    # here), DCTCP none; once in a CI rehearsal both counted 7 events (DCTCP's from its first windows, before the
+    # marks), which said nothing about how long the queue stood at XOFF
+    assert dctcp["paused_s"] < plain["paused_s"] / 2, (dctcp["paused_s"], plain["paused_s"], dctcp["pauses"],
+                                                       plain["pauses"])
     assert dctcp["drops"] == plain["drops"] == 0
     assert dctcp["goodput_bps"] >= 0.85 * dctcp["bottleneck_bps"]
     # the congestion control went with the network (no_leftovers checks it too)
