@@ -116,10 +116,6 @@ class Drops(Record):
     unread: int = Field(description="shaped ports whose counters could not be read (gone)")
     switch: int = Field(description="frames Open vSwitch itself failed to send or take in")
 
-    @property
-    def in_shapers(self) -> int:
-        return self.high + self.lossless + self.default
-
 
 class Verdict(Record):
     status: Literal["faithful", "not faithful", "unknown"] = Field(description="the verdict")
