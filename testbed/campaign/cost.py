@@ -81,6 +81,14 @@ def _stall(hit: list[dict]) -> tuple[float, dict] | None:
     return max(((max(o["step_seconds"] or [o["seconds"]]), o) for o in hit), key=lambda x: x[0], default=None)
 
 
+def _slowdown(hit: list[dict], t0: float, t1: float, base: float | None) -> float | None:
+    """How much slower the job progressed while the outage was held than clear of outages: each op counts by the
+    share of it inside the window, so the op the failure stalled counts, and where the op boundaries fall (an op
+    begun just before the repair ran mostly clear) does not sway it."""
+    done = sum((min(t1, o["start"] + o["seconds"]) - max(t0, o["start"])) / o["seconds"] for o in hit if o["seconds"])
+    return (t1 - t0) / base / done if base and done > 0 else None
+
+
 def outcomes(outages: list[Outage], log: list[dict], ops: list[dict], controller_events: list[dict],
              gpus: dict[str, int], r: Resilience, hold_s: float) -> list[Outcome]:
     """One outcome per (played outage, job). An outage whose longest stall is in an op begun before the outage
@@ -95,9 +103,7 @@ def outcomes(outages: list[Outage], log: list[dict], ops: list[dict], controller
         for k, (down, up) in windows:
             hit = _overlapping(mine, down["t"], up)
             stall = _stall(hit)
-            # ops begun with the outage in place ran degraded throughout; else those it hit
-            inside = [o for o in mine if down["t"] <= o["start"] < up] or hit
-            slow = statistics.mean(o["seconds"] for o in inside) / base if inside and base else None
+            slow = _slowdown(hit, down["t"], up, base)
             confounded = stall is not None and stall[0] > r.watchdog_s and stall[1]["start"] < previous_up
             out.append(_cost(outages[k], k, job, n, down, None if stall is None else stall[0], slow,
                              _reroute_ms(down, controller_events), r, confounded))

@@ -187,3 +187,17 @@ def test_a_job_still_stalled_from_the_outage_before_is_confounded():
     assert second.outcome == "confounded" and second.lost_gpu_s == 0
     s = cost.summary([first, second], months=1.0, gpus={"j": 8})["j"]
     assert s["restarts"] == 1 and s["confounded"] == 1 and s["survived"] == 0.0
+
+
+def test_a_slowdown_counts_the_stalled_op_and_not_where_the_ops_begin():
+    """Ops of 0.5 s; the outage (held 5 .. 8 s) stalls the op in flight 1.5 s, then the ops run at full speed
+    again, the last begun just before the repair. The job got 3.25 ops done in 3 s where it does 6 clear: a
+    slowdown, though every op begun during the outage took its clear time."""
+    r = cost.Resilience(watchdog_s=2.0, restart_s=600.0, checkpoint_s=3600.0)
+    ops = [op(0.5 * k - 0.1, [0.05] * 10) for k in range(1, 10)] + [op(4.9, [0.05] * 9 + [1.5])]
+    ops += [op(6.85 + 0.5 * k, [0.05] * 10) for k in range(8)]
+    log = [{"t": 5.0, "up": False, "outage": 0, "links": ["a"], "time": 100.0},
+           {"t": 8.0, "up": True, "outage": 0, "links": ["a"], "time": 103.0}]
+    (o,) = cost.outcomes([Outage(1000.0, "nic-tor", "a", 7200.0)], log, ops, [], {"j": 8}, r, hold_s=3.0)
+    done = 1.85 / 1.95 + 1 + 1 + 0.15 / 0.5
+    assert o.outcome == "slowdown" and o.stall_s == 1.5 and o.slowdown == pytest.approx(6 / done, abs=1e-4)
