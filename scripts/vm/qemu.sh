@@ -22,12 +22,15 @@ vm_accel() {
 vm_start() {
   local img=$1 dir=$2 cpus=$3 mem=$4
   shift 4
+  # oops=panic: under TCG the guest kernel now and then oopses patching its own text (run-tests.sh); an oops
+  # in a process's context leaves the guest up and whatever waits on that process hanging until the tier's
+  # timeout, a panic ends the boot at once and run-tests.sh boots it again
   qemu-img create -q -f qcow2 -b "$img/disk.img" -F raw "$dir/overlay.qcow2"
   : >"$dir/console.log"
   qemu-system-x86_64 -machine q35 "${cpu[@]}" -smp "$cpus" -m "$mem" \
     -display none -monitor none -serial "file:$dir/console.log" -no-reboot -nic none "$@" \
     -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
-    -append "root=/dev/vda rw console=ttyS0 init=/sbin/hpnlab-vm-init panic=-1 quiet loglevel=3" \
+    -append "root=/dev/vda rw console=ttyS0 init=/sbin/hpnlab-vm-init panic=-1 oops=panic quiet loglevel=3" \
     -drive "file=$dir/overlay.qcow2,if=virtio,format=qcow2" \
     -virtfs "local,path=$here,mount_tag=src,security_model=none,readonly=on" \
     -virtfs "local,path=$dir,mount_tag=out,security_model=none" &
