@@ -108,7 +108,7 @@ def test_no_layer_imports_a_higher_one_or_a_sibling():
 
 @pytest.mark.parametrize("pure", ["topos", "controllers.routing", "controllers.precise", "controllers.state",
                                   "controllers.ruleset", "traffic.collectives", "traffic.workload",
-                                  "testbed.qos.spec", "testbed.qos.ports", "testbed.experiment.spec",
+                                  "testbed.qos.spec", "testbed.qos.ports", "testbed.qos.mmu", "testbed.experiment.spec",
                                   "testbed.experiment.jobs", "testbed.net.static_routes",
                                   "testbed.web.elements", "testbed.cluster.spec", "testbed.cluster.placement"])
 def test_pure_modules_reach_no_mininet(pure):
