@@ -19,8 +19,8 @@ def switch_port_line(ifname: str) -> str:
 
     In the per-CPU backlog mode two frames of one flow, sent on two CPUs (an egress qdisc is run on whichever
     CPU gets to it), could reach OVS swapped: the quiet 8-rank ring all-reduce of the timing tier counted 5-38
-    reordered or spuriously resent segments in each of 3 runs, 0 in 3 with this (the 4 "lost in the emulator"
-    of a MoE job, issue #44, and the verdict's flake). A kernel without gro_max_size keeps GRO off (frames
+    reordered or spuriously resent segments in each of 3 runs, 0 in 3 with this: the verdict's "TCP segments lost
+    or reordered inside the emulator". A kernel without gro_max_size keeps GRO off (frames
     merged for userspace OVS would stall TCP)."""
     return (f"if ip link set dev {ifname} gro_max_size 1 2>/dev/null; then {offloads_line(ifname, gro=True)}; "
             f"else {offloads_line(ifname)}; fi")
