@@ -315,7 +315,8 @@ def resolve_time(exp: Experiment, real: list[Job], topo: Topology, channels: int
         if "dilation" not in exp.time.model_fields_set:  # auto by default: nothing to weigh, nothing to dilate
             return exp.model_copy(update={"time": exp.time.model_copy(update={"dilation": 1.0})}), None
         raise InputError("dilation auto weighs the ops that cross the network, and this workload has none",
-                         "give a number, e.g. time: {dilation: 10}", field="time.dilation", value="auto")
+                         "leave time.dilation out (nothing crosses the network, nothing to dilate); a run also "
+                         "needs at least one collective between hosts", field="time.dilation", value="auto")
     span = max(virtual_s(j, topo, channels) for j in real)  # the jobs run side by side
     busy = None
     if exp.time.skip_compute and all(j.iteration for j in real):  # only ops in flight cost wall time
