@@ -7,8 +7,8 @@ in. Each (ingress port, priority) owns:
 - bytes in the *shared* buffer, up to a dynamic threshold: what is left of the shared buffer (the buffer less
   every port's headroom and reserve, less the shared bytes in use) times alpha (1/8 by default; a port twice
   the NIC rate gets twice the alpha, as in HPCC's simulation). Past it the port's priority is paused (XOFF);
-- *headroom* per port: what still arrives after the pause was sent (the cable both ways, the peer's
-  reaction). A frame that finds headroom and shared space both full is dropped: the lossless class lost it.
+- *headroom* per port: what still arrives after the pause was sent (the port plan's, testbed/qos/spec.py).
+  A frame that finds headroom and shared space both full is dropped: the lossless class lost it.
 
 The pause is released (XON) when the port's headroom is empty and its shared bytes are below the threshold by
 `resume_offset` (3 KiB), or are gone: the hysteresis keeps a port from flapping at the threshold.
@@ -54,17 +54,12 @@ def alpha_shift(rate_bps: float, nic_rate_bps: float, base_shift: int = 3) -> in
     return shift
 
 
-def headroom_bytes(rate_bps: float, reaction_s: float, cable_s: float = 0.0, mtu: int = 1500) -> int:
-    """What arrives at a port after it crossed XOFF and before the peer stops: the peer's reaction and the cable
-    both ways at the port's rate, plus a frame in flight each way."""
-    return int(rate_bps * (reaction_s + 2 * cable_s) / 8) + 2 * mtu
-
-
 @dataclass
 class SwitchMmu:
     """Ingress accounting of one switch: bytes per (ingress port, priority) in reserve, shared and headroom.
 
-    `headroom` and `shifts` are per ingress port; every port the switch has must be in `headroom`."""
+    `headroom` and `shifts` are per ingress port; every port the switch has must be in `headroom` (a port's
+    planned lossless headroom, PfcPlan.headroom in testbed/qos/spec.py: its ingress for the pause's reaction)."""
 
     config: MmuConfig
     headroom: dict[int, int]

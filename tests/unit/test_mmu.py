@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from testbed.qos.mmu import MmuConfig, PauseTimer, SwitchMmu, alpha_shift, headroom_bytes, pause_s, refresh_s
+from testbed.qos.mmu import MmuConfig, PauseTimer, SwitchMmu, alpha_shift, pause_s, refresh_s
 
 SMALL = MmuConfig(buffer_bytes=1 << 20, reserve_bytes=4096, resume_offset_bytes=3072, alpha_shift=3)
 FRAME = 1000
@@ -121,9 +121,7 @@ def test_alpha_grows_with_the_ports_rate_past_the_nics():
     assert alpha_shift(100e9, 200e9) == 3 and alpha_shift(25_600e9, 200e9) == 0  # never below alpha 1
 
 
-def test_headroom_is_the_reaction_and_the_cable_both_ways_plus_a_frame_each_way():
-    assert headroom_bytes(100e9, 1e-6) == 12_500 + 3000
-    assert headroom_bytes(100e9, 1e-6, cable_s=1e-6) == 37_500 + 3000
+def test_the_buffer_scales_like_the_links():
     assert MmuConfig().scaled(1000) == MmuConfig(33_554, 4, 3, 3)
 
 
