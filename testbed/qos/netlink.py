@@ -152,6 +152,7 @@ def dumper_in(netns_path: str | None) -> QdiscDumper:
 TCA_OPTIONS, TCA_HTB_PARMS, TCA_HTB_RATE64, TCA_HTB_CEIL64 = 2, 1, 6, 7
 U32_MAX = 0xFFFFFFFF  # tc_ratespec's rate is 32-bit bytes/s (34.4 Gbit/s); faster classes add the 64-bit attributes
 _U64 = struct.Struct("=Q")
+_U32 = struct.Struct("=I")
 TC_LINKLAYER_ETHERNET = 1  # with a link layer set, the kernel needs no rate table
 NLA_F_NESTED = 0x8000
 _RATESPEC = struct.Struct("=BBHhHI")  # cell_log, linklayer, overhead, cell_align, mpu, rate (bytes/s)
@@ -199,8 +200,35 @@ def htb_class_message(ifindex: int, handle: int, parent: int, rate_bps: int, cei
     return _NLMSG.pack(_NLMSG.size + len(body), RTM_NEWTCLASS, flags, seq, 0) + body
 
 
+# -- TBF qdiscs: the lossless leaves' gate ---------------------------------------------------
+TCA_TBF_PARMS, TCA_TBF_RATE64, TCA_TBF_BURST = 1, 4, 6
+QDISC_CHANGE = NLM_F_REQUEST  # no ack: the PFC agent's pause and resume (tc qdisc change)
+_TBF_QOPT_TAIL = struct.Struct("=III")  # limit (bytes), buffer, mtu (ticks; unused when TCA_TBF_BURST is given)
+
+
+def tbf_qdisc_message(ifindex: int, handle: int, parent: int, rate_bps: int, burst: int, limit: int,
+                      flags: int = QDISC_CHANGE, seq: int = 0) -> bytes:
+    """An RTM_NEWQDISC for a TBF: a change without ack (default), or an add (CLASS_ADD's flags).
+
+    The burst goes in bytes (TCA_TBF_BURST), which the kernel turns into time with 64-bit arithmetic: the
+    ratespec's 32-bit tick count overflows at a paused gate's 1 byte/s (tc then prints "burst 4b"). A rate
+    past 32 bits of bytes/s goes in TCA_TBF_RATE64. pyroute2's TBF has neither and computes a rate table."""
+    rate = rate_bps // 8
+    if not 0 < rate < 1 << 64 or not 0 < burst < 1 << 32 or not 0 <= limit < 1 << 32:
+        raise ValueError(f"TBF rate 1 to 2^64 - 1 bytes/s, burst and limit 32-bit: not {rate}, {burst}, {limit}")
+    opt = (_RATESPEC.pack(0, TC_LINKLAYER_ETHERNET, 0, 0, 0, min(rate, U32_MAX))
+           + _RATESPEC.pack(0, 0, 0, 0, 0, 0)  # no peak rate
+           + _TBF_QOPT_TAIL.pack(limit, 0, 0))
+    attrs = _nla(TCA_TBF_PARMS, opt) + _nla(TCA_TBF_BURST, _U32.pack(burst))
+    if rate > U32_MAX:
+        attrs += _nla(TCA_TBF_RATE64, _U64.pack(rate))
+    body = (_TCMSG.pack(0, ifindex, handle, parent, 0) + _nla(TCA_KIND, b"tbf\0")
+            + _nla(TCA_OPTIONS | NLA_F_NESTED, attrs))
+    return _NLMSG.pack(_NLMSG.size + len(body), RTM_NEWQDISC, flags, seq, 0) + body
+
+
 class ClassSwitch:
-    """Sends pre-encoded class changes on a raw socket of one namespace."""
+    """Sends pre-encoded class and qdisc changes on a raw socket of one namespace."""
 
     def __init__(self):
         self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
@@ -220,7 +248,7 @@ class ClassSwitch:
         if typ == NLMSG_ERROR:
             err = struct.unpack_from("=i", data, _NLMSG.size)[0]
             if err:
-                raise OSError(-err, "HTB class change refused by the kernel")
+                raise OSError(-err, "a class or qdisc change refused by the kernel")
 
     def close(self) -> None:
         self.sock.close()

@@ -11,7 +11,7 @@ Each lossless 802.1p priority has its own queue per port, its own thresholds
 and its own pauses, as in 802.1Qbb: when the priority-p queue of switch S
 toward port p passes XOFF, S "sends PAUSE(p)" on its other ports: the
 neighbours' egress toward S (switch ports or host NICs) get their priority-p
-class throttled to a trickle, and their other priorities run on. Below XON the
+queue stopped (its gate, shaper.py), and their other priorities run on. Below XON the
 pause is released.
 A paused neighbour's own queue then fills and, past its XOFF, pauses its own
 upstream: the pause walks back to the sending hosts, as real PFC does.
@@ -36,7 +36,7 @@ With `pfc.frames`, each pause and resume is also put on the wire as a real
 priority's enable bit and timer, pause time 0xFFFF to pause and 0 to resume), sent by the congested switch out
 of its port toward the paused neighbour, so tcpdump or Wireshark on that link
 (a host NIC in a lab) shows PFC as on a real fabric. The frames are for
-watching: the throttling above is what enforces the pause.
+watching: the gates above are what enforce the pause.
 """
 
 from __future__ import annotations

@@ -9,16 +9,32 @@ in each host's namespace) gets:
     1:33 lossless3 -> bfifo 33:   (DSCP 26, or UDP dport 4791: RoCEv2)
     1:3p lossless<p> -> bfifo 3p: (each further lossless priority p, by its DSCP)
     1:40 default   -> bfifo 40:   (everything else)
+    1:50 kick      -> bfifo 50: limit 0 (ethertype 0x8808, see below; with PFC only)
 
-All tc changes go through pyroute2 (netlink). The PFC agent pauses one
-lossless priority of a port by lowering that class's rate and ceil to a
-trickle and restores them on resume; the port's other classes run on.
+With PFC on, each lossless leaf is a TBF instead of a bfifo (same limit): the
+pause gate. Running, it passes the port's rate with a burst of an OVS batch, so
+HTB alone shapes; the PFC agent pauses one lossless priority of a port by
+changing that TBF to 1 byte/s with a burst of one frame (the frame on the wire
+may finish, as on a real port; nothing after it leaves) and resumes it by
+changing it back. A TBF change resets its tokens, so a resumed priority owes
+nothing: it sends at once at the port's rate. HTB has no zero rate; the class
+itself is never touched (a paused class used to keep 1/16 of its rate: HTB's
+token debt after a slower pause took seconds to repay). HTB takes a leaf that
+holds packets but gives none for "non-work-conserving" and says so once per
+leaf in the kernel log (`htb: tbf qdisc 33: is non-work-conserving?`): that
+line is a pause, not a fault.
 
-A pause is a throttle, not a full stop: HTB has no zero rate, and a frame a
-class sends at a tiny rate leaves a token debt of frame/rate that it repays in
-real time after the resume (one 1514-byte frame at 8 kbit/s: 1.5 s of silence).
-So a paused class keeps `pause_rate_fraction` of its rate (default 1/16): the
-debt stays below 16 frame times and the leak is what the headroom absorbs.
+The kick: after a resume nothing runs the port's qdisc until a packet is
+enqueued on it (TBF's change does not reschedule it; measured, 108-412 ms of
+silence with traffic queued). So a resume also writes one PFC frame that pauses
+nothing (MAC control, ethertype 0x8808) on the port through a packet socket;
+a u32 filter classes it into 1:50, whose FIFO holds 0 bytes: it is dropped
+there (the send returns ENOBUFS, it never reaches the wire or a capture), and
+its enqueue ran the qdisc: the queued frames leave 0.2-0.6 ms after the change.
+This kernel has no act_gact, which would drop it at the filter.
+
+All tc changes are netlink: set-up through pyroute2 and raw pre-encoded
+messages (netlink.py), pauses and resumes pre-encoded.
 
 remove() deletes the root qdisc of every port it shaped, which puts the veth
 back to its default (noqueue).
@@ -26,8 +42,10 @@ back to its default (noqueue).
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
+import socket
 import threading
 
 from pyroute2 import IPBatch, IPRoute
@@ -37,9 +55,19 @@ from pyroute2.netlink.rtnl.tcmsg import sched_pfifo as _sched_pfifo
 from testbed.system.netns import in_netns
 from traffic.transports.tcp import AGENT_PORTS
 
-from .netlink import CLASS_ADD, BatchSender, ClassSwitch, QdiscStats, dumper_in, htb_class_message
+from .netlink import CLASS_ADD, BatchSender, ClassSwitch, QdiscStats, dumper_in, htb_class_message, tbf_qdisc_message
 from .ports import Port
-from .spec import DEFAULT_MINOR, HIGH_MINOR, HTB_BURST, MTU, PARENT_MINOR, QosSpec, lossless_minor
+from .spec import (
+    DEFAULT_MINOR,
+    HIGH_MINOR,
+    HTB_BURST,
+    KICK_MINOR,
+    MTU,
+    OVS_BATCH,
+    PARENT_MINOR,
+    QosSpec,
+    lossless_minor,
+)
 
 # pyroute2 knows pfifo but not bfifo; both take the same struct (one u32 limit: packets for
 # pfifo, bytes for bfifo), so bfifo uses pfifo's encoder.
@@ -49,6 +77,12 @@ log = logging.getLogger(__name__)
 
 ROOT = 0x10000
 ETH_P_IP = 0x0800
+ETH_P_PAUSE = 0x8808  # MAC control: PAUSE and PFC frames
+GATE_RUN_BURST = OVS_BATCH * MTU  # a running gate never holds back what HTB lets go
+GATE_PAUSED_BPS = 8  # 1 byte/s: TBF has no zero rate; at one frame of burst the next would wait 25 minutes
+# A PFC frame (01:80:c2:00:00:01, opcode 0x0101) whose class-enable vector is empty: it pauses nothing
+KICK_FRAME = (bytes.fromhex("0180c2000001") + bytes(6) + ETH_P_PAUSE.to_bytes(2, "big") + bytes.fromhex("0101")
+              + bytes(46))
 
 
 def leaf_handles(spec: QosSpec) -> dict[str, int]:
@@ -106,7 +140,8 @@ class Shaper:
         self._lock = threading.Lock()  # netlink sockets are not shared across threads unlocked
         self.paused: set[tuple[str, int]] = set()  # (port, 802.1p priority)
         self._switches: dict[str | None, ClassSwitch] = {}
-        self._pause_msgs: dict[tuple[str, int], tuple[bytes, bytes]] = {}  # -> (running, paused)
+        self._kickers: dict[str | None, socket.socket] = {}  # a packet socket per namespace: the resume's kick
+        self._pause_msgs: dict[tuple[str, int], tuple[bytes, bytes]] = {}  # -> (running, paused) gate changes
 
     def _ipr(self, netns: str | None) -> IPRoute:
         # An IPRoute made while this thread is inside the namespace stays bound to it; pyroute2's
@@ -116,10 +151,11 @@ class Shaper:
         return self._handles[netns]
 
     def close(self) -> None:
-        for h in [*self._handles.values(), *self._switches.values()]:
+        for h in [*self._handles.values(), *self._switches.values(), *self._kickers.values()]:
             h.close()
         self._handles.clear()
         self._switches.clear()
+        self._kickers.clear()
 
     # -- apply / remove -----------------------------------------------------------
     def apply(self) -> None:
@@ -143,21 +179,28 @@ class Shaper:
         handed them over: their ifindex is known); nothing on them changes."""
         for p in self.planned:
             self.ports[p.key] = p
-            for c in self.spec.lossless:
-                handles = (ROOT | lossless_minor(c.priority), ROOT | PARENT_MINOR)
-                self._pause_msgs[p.key, c.priority] = tuple(
-                    htb_class_message(p.ifindex, *handles, **self._class_args(p, c.name, paused))
-                    for paused in (False, True))
             if p.netns not in self._switches:
                 self._switches[p.netns] = in_netns(p.netns, ClassSwitch)
+            if not self.spec.pfc.enabled:
+                continue
+            for c in self.spec.lossless:
+                self._pause_msgs[p.key, c.priority] = (self._gate_message(p, c.priority, False),
+                                                       self._gate_message(p, c.priority, True))
+            if p.netns not in self._kickers:
+                self._kickers[p.netns] = in_netns(p.netns, _kick_socket)
 
-    def _class_args(self, p: Port, cls: str, paused: bool = False) -> dict:
-        """htb_class_message's arguments for one class of a port, running or paused."""
-        if paused:
-            rate = ceil = max(8000, int(p.plan.rate_bps * self.spec.pfc.pause_rate_fraction))
-        else:
-            rate, ceil = p.plan.class_rates_bps[cls], p.plan.rate_bps
-        return dict(rate_bps=rate, ceil_bps=ceil, prio=p.plan.prio[cls], quantum=MTU, burst=HTB_BURST, cburst=HTB_BURST)
+    def _class_args(self, p: Port, cls: str) -> dict:
+        """htb_class_message's arguments for one class of a port."""
+        return dict(rate_bps=p.plan.class_rates_bps[cls], ceil_bps=p.plan.rate_bps, prio=p.plan.prio[cls],
+                    quantum=MTU, burst=HTB_BURST, cburst=HTB_BURST)
+
+    def _gate_message(self, p: Port, priority: int, paused: bool, **add) -> bytes:
+        """The TBF leaf of a lossless priority (the pause gate), running or paused; `add`: flags and seq of an
+        add (by default a change)."""
+        minor = lossless_minor(priority)
+        rate, burst = (GATE_PAUSED_BPS, MTU) if paused else (p.plan.rate_bps, GATE_RUN_BURST)
+        return tbf_qdisc_message(p.ifindex, minor << 16, ROOT | minor, rate, burst, p.queue_limit(priority, True),
+                                 **add)
 
     def _port_messages(self, p: Port, ipr: IPBatch, seqs) -> bytes:
         """The port's qdiscs, classes and filters as netlink requests, in the order the kernel needs them:
@@ -174,9 +217,19 @@ class Shaper:
             out += htb_class_message(idx, ROOT | minor, ROOT | PARENT_MINOR, **self._class_args(p, cls),
                                      flags=CLASS_ADD, seq=next(seqs))
         lossless = {c.name: c.priority for c in self.spec.lossless}
+        gated = self.spec.pfc.enabled
         for cls, minor in classes.items():
-            limit = p.queue_limit(lossless.get(cls), self.spec.pfc.enabled)
-            ipr.tc("add", "bfifo", idx, handle=minor << 16, parent=ROOT | minor, limit=limit)
+            if not (gated and cls in lossless):
+                ipr.tc("add", "bfifo", idx, handle=minor << 16, parent=ROOT | minor,
+                       limit=p.queue_limit(lossless.get(cls), self.spec.pfc.enabled))
+        if gated:  # the lossless leaves are gates; the kick's class drops what it gets
+            out += bytes(ipr.batch)
+            ipr.reset()
+            out += b"".join(self._gate_message(p, prio, False, flags=CLASS_ADD, seq=next(seqs))
+                            for prio in lossless.values())
+            out += htb_class_message(idx, ROOT | KICK_MINOR, ROOT | PARENT_MINOR, 8000, rate, MTU, MTU, MTU,
+                                     len(classes), flags=CLASS_ADD, seq=next(seqs))
+            ipr.tc("add", "bfifo", idx, handle=KICK_MINOR << 16, parent=ROOT | KICK_MINOR, limit=0)
         tos = lambda dscp: f"0x{dscp << 18:08x}/0x00fc0000+0"  # noqa: E731 - TOS byte is the 2nd of word 0
         filters = [(HIGH_MINOR, [tos(self.spec.high_dscp)]),
                    *((classes[c.name], [tos(c.dscp)]) for c in self.spec.lossless),
@@ -188,6 +241,9 @@ class Shaper:
         for prio, (minor, keys) in enumerate(filters):
             ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=prio + 1, protocol=ETH_P_IP, target=ROOT | minor,
                    keys=keys)
+        if gated:
+            ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=len(filters) + 1, protocol=ETH_P_PAUSE,
+                   target=ROOT | KICK_MINOR, keys=["0x0/0x0+0"])
         if self.spec.delay_ms or self.spec.loss_pct:
             # netem below the default class only: delay/loss for lossy traffic, as on a real lossy link
             args = {}
@@ -237,10 +293,8 @@ class Shaper:
     # -- a degraded link ------------------------------------------------------------------
     def set_rate(self, key: str, fraction: float) -> None:
         """Run one port at `fraction` of its planned rate (a degraded link: a lane lost, 400G down to 100G), every
-        class's rate and ceiling scaled with it; 1.0 restores it. Refused with PFC on: the agent's resume would put
-        a lossless class's planned ceiling back (`_pause_msgs` are the planned rates)."""
-        if self.spec.pfc.enabled and fraction != 1.0:
-            raise ValueError("a degraded port under PFC: the PFC agent restores its planned rates on resume")
+        class's rate and ceiling scaled with it; 1.0 restores it. A pause gate runs at the planned rate, above
+        the degraded one: HTB shapes alone, paused or not."""
         p = self.ports[key]
         rate = max(8000, int(p.plan.rate_bps * fraction))
         msgs = [htb_class_message(p.ifindex, ROOT | PARENT_MINOR, ROOT, rate, rate, HTB_BURST, HTB_BURST, MTU, 0)]
@@ -265,8 +319,31 @@ class Shaper:
 
     # -- pause / resume (PFC) -------------------------------------------------------
     def set_paused(self, key: str, priority: int, paused: bool) -> None:
-        """Pause (throttle) or resume one lossless priority of one port."""
+        """Stop or resume one lossless priority of one port (its gate), kicking the port's qdisc on resume."""
         p = self.ports[key]
         with self._lock:
             self._switches[p.netns].send(self._pause_msgs[key, priority][paused])
             (self.paused.add if paused else self.paused.discard)((key, priority))
+            if not paused:
+                kick(self._kickers[p.netns], p.ifname)
+
+
+def _kick_socket() -> socket.socket:
+    """A packet socket for kicks, in the namespace current when it is made."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    s.setblocking(False)
+    return s
+
+
+def kick(sock: socket.socket, ifname: str) -> bool:
+    """Run the qdisc of `ifname` with a frame its kick class drops (see the module's docstring). True when the
+    qdisc dropped it (ENOBUFS, what a shaped port does); False if it was sent (the port has no kick class)."""
+    try:
+        sock.sendto(KICK_FRAME, (ifname, ETH_P_PAUSE))
+    except BlockingIOError:
+        return False  # the socket's buffer is full: frames are queued on the port, which then runs anyway
+    except OSError as exc:
+        if exc.errno == errno.ENOBUFS:
+            return True
+        raise
+    return False

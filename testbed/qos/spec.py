@@ -19,15 +19,12 @@ priorities by their `weight`).
 PFC defaults, per lossless priority, from the scaled port rate r and the
 switch's total ingress rate R_in (bytes/s; the sum of its other links), the
 agent's poll period T and its reaction time A (`pfc.reaction_ms`):
-    headroom = R_in x A + R_x x L + 32 x MTU + 2 x MTU + N_in x B
+    headroom = R_in x A + R_x x L + 32 x MTU + 2 x MTU + N_in x MTU
                                        (what can still arrive while a pause takes
                                         effect: for A, ingress until the agent acted;
                                         the queue sees every ingress, so all count;
-                                        each of the N_in ingress links' paused class
-                                        still spends its HTB burst B = 2 MTU at once
-                                        (64 hosts, D = 8: aggregation queues of 15
-                                        ingress links ran 60 KB past XOFF, 23 ms of
-                                        their ingress, where the agent took 2.8 ms);
+                                        each of the N_in ingress links' paused gate
+                                        may still finish one frame (shaper.py);
                                         R_x of them from other servers, whose pause is
                                         a message that takes up to L = pfc.remote_ms;
                                         and an OVS batch: what userspace OVS had already
@@ -54,6 +51,7 @@ A priority's own xoff_bytes / xon_bytes / headroom_bytes override pfc's.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -61,12 +59,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from topos.errors import InputError
 
+log = logging.getLogger(__name__)
+
 MTU = 1514  # bytes on the wire for a full Ethernet frame without FCS
 OVS_BATCH = 32  # NETDEV_MAX_BURST: frames userspace OVS forwards per batch
 # What a queue must take before it means congestion: two batches. Measured (SimAI microAllReduce, D = 1,500, one
 # flow per ToR port at that port's rate): ToR queues of up to 54 frames; with XOFF at one batch PFC paused the
 # fabric in 2 of 5 runs, which then took 1.20-1.33x the closed form; at two batches 0 pauses in 6, 1.07-1.08x.
 OVS_BURST_FRAMES = 2 * OVS_BATCH
+KICK_MINOR = 0x50  # the class a resume's kick frame goes to, and is dropped in (testbed/qos/shaper.py)
 HTB_BURST = 2 * MTU  # bytes every HTB class may send at once (burst and cburst): a frame that arrives paced goes on
 REACTION_POLLS = 5  # a polling agent's headroom covers this many poll periods of ingress (module docstring)
 HIGH_MINOR, LOSSLESS_MINOR, DEFAULT_MINOR = 0x10, 0x30, 0x40  # HTB minor ids under 1: (lossless: + priority)
@@ -84,8 +85,8 @@ def polled_reaction_ms(poll_ms: float) -> float:
 
 def fixed_headroom(ingress_links: int) -> int:
     """The headroom's part that no rate or reaction sets: an OVS batch already read from the paused port, two
-    frames, and each ingress link's paused class spending its HTB burst at once (see the module's docstring)."""
-    return (OVS_BATCH + 2) * MTU + ingress_links * HTB_BURST
+    frames, and the frame each ingress link's paused gate may still finish (see the module's docstring)."""
+    return (OVS_BATCH + 2 + ingress_links) * MTU
 
 
 def lossless_class(priority: int) -> str:
@@ -120,7 +121,6 @@ class PfcSpec(BaseModel):
     headroom_bytes: int | None = Field(None, ge=0, le=1 << 30, description="room past XOFF for ingress until the "
                                        "pause acts; default from the reaction and the ingress rates")
     frames: bool = Field(False, description="also emit 802.1Qbb PAUSE frames (scapy) for captures")
-    pause_rate_fraction: float = Field(1 / 16, gt=0, lt=1, description="what a paused class still sends")
     remote_ms: float = Field(5.0, gt=0, le=1000, description="what a pause toward another server's port adds "
                              "(a message between the servers' agents): headroom for ingress across servers")
     reaction_ms: float | Literal["auto"] = Field(
@@ -130,6 +130,17 @@ class PfcSpec(BaseModel):
     detect: Literal["auto", "kernel", "poll"] = Field(
         "auto", description="how XOFF/XON crossings are seen: kernel (BPF on the qdisc tracepoints, per packet), "
                             "poll (every queue read each poll_ms), auto (kernel where this machine can)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gone(cls, data):
+        """`pause_rate_fraction` (what a paused class still sent) is gone, a pause now stops: older experiment
+        files and run records still read, and say so."""
+        if isinstance(data, dict) and "pause_rate_fraction" in data:
+            data = {k: v for k, v in data.items() if k != "pause_rate_fraction"}
+            log.warning("qos.pfc.pause_rate_fraction is ignored: a paused priority sends nothing now (CHANGELOG, "
+                        "2026-11-28); leave it out")
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> PfcSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,6 +120,49 @@ def test_pause_reaches_the_sending_hosts_and_nothing_is_lost(no_leftovers, detec
     tiers = report["pauses_by_tier"]
     assert tiers["agg"]["pause_events"] > 0
     assert any(k.split(":")[0] in {"h0", "h1", "h2", "h3"} for k in report["ports"]), report["ports"]
+
+
+def test_a_pause_stops_its_priority_and_a_resume_sends_at_once(no_leftovers):
+    """A lossless stream from h0 paused at h0's NIC ports by hand (as the PFC agent pauses them), held past the
+    stream's end, then resumed with nothing else to send: while paused each gate lets at most the one frame it
+    was finishing go; on resume the backlog leaves at once (the kick runs the qdisc, shaper.py) and every packet
+    arrives."""
+    from testbed.experiment.measure import StreamSpec, run_streams
+    from testbed.qos.shaper import KICK_MINOR
+
+    spec = StreamSpec(src="h0", dst="h4", sport=6000, dport=7000, pps=1000, duration=1.5, size=1400, tos=DSCP26)
+    with Network(build("hpn"), qos=QosSpec()) as net:
+        ports = [k for k, p in net.qos.ports.items() if p.node == "h0"]
+        gates = lambda: {k: q[0] for k, q in net.qos.stats(lossless_leaf(3)).items() if k in ports}  # noqa: E731
+        seen: dict = {}
+
+        def pause() -> None:
+            for k in ports:
+                net.qos.set_paused(k, 3, True)
+            seen["paused"] = gates()
+
+        def resume() -> None:  # after the stream: nothing else would run the qdisc
+            seen["held"] = gates()
+            t0 = time.monotonic()
+            for k in ports:
+                net.qos.set_paused(k, 3, False)
+            while sum(q.packets for q in gates().values()) == sum(q.packets for q in seen["held"].values()):
+                assert time.monotonic() - t0 < 10, "a resumed gate sent nothing"
+            seen["first_frame_ms"] = 1000 * (time.monotonic() - t0)
+            while any(q.backlog for q in gates().values()):
+                assert time.monotonic() - t0 < 30, "a resumed gate kept its backlog"
+                time.sleep(0.01)
+
+        r = run_streams(net, [spec], actions=[(0.5, pause), (spec.duration + 0.5, resume)], tail=2)
+        kicks = {k: q[0].drops for k, q in net.qos.stats(KICK_MINOR << 16).items() if k in ports}
+    paused, held = seen["paused"], seen["held"]
+    print(f"backlog held {sum(q.backlog for q in held.values()):,} B; first frame {seen['first_frame_ms']:.1f} ms "
+          "after the resume")
+    assert sum(q.backlog for q in held.values()) >= 20 * 1400  # the pause held traffic back
+    assert all(held[k].packets - paused[k].packets <= 1 for k in ports), (paused, held)  # the frame on the wire
+    assert kicks == dict.fromkeys(ports, 1)  # one kick per resume, dropped in its class
+    stream = r["receivers"]["h4:7000"]["streams"]["0"]
+    assert stream["lost"] == 0 and stream["received"] == r["senders"][0]["sent"]
 
 
 @pytest.mark.slow

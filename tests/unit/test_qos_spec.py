@@ -16,9 +16,9 @@ def test_port_plan_defaults_from_rate_and_poll():
     assert q.xoff == max(64 * MTU, int(4 * r * 0.005)) == 100_000
     assert q.xon == 50_000
     assert port_plan(100, spec).lossless[3].xoff == 64 * MTU  # 10 Mbit/s: the floor of two OVS batches
-    # five polls of every ingress, an OVS batch already read from the paused port, two frames, the ingress link's
-    # HTB burst
-    assert q.headroom == int(5 * (2200e9 / 1e4 / 8) * 0.005 + 34 * MTU + 2 * MTU) == 742_004
+    # five polls of every ingress, an OVS batch already read from the paused port, two frames, the frame the
+    # ingress link's paused gate may finish
+    assert q.headroom == int(5 * (2200e9 / 1e4 / 8) * 0.005 + 34 * MTU + MTU) == 740_490
     assert q.limit == q.xoff + q.headroom + 2 * MTU
     assert p.buffer_bytes == max(16 * MTU, int(r * 0.020))
     assert p.prio == {"high": 0, "lossless3": 1, "default": 2}
@@ -85,6 +85,53 @@ def test_htb_class_message_decodes_as_pyroute2_reads_it():
     assert parms["prio"] == 1 and parms["quantum"] == MTU
 
 
+def test_tbf_gate_message_carries_its_burst_in_bytes_and_a_fast_rate_in_64_bits():
+    """The pause gate's TBF change (shaper.py): the burst as TCA_TBF_BURST (bytes; the 32-bit tick count of the
+    ratespec overflows at a paused gate's 1 byte/s), the rate past 32 bits of bytes/s in TCA_TBF_RATE64."""
+    import struct
+
+    from pyroute2.netlink.rtnl.tcmsg import tcmsg
+
+    from testbed.qos.netlink import (
+        NLA_TYPE_MASK,
+        RTM_NEWQDISC,
+        TCA_OPTIONS,
+        TCA_TBF_BURST,
+        TCA_TBF_PARMS,
+        TCA_TBF_RATE64,
+        _attrs,
+        tbf_qdisc_message,
+    )
+
+    def options(raw: bytes) -> dict[int, bytes]:
+        msg = tcmsg(raw)
+        msg.decode()
+        assert msg["header"]["type"] == RTM_NEWQDISC and msg["header"]["length"] == len(raw)
+        assert (msg["index"], msg["handle"], msg["parent"]) == (7, 0x330000, 0x10033)
+        assert msg.get_attr("TCA_KIND") == "tbf"
+        (opts,) = [(a, b) for t, a, b in _attrs(raw, 16 + 20, len(raw)) if t == TCA_OPTIONS & NLA_TYPE_MASK]
+        return {t: raw[a:b] for t, a, b in _attrs(raw, *opts)}
+
+    paused = options(tbf_qdisc_message(7, 0x330000, 0x10033, 8, MTU, 200_000))
+    rate, limit = (struct.unpack_from("=I", paused[TCA_TBF_PARMS], at)[0] for at in (8, 24))  # tc_tbf_qopt
+    assert (rate, limit, struct.unpack("=I", paused[TCA_TBF_BURST])[0]) == (1, 200_000, MTU)
+    assert TCA_TBF_RATE64 not in paused
+    fast = options(tbf_qdisc_message(7, 0x330000, 0x10033, 400_000_000_000, 32 * MTU, 200_000))
+    assert struct.unpack_from("=I", fast[TCA_TBF_PARMS], 8)[0] == 0xFFFFFFFF
+    assert struct.unpack("=Q", fast[TCA_TBF_RATE64])[0] == 50_000_000_000
+    with pytest.raises(ValueError):
+        tbf_qdisc_message(7, 0x330000, 0x10033, 4, MTU, 200_000)  # under a byte a second
+
+
+def test_an_older_files_pause_rate_fraction_is_read_and_ignored(caplog):
+    """A pause stops now; an experiment file or a run record that still names the old trickle reads, and says so."""
+    spec = QosSpec(pfc={"pause_rate_fraction": 0.0625})
+    assert "pause_rate_fraction" not in spec.pfc.model_dump()
+    assert "pause_rate_fraction is ignored" in caplog.text
+    with pytest.raises(ValueError, match="pause_rate_fractio"):
+        QosSpec(pfc={"pause_rate_fractio": 0.0625})  # any other unknown key is still refused
+
+
 def test_auto_poll_period_grows_with_the_switch_ports_and_must_be_resolved():
     from testbed.qos.ports import pfc_poll_ms, resolve
     from topos import build
@@ -112,7 +159,7 @@ def test_with_kernel_events_the_headroom_covers_the_measured_reaction_not_five_p
     assert (polled.pfc.reaction_ms, kernel.pfc.reaction_ms) == (25.0, 3.0)
     r_in = 2200e9 / 1e4 / 8  # bytes/s into the port's device
     a, b = (port_plan(400, s, ingress_gbps=2200, ingress_links=11).lossless[3] for s in (polled, kernel))
-    bursts = 11 * 2 * MTU  # every ingress link's paused class spends its HTB burst at once
+    bursts = 11 * MTU  # every ingress link's paused gate may finish one frame
     assert a.headroom == int(r_in * 0.025 + 34 * MTU + bursts) and b.headroom == int(r_in * 0.003 + 34 * MTU + bursts)
     assert a.xoff == b.xoff and b.limit == b.xoff + b.headroom + 2 * MTU  # only what a pause takes to act changes
     # asked to poll, or given a reaction, the spec keeps it: the measured one is for `auto` with kernel events
