@@ -125,8 +125,8 @@ class TestbedCLI(CLI):
         return link, value
 
     def _gray_change(self, link, change, fix: str) -> bool:
-        """Make one gray change; what the gray layer refuses (a degraded port under PFC, a port on another
-        server) is said in one line and the CLI goes on."""
+        """Make one gray change; what the gray layer refuses (a port on another server) is said in one line and
+        the CLI goes on."""
         try:
             change()
         except ValueError as exc:
@@ -160,7 +160,7 @@ class TestbedCLI(CLI):
             self.stdout.write(f"{exc}\n")
             return
         if self._gray_change(link, lambda: self.network.gray.set_rate(link.name, gbps / link.rate_gbps),
-                             "start the network without PFC ('hpnlab up --qos --no-pfc'), or use lossy"):
+                             "use a link of this server"):
             self.stdout.write(f"{link.name} runs at {gbps:g} of its {link.rate_gbps:g} Gbit/s\n")
 
     def do_gray(self, line: str) -> None:

@@ -537,10 +537,6 @@ def check_against(exp: Experiment, topo) -> None:
                 raise InputError(e.what, e.fix, field=f"failures[{i}].link", value=f.link) from None
             if f.action == "degrade":
                 check_degraded_rate(link, f.rate_gbps, f"failures[{i}].rate_gbps")
-            if f.action == "degrade" and exp.qos.pfc.enabled:
-                raise InputError("a degraded link under PFC is not emulated yet (the PFC agent puts a paused class's "
-                                 "planned rate back)", "set qos: {pfc: {enabled: false}}, or use action lossy",
-                                 field=f"failures[{i}].action", value=f.action)
         elif f.node not in topo.nodes or topo.nodes[f.node].role == "host":
             raise InputError("no such switch", "use a switch name from 'hpnlab topo export'",
                              field=f"failures[{i}].node",

@@ -28,9 +28,9 @@ The kick: after a resume nothing runs the port's qdisc until a packet is
 enqueued on it (TBF's change does not reschedule it; measured, 108-412 ms of
 silence with traffic queued). So a resume also writes one PFC frame that pauses
 nothing (MAC control, ethertype 0x8808) on the port through a packet socket;
-a u32 filter classes it into 1:50, whose FIFO holds 0 bytes: it is dropped
-there (the send returns ENOBUFS, it never reaches the wire or a capture), and
-its enqueue ran the qdisc: the queued frames leave 0.2-0.6 ms after the change.
+a u32 filter classes it (by its opcode and empty class-enable vector) into
+1:50, whose FIFO holds 0 bytes: it is dropped there (the send returns ENOBUFS,
+it never reaches the wire or a capture), and its enqueue ran the qdisc: the queued frames leave 0.2-0.6 ms after the change.
 This kernel has no act_gact, which would drop it at the filter.
 
 All tc changes are netlink: set-up through pyroute2 and raw pre-encoded
@@ -242,8 +242,9 @@ class Shaper:
             ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=prio + 1, protocol=ETH_P_IP, target=ROOT | minor,
                    keys=keys)
         if gated:
+            # the kick only: its opcode (PFC) and empty class-enable vector; `pfc.frames`' PAUSE frames go on
             ipr.tc("add-filter", "u32", idx, parent=ROOT, prio=len(filters) + 1, protocol=ETH_P_PAUSE,
-                   target=ROOT | KICK_MINOR, keys=["0x0/0x0+0"])
+                   target=ROOT | KICK_MINOR, keys=["0x01010000/0xffffffff+0"])
         if self.spec.delay_ms or self.spec.loss_pct:
             # netem below the default class only: delay/loss for lossy traffic, as on a real lossy link
             args = {}

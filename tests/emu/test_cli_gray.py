@@ -64,13 +64,25 @@ def test_gray_commands_need_shaped_links(tmp_path, no_leftovers):
     assert out.count("no shaped links on this network: start it with --qos") == 2, out
 
 
-def test_degrade_under_pfc_is_refused_in_one_line_and_the_cli_goes_on(tmp_path, no_leftovers):
-    """The lab's network runs PFC, whose agent puts a paused class's planned rate back: a degraded link is
-    refused there (Shaper.set_rate), said in one line, and the next command still runs."""
+def test_a_degraded_link_under_pfc_runs_slower_and_its_pauses_leave_it_so(tmp_path, no_leftovers):
+    """The lab's network runs PFC. A degraded port keeps its lower rate through pauses and resumes (a pause
+    changes the lossless queue's gate, never the port's classes: shaper.py), and `restore` gives the rate back."""
+    from testbed.qos.shaper import ROOT
+    from testbed.qos.spec import PARENT_MINOR
+
+    def link_rate(net: Network, key: str) -> int:
+        p = net.qos.ports[key]
+        classes = net.qos._ipr(p.netns).get_classes(index=p.ifindex)
+        (parent,) = [c for c in classes if c["handle"] == ROOT | PARENT_MINOR]
+        return parent.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")["rate"] * 8
+
     with Network(build("hpn", hosts_per_segment=2), qos=QosSpec()) as net:
+        full = net.qos.ports["h1:0"].plan.rate_bps
         out = cli(net, tmp_path, "degrade h1:nic0:p0 50", "gray")
-        assert net.gray_counters() == {}
-    said = out.splitlines()
-    assert said[0].startswith("LINK='h1:nic0:p0': a degraded port under PFC") and "fix: start the network without " \
-        "PFC ('hpnlab up --qos --no-pfc'), or use lossy" in said[0], out
-    assert said[1].startswith("no gray link"), out
+        assert "h1:nic0:p0 runs at 50 of its 200 Gbit/s" in out and "runs at 25% of its rate" in out, out
+        for paused in (True, False):
+            net.qos.set_paused("h1:0", 3, paused)
+        assert link_rate(net, "h1:0") == full // 4
+        out = cli(net, tmp_path, "restore h1:nic0:p0", "gray")
+        assert out.rstrip().splitlines()[-1].startswith("no gray link"), out
+        assert link_rate(net, "h1:0") == full
