@@ -200,7 +200,7 @@ class Network:
         from testbed.cluster.shaping import split_shaper
         from testbed.qos.kqueues import mark_ecn
         from testbed.qos.pfc_process import PfcProcess
-        from testbed.qos.ports import egress_ports, require_queues_fit, resolve
+        from testbed.qos.ports import egress_ports, headroom_lines, require_queues_fit, resolve
         from testbed.qos.shaper import Shaper
         from testbed.qos.show import write_ports
 
@@ -214,6 +214,11 @@ class Network:
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
                              ifname_of=self.intf_name, crossing=crossing)
         require_queues_fit(ports, spec)  # scale auto is known only now; nothing is shaped yet
+        summary, short = headroom_lines(ports, spec)
+        for line in summary:
+            log.info("%s", line)
+        for line in short:
+            log.warning("%s", line)
         if self.cluster is None:
             self.qos = Shaper(ports, spec)
         else:

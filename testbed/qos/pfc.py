@@ -56,7 +56,7 @@ from topos.inputs import write_file
 from traffic.timebase import Timebase
 
 from .netlink import QdiscDumper, dumper_in
-from .ports import Port
+from .ports import Port, queue_key
 from .shaper import Shaper, lossless_leaf
 from .spec import PfcPlan
 
@@ -69,9 +69,6 @@ REALTIME_PRIORITY = 10  # SCHED_FIFO, above every normal task and below the kern
 KERNEL_WAKE_S = 0.05  # with kernel detection the agent wakes at least this often: samples, state, liveness
 
 
-def queue_key(port: str, priority: int) -> str:
-    """How a (port, priority) is named in reports: `tor-p0-s0-r0-a:5/p3`."""
-    return f"{port}/p{priority}"
 
 
 @dataclass

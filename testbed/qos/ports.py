@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 from topos.errors import InputError
 from topos.model import Topology
 
-from .spec import PortPlan, QosSpec, polled_reaction_ms, port_plan
+from .spec import PfcPlan, PortPlan, QosSpec, polled_reaction_ms, port_plan
 
 # The PFC agent reads every switch queue each poll; its cost grows with the switch ports. 5 ms for the
 # 8-host HPN's 128 switch ports took 24-27% of a core (docs/benchmarks.md, PFC bench); at 768 ports (64 hosts) a 5 ms
@@ -125,6 +125,38 @@ def require_queues_fit(ports: list[Port], spec: QosSpec) -> None:
         raise InputError(f"port {p.key} ({p.plan.rate_bps / 1e9:g} Gbit/s emulated) needs a queue of {deepest:,} "
                          "bytes, past the kernel's 32-bit FIFO limit",
                          f"a larger scale (at least {need:,.0f}), or scale auto", field="qos.scale", value=spec.scale)
+
+
+def headroom_lines(ports: list[Port], spec: QosSpec) -> tuple[list[str], list[str]]:
+    """The lossless headroom as a run states it before it starts: per tier (the sending device's role) the
+    least and most bytes and the least time of full ingress they take; and the ports whose headroom is short of
+    what their reaction and ingress call for (a given `headroom_bytes`), which may drop lossless frames."""
+    if not spec.pfc.enabled:
+        return [], []
+    react_ms = spec.pfc.reaction_s() * 1000
+    tiers: dict[str, list[PfcPlan]] = {}
+    short = []
+    for p in ports:
+        if p.is_host:
+            continue  # a host's queue pauses nobody: no headroom is used
+        for prio, q in p.plan.lossless.items():
+            tiers.setdefault(p.role, []).append(q)
+            if q.headroom < q.needed:
+                short.append((queue_key(p.key, prio), q))
+    summary = [f"PFC headroom at {role} ports: {min(q.headroom for q in qs):,}-{max(q.headroom for q in qs):,} B, "
+               f"covering at least {min(q.covers_ms() or 0.0 for q in qs):.2f} ms of full ingress (a pause acts in "
+               f"{react_ms:.2f} ms)" for role, qs in sorted(tiers.items())]
+    warnings = [f"{key} has {q.headroom:,} B of headroom, covering {q.covers_ms() or 0.0:.2f} ms of its ingress where "
+                f"a pause takes {react_ms:.2f} ms to act: lossless frames may drop (fix: headroom_bytes of at least "
+                f"{q.needed:,}, or leave it out)" for key, q in short[:3]]
+    if len(short) > 3:
+        warnings.append(f"... and {len(short) - 3} more lossless queues short of headroom")
+    return summary, warnings
+
+
+def queue_key(port: str, priority: int) -> str:
+    """How a (port, priority) is named in reports: `tor-p0-s0-r0-a:5/p3`."""
+    return f"{port}/p{priority}"
 
 
 _PORT_LIST = TypeAdapter(list[Port])

@@ -30,7 +30,8 @@ silence with traffic queued). So a resume also writes one PFC frame that pauses
 nothing (MAC control, ethertype 0x8808) on the port through a packet socket;
 a u32 filter classes it (by its opcode and empty class-enable vector) into
 1:50, whose FIFO holds 0 bytes: it is dropped there (the send returns ENOBUFS,
-it never reaches the wire or a capture), and its enqueue ran the qdisc: the queued frames leave 0.2-0.6 ms after the change.
+it never reaches the wire or a capture), and its enqueue ran the qdisc: the
+queued frames leave 0.2-0.6 ms after the change.
 This kernel has no act_gact, which would drop it at the filter.
 
 All tc changes are netlink: set-up through pyroute2 and raw pre-encoded

@@ -27,7 +27,7 @@ def write_ports(run_id: str, ports) -> Path:
     write_file(path, json.dumps([{"key": p.key, "ifname": p.ifname, "netns": p.netns, "ifindex": p.ifindex,
                                  "rate_bps": p.plan.rate_bps, "buffer": p.plan.buffer_bytes,
                                  "lossless": {lossless_class(prio): {"priority": prio, "xoff": q.xoff, "xon": q.xon,
-                                                                     "limit": q.limit}
+                                                                     "limit": q.limit, "headroom": q.headroom}
                                               for prio, q in p.plan.lossless.items()}}
                                 for p in ports]), "qos record")
     return path
@@ -68,6 +68,7 @@ def snapshot(run_id: str | None = None, node: str | None = None) -> list[dict]:
                          "sent_bytes": q.bytes, "backlog": q.backlog, "drops": q.drops,
                          "paused": qkey in paused, "pause_events": events.get(qkey, 0),
                          "xoff": lossless["xoff"] if lossless else None,
+                         "headroom": lossless.get("headroom") if lossless else None,
                          "ecn_marks": None if marks is None or qkey is None else marks.get(qkey, 0)})
     rows.sort(key=lambda r: (r["port"], r["class"]))
     return rows

@@ -328,6 +328,14 @@ class PfcPlan:
     headroom: int
     ingress: int = 0  # bytes/s the port's device takes in on its other links: what arrives while a pause acts
     ingress_links: int = 1  # those links
+    needed: int = 0  # the headroom the reaction and the ingress call for (the default); a given one may be less
+
+    def covers_ms(self) -> float | None:
+        """How long of the port's full ingress the headroom takes past its fixed part (module docstring), in ms;
+        None without ingress."""
+        if not self.ingress:
+            return None
+        return max(0, self.headroom - fixed_headroom(self.ingress_links)) / self.ingress * 1000
 
 
 @dataclass(frozen=True)
@@ -367,7 +375,7 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
                              field=f"qos.lossless[priority {c.priority}].xon_bytes", value=xon)
         # Without PFC a lossless class is an ordinary queue: it drops when the buffer is full.
         lossless[c.priority] = PfcPlan(xoff + headroom + 2 * MTU if pfc.enabled else buffer_bytes, xoff, xon, headroom,
-                                       int(r_in), ingress_links)
+                                       int(r_in), ingress_links, derived)
     classes = spec.class_minors()
     if spec.scheduling == "strict":
         # A 1% floor each; the rest of the link is borrowed in priority order (HTB lends by prio).

@@ -202,3 +202,24 @@ def test_marking_thresholds_follow_xoff_unless_given():
     assert EcnSpec().red(96_896) == (24_224, 96_896)  # RED from a quarter of XOFF to XOFF (DCQCN's shape)
     assert EcnSpec().red(96_896, step=True) == (24_224, 24_224)  # DCTCP's step at K
     assert EcnSpec(kmin_bytes=10_000, kmax_bytes=50_000).red(96_896) == (10_000, 50_000)
+
+
+def test_headroom_is_stated_per_tier_and_a_short_one_is_named_before_the_run():
+    from testbed.qos.ports import egress_ports, headroom_lines, resolve
+    from topos import build
+
+    topo = build("hpn")
+
+    def lines(**pfc):
+        spec = resolve(QosSpec(pfc={"poll_ms": 5, "reaction_ms": 3.0, **pfc}), topo)
+        return headroom_lines(egress_ports(topo, spec, lambda _h: None, lambda n, i: f"{n}-{i}"), spec)
+
+    summary, short = lines()
+    assert [line.split(" ports:")[0] for line in summary] == ["PFC headroom at agg", "PFC headroom at tor"]
+    assert short == [] and all("(a pause acts in 3.00 ms)" in line for line in summary)
+    covered = float(summary[1].split("covering at least ")[1].split(" ms")[0])
+    assert covered == pytest.approx(3.0, abs=0.01)  # the default headroom covers exactly the reaction
+    summary, short = lines(headroom_bytes=20_000)
+    assert len(short) == 4 and short[-1].startswith("... and ") and "more lossless queues short" in short[-1]
+    assert "has 20,000 B of headroom" in short[0] and "fix: headroom_bytes of at least" in short[0]
+    assert lines(enabled=False) == ([], [])
