@@ -27,7 +27,20 @@ def pfc_lines(runs: list[Run]) -> list[str]:
                  for t in tiers]
         lines.append(f"| {r.variant} #{r.repetition} | {sum(t['pause_events'] for t in by.values()):,} | "
                      + " | ".join(cells) + " |")
+    lines += ["", *(reaction_line(r) for r in rows)]
     return lines
+
+
+def reaction_line(r: Run) -> str:
+    """How fast the run's pauses acted: a crossing seen in the kernel to the upstream queues stopped (wall time),
+    against what the headroom covers; a polling agent's are not timed."""
+    react, covers = r.pfc.get("reaction_ms") or {}, r.pfc.get("headroom_covers_ms")
+    head = f"PFC reaction, {r.variant} #{r.repetition}:"
+    if react.get("median") is None:
+        why = "the agent polled the queues" if r.pfc.get("detect") == "poll" else "no crossing was acted on"
+        return f"{head} not timed ({why})"
+    return (f"{head} p50 {react['median']:g} ms, p99 {react['p99']:g} ms, max {react['max']:g} ms (wall time); the "
+            f"headroom covers {covers:g} ms")
 
 
 def campaign_lines(runs: list[Run]) -> list[str]:

@@ -172,6 +172,9 @@ def test_the_summary_prints_the_figures_the_labs_send_students_to():
     a4 = lab4_answers(data)
     assert re.search(rf"\| pfc-off \|.*\| {a4['drops_pfc_off']}/0 \|", out), out
     assert f"| pfc-on #0 | {a4['pause_events_pfc_on']:,} |" in out, out
+    react = data["runs"][0]["pfc"]["reaction_ms"]
+    assert (f"PFC reaction, pfc-on #0: p50 {react['median']:g} ms, p99 {react['p99']:g} ms, max {react['max']:g} ms"
+            in out), out
     a7 = lab7_answers(summary("failure_campaign")[0], summary("gray_failures")[0])
     campaign = summary("failure_campaign")[1]
     assert re.search(rf"\| dual-tor-hpn #0 \| \S+ \| \d+ \| {a7['dual_tor_restarts']} \|", campaign), campaign
