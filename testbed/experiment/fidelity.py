@@ -55,7 +55,8 @@ software. A run is marked unfaithful, with the reason, when
 
 A run is "unknown", never faithful, when a measurement the verdict relies on is missing: no CPU samples
 or a sampler that failed, no PFC report with PFC on, a PFC agent that died or fell silent (no poll for
-PFC_SILENT_S: its queue figures miss that stretch), lossless drops that could not be read. Evidence of
+PFC_SILENT_S: its queue figures miss that stretch), crossings the kernel's ring buffer dropped or lossless
+leaves its programs could not find (kqueues.py's counters), lossless drops that could not be read. Evidence of
 unfaithfulness wins over missing evidence: such a run is "NOT faithful", with both kinds of reason.
 
 Collectives' busbw below ideal is not in itself unfaithful: hash collisions and
@@ -175,6 +176,13 @@ def _pfc_watched(pfc: dict | None, unknown: list[str]) -> None:
     if pfc.get("error"):
         unknown.append(f"the PFC agent died ({pfc['error']}): pauses and queue depths after that are not known")
         return
+    lost, no_leaf = pfc.get("kernel_lost_events") or 0, pfc.get("kernel_no_leaf") or 0
+    if lost:
+        unknown.append(f"the kernel's ring buffer had no room for {lost:,} XOFF/XON crossings: the PFC agent never "
+                       "heard of them (a queue left unpaused, or a pause left held)")
+    if no_leaf:
+        unknown.append(f"the kernel programs found no lossless leaf {no_leaf:,} times: those queues were not "
+                       "watched then")
     period = pfc["poll_period_ms"]
     if not pfc.get("polls_in_window", pfc.get("polls")):
         unknown.append("the PFC agent never polled during the traffic")

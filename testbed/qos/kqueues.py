@@ -5,7 +5,10 @@ packet into or out of a watched port, the backlog of each of its lossless
 leaves (the leaf qdisc's own figure) into an array this side maps into memory,
 with the maximum; a queue crossing XOFF upward or XON downward puts an event on
 a ring buffer. The agent sleeps on the ring buffer's descriptor; nothing is
-polled. Reading `snapshot()` is a read of shared memory, no system call.
+polled. Reading `snapshot()` is a read of shared memory, no system call. Two more
+on the qdisc reset and destroy tracepoints empty a watched leaf's figure when the
+kernel empties it without a dequeue (a link set down resets its qdiscs), with an
+XON crossing if it was above XOFF: no stale pause.
 
 A queue is watched when its port is registered here: its (network namespace,
 ifindex) in the `ports` map, its slot in `queues` marked watched with its

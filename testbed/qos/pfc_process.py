@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.system.poll import readable
 
-from .kqueues import KernelQueues, QueueMaps, watch_queues
+from .kqueues import LOST, NO_LEAF, KernelQueues, QueueMaps, watch_queues
 from .pfc import PfcAgent
 from .ports import ports_from_json, ports_to_json
 from .shaper import Shaper
@@ -143,7 +143,13 @@ class PfcProcess:
         return line
 
     def report(self, since: float | None = None) -> dict | None:
-        return self._call({"op": "report", "since": since})
+        """The agent's report, with the kernel programs' own counters over the network's life (this process
+        loaded them): crossings the ring buffer dropped, and lossless leaves not found."""
+        report = self._call({"op": "report", "since": since})
+        if report is not None and self.kernel is not None:
+            report["kernel_lost_events"] = self.kernel.counter(LOST)
+            report["kernel_no_leaf"] = self.kernel.counter(NO_LEAF)
+        return report
 
     def stop(self) -> None:
         """The agent stops and releases every pause it holds; its reports stay to be asked for until close()."""

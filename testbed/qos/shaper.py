@@ -347,5 +347,7 @@ def kick(sock: socket.socket, ifname: str) -> bool:
     except OSError as exc:
         if exc.errno == errno.ENOBUFS:
             return True
+        if exc.errno in (errno.ENETDOWN, errno.ENXIO, errno.ENODEV):
+            return False  # a link down (its queues were emptied) or gone: nothing waits to be sent
         raise
     return False

@@ -74,3 +74,53 @@ def test_kernel_backlog_is_the_qdiscs_and_pfc_acts_on_its_crossings(no_leftovers
     assert sum(s["received"] for s in streams.values()) == sent
     assert report["detect"] == "kernel" and report["pauses_by_tier"]["host"]["pause_events"] > 0
     assert report["reaction_ms"]["p99"] is not None  # every crossing acted on was timed
+
+
+def test_a_link_taken_down_and_up_leaves_no_pause_held(no_leftovers):
+    """A switch queue held above XOFF (its port paused by hand while a lossless stream fills it), so the agent
+    pauses its upstream; then its link goes down, which empties the queue without a dequeue. The kernel's reset
+    tracepoint must say so (an XON): before, the stored backlog kept XOFF, and the upstream stayed paused with
+    nothing left to cross that port again."""
+    import json
+
+    from testbed.system.ownership import RUN_DIR
+
+    spec = StreamSpec(src="h0", dst="h4", sport=6000, dport=7000, pps=1000, duration=2.0, size=1400, tos=DSCP26)
+    with Network(build("hpn"), qos=QosSpec(pfc={"reaction_ms": 1000.0})) as net:
+        assert net.pfc.detect == "kernel", net.pfc.detect_why
+        state = RUN_DIR / f"{net.owner.run_id}.pfc.json"
+        agent_paused = lambda: json.loads(state.read_text())["paused"] if state.exists() else []  # noqa: E731
+        toward_h4 = [k for k, p in net.qos.ports.items() if p.peer == "h4"]
+        links = [l.name for l in net.topo.links if "h4" in (l.a, l.b)]
+        seen: dict = {}
+
+        def hold() -> None:
+            for k in toward_h4:
+                net.qos.set_paused(k, 3, True)
+
+        def cut() -> None:  # the queue is past XOFF and its upstream paused: now the link goes down
+            t0 = time.monotonic()
+            while not agent_paused():
+                assert time.monotonic() - t0 < 30, "the agent paused nobody upstream of the held queue"
+                time.sleep(0.05)
+            seen["held"] = agent_paused()
+            seen["above"] = {k: net.pfc.kernel.figures(k, 3).backlog - net.qos.ports[k].plan.lossless[3].xoff
+                             for k in toward_h4}  # past XOFF by
+            for name in links:
+                net.set_link(name, False)
+
+        run_streams(net, [spec], actions=[(0.5, hold), (1.5, cut)], tail=0.5)
+        t0 = time.monotonic()
+        while agent_paused():  # nothing crosses a port that is down: only the reset's XON releases them
+            assert time.monotonic() - t0 < 10, f"pauses still held with the link down: {agent_paused()}"
+            time.sleep(0.05)
+        after = {k: net.pfc.kernel.figures(k, 3).backlog for k in toward_h4}
+        for name in links:
+            net.set_link(name, True)
+        for k in toward_h4:
+            net.qos.set_paused(k, 3, False)
+        report = net.stop_qos()
+    print(f"held {seen['held']} with the queues at {seen['above']}; after the link went down {after}")
+    assert max(seen["above"].values()) > 0  # a queue was past XOFF when its link went down
+    assert after == dict.fromkeys(toward_h4, 0)
+    assert report["kernel_lost_events"] == 0 and report["kernel_no_leaf"] == 0

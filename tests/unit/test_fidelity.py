@@ -64,6 +64,13 @@ def test_missing_measurements_are_unknown_never_faithful():
     assert verdict(QUIET, gap, pfc_enabled=True)["status"] == "unknown"
     assert verdict(QUIET, PFC_OK, pfc_enabled=True, lossless_drops=None)["unknown"] == [
         "the lossless class's drops could not be read"]
+    # the kernel programs' own counters: a crossing the ring buffer dropped, a lossless leaf not found
+    assert verdict(QUIET, {**PFC_OK, "kernel_lost_events": 0, "kernel_no_leaf": 0}, pfc_enabled=True)["faithful"]
+    lost = verdict(QUIET, {**PFC_OK, "kernel_lost_events": 1}, pfc_enabled=True)
+    assert lost["status"] == "unknown" and lost["unknown"][0].startswith("the kernel's ring buffer had no room for 1 ")
+    blind = verdict(QUIET, {**PFC_OK, "kernel_no_leaf": 12}, pfc_enabled=True)
+    assert blind["unknown"] == ["the kernel programs found no lossless leaf 12 times: those queues were not watched "
+                                "then"]
     # evidence against fidelity wins over missing evidence: both are said
     both = verdict([{"cpu_idle": 0.01, "steal": 0.0}], None, pfc_enabled=True)
     assert both["status"] == "not faithful" and both["unknown"] and line(both).endswith("no PFC agent report")

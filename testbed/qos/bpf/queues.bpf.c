@@ -212,6 +212,52 @@ int BPF_PROG(on_dequeue, struct Qdisc *root, const struct netdev_queue *txq, int
 	return 0;
 }
 
+/* A watched leaf emptied without a dequeue: reset (a link set down: dev_deactivate resets every qdisc of the
+ * port, and no dequeue tracepoint sees the packets go) or destroyed (its class or the root deleted). Both
+ * tracepoints fire before the qdisc is emptied, after the port stopped taking packets. The queue's figure
+ * becomes 0 and a queue above XOFF crosses XON: without this its stored backlog and XOFF held the upstream
+ * neighbours paused until a packet crossed that port again (never, for a link left down). A destroyed leaf is
+ * forgotten, to be found again under the root by the next packet. */
+static __always_inline void leaf_emptied(struct Qdisc *q, bool destroyed)
+{
+	struct net_device *dev = BPF_CORE_READ(q, dev_queue, dev);
+	struct port_key key = {
+		.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum),
+		.ifindex = BPF_CORE_READ(dev, ifindex),
+	};
+	__u32 *port = bpf_map_lookup_elem(&ports, &key);
+	if (!port)
+		return;
+	__u32 p = *port;
+	__u64 now = bpf_ktime_get_ns();
+	for (__u32 prio = 0; prio < PRIORITIES; prio++) {
+		__u32 index = p * PRIORITIES + prio;
+		struct lossless_queue *lq = bpf_map_lookup_elem(&queues, &index);
+		if (!lq || !lq->watched || lq->leaf != (__u64)q)
+			continue;
+		lq->backlog = 0;
+		lq->last_ns = now;
+		if (destroyed)
+			lq->leaf = 0;
+		if (lq->xoff && lq->above && __sync_val_compare_and_swap(&lq->above, 1, 0) == 1)
+			crossed(index, 0, now, EV_XON);
+	}
+}
+
+SEC("raw_tp/qdisc_reset")
+int BPF_PROG(on_reset, struct Qdisc *q)
+{
+	leaf_emptied(q, false);
+	return 0;
+}
+
+SEC("raw_tp/qdisc_destroy")
+int BPF_PROG(on_destroy, struct Qdisc *q)
+{
+	leaf_emptied(q, true);
+	return 0;
+}
+
 /* ECN marking at a switch port's egress, before the qdisc (cls_bpf on clsact, direct action): an ECN-capable
  * IPv4 packet of a lossless priority is marked Congestion Experienced with RED's probability on the backlog the
  * tracepoints above last read (the queue it is about to join), as DCQCN's switches mark (Kmin, Kmax, Pmax). */
