@@ -50,7 +50,10 @@ class LossyLink:
             for slot in (0, 1):
                 self.obj.update("link", _U32.pack(slot), _DIRECTION.pack(threshold(rate), 0, 0, 0))
             for program, p in zip(PROGRAMS, ends, strict=True):
-                self.obj.attach_tc(program, p.ifindex, p.netns)
+                # on clsact, never tcx: a lost frame is TC_ACT_STOLEN (gone, the sender told it left, as on a wire),
+                # which tcx's verdicts lack (its drop is a local drop the sender's TCP sees). close() takes it off;
+                # after a kill -9 it goes with the link's interfaces (`hpnlab clean`).
+                self.obj.attach_tc(program, p.ifindex, p.netns, tcx=False)
         except BaseException:
             self.obj.close()
             raise

@@ -152,6 +152,7 @@ TC_EGRESS, TC_BOTH = 1 << 1, (1 << 0) | (1 << 1)  # enum bpf_tc_attach_point
 _CLSACT: dict[tuple[int, int], int] = {}
 _CLSACT_LOCK = threading.Lock()
 PROG_STRUCT_OPS, ATTACH_STRUCT_OPS, F_LINK = 27, 44, 1 << 13  # the kernel's enum and flag values (uapi bpf.h)
+ATTACH_TCX_EGRESS = 47  # enum bpf_attach_type (Linux 6.6): a tc program on a link owned by a file descriptor
 
 
 class BpfObject:
@@ -165,7 +166,7 @@ class BpfObject:
         self._lib = _lib()
         self._links: list[int] = []
         self._filters: list[tuple] = []  # (clsact key, netns, hook, filter) of each program attached by this
-        self._fds: list[int] = []  # link descriptors of registered struct_ops
+        self._fds: list[int] = []  # link descriptors: registered struct_ops, tc programs on tcx
         self._obj = self._lib.bpf_object__open_file(str(path).encode(), None)
         _check(bool(self._obj), f"opening {path}")
         try:
@@ -227,13 +228,26 @@ class BpfObject:
         """The kernel's id of a map: another process (root) opens it by this while the map lives."""
         return map_info(self.map_fd(name)).id
 
-    def attach_tc(self, program: str, ifindex: int, netns: str | None = None) -> None:
+    def attach_tc(self, program: str, ifindex: int, netns: str | None = None, tcx: bool = True) -> None:
         """The `tc` program at the egress of interface `ifindex` of namespace `netns` (None: this thread's),
-        before its qdisc, on a clsact qdisc this process made (`_CLSACT`); `close()` detaches it (an interface
-        already gone is fine)."""
+        before its qdisc: on a tcx link (Linux 6.6 and later) whose descriptor this process holds, so that
+        `close()` or the process's death, kill -9 included, takes it off; on older kernels on a clsact qdisc this
+        process made (`_CLSACT`), which `close()` removes and, after a kill -9, `hpnlab clean` (an interface
+        already gone is fine). `tcx=False`: on clsact everywhere (a program that needs TC_ACT_STOLEN)."""
         prog = self._lib.bpf_object__find_program_by_name(self._obj, program.encode())
         if not prog:
             raise KeyError(f"no program {program!r} in the BPF object")
+        fd = -errno.EINVAL if not tcx else in_netns(
+            netns, lambda: self._lib.bpf_link_create(self._lib.bpf_program__fd(prog), ifindex, ATTACH_TCX_EGRESS, None))
+        if fd >= 0:
+            self._fds.append(fd)
+            return
+        if -fd != errno.EINVAL:  # EINVAL: no tcx in this kernel (an attach type it does not know)
+            raise BpfUnavailable(f"attaching {program} on interface {ifindex}: {os.strerror(-fd)}")
+        self._attach_clsact(prog, program, ifindex, netns)
+
+    def _attach_clsact(self, prog: int, program: str, ifindex: int, netns: str | None) -> None:
+        """attach_tc on a kernel without tcx: a filter on a clsact qdisc this process made."""
         hook = _TcHook(ctypes.sizeof(_TcHook), ifindex, TC_EGRESS, 0)
         opts = _TcOpts(ctypes.sizeof(_TcOpts), self._lib.bpf_program__fd(prog), 0, 0, 0, 0)
         key = (os.stat(netns or "/proc/thread-self/ns/net").st_ino, ifindex)

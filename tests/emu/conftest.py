@@ -60,12 +60,13 @@ def snapshot() -> dict[str, set[str]]:
 
 
 def _testbed_programs() -> set[str]:
-    """The testbed's BPF programs loaded now (testbed/qos/bpf: queues, ECN marking, DCTCP), by id."""
+    """The testbed's BPF programs loaded now (testbed/qos/bpf: queues, ECN marking, a lossy link, DCTCP), by id."""
     import json
 
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True).stdout
     return {f"{p['id']}:{p.get('name')}" for p in json.loads(out or "[]")
-            if p.get("name") in ("on_enqueue", "on_dequeue", "mark_ecn") or p.get("name", "").startswith("hpn_")}
+            if p.get("name") in ("on_enqueue", "on_dequeue", "on_reset", "on_destroy", "mark_ecn", "lose_ab",
+                                 "lose_ba") or p.get("name", "").startswith("hpn_")}
 
 
 @pytest.fixture

@@ -241,3 +241,25 @@ def test_ctrl_c_or_kill_at_any_point_then_clean_and_up_again(no_leftovers, take_
         assert r.returncode == 0 and not left, (at, r.stdout[-800:], left)
     r = hpnlab("up", "hpn", "--pingall", "--no-cli", timeout=300)
     assert r.returncode == 0 and "0.0% loss" in " ".join(r.stdout.split()), r.stdout[-1500:] + r.stderr[-1500:]
+
+
+ECN = TINY.replace("qos: {scale: 20000}", "qos: {scale: 20000, ecn: {enabled: true}}")
+
+
+def test_kill_9_takes_the_kernel_programs_with_it(no_leftovers, take_snapshot, leftovers, hpnlab, tmp_path):
+    """A run marking ECN (a tc program at every switch port) killed -9 during its traffic: the programs leave
+    the kernel with the process, before any `hpnlab clean` (the queue watchers and ECN marking ride links the
+    process owns: tcx on this kernel), so nothing marks from frozen figures; `clean` removes the rest."""
+    import time
+
+    (tmp_path / "ecn.yaml").write_text(ECN)
+    env = {**os.environ, stages.ENV: "traffic:KILL"}
+    p = subprocess.run([str(Path(sys.executable).parent / "hpnlab"), "run", "ecn.yaml"], cwd=tmp_path, env=env,
+                       text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=240)
+    assert "stage traffic: SIGKILL" in p.stderr and p.returncode == -signal.SIGKILL, p.stderr[-3000:]
+    deadline = time.monotonic() + 10  # the kernel frees a program once the dead process's last reference goes
+    while (left := take_snapshot()["bpf programs"] - no_leftovers["bpf programs"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"programs still in the kernel after the kill, before any clean: {left}"
+    r = hpnlab("clean")
+    assert r.returncode == 0 and not leftovers(_with_scratch(no_leftovers), lambda: _with_scratch(take_snapshot()))
