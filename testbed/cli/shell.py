@@ -87,7 +87,7 @@ class TestbedCLI(CLI):
             node = sw.name
         rows = [r for r in snapshot(self.network.owner.run_id, node)
                 if node or r["sent_bytes"] or r["backlog"] or r["drops"]]
-        Console(file=self.stdout).print(qos_table(rows, "queues"))
+        Console(file=self.stdout).print(qos_table(rows, "queues", headroom=False))
 
     def do_fail(self, line: str) -> None:
         """fail LINK: take a link down (e.g. fail h3:nic0:p0) and reroute."""

@@ -46,19 +46,22 @@ def invariants_table(tp) -> Table:
     return t
 
 
-def qos_table(rows: list[dict], title: str) -> Table:
+def qos_table(rows: list[dict], title: str, headroom: bool = True) -> Table:
+    """headroom: a column of each lossless queue's XOFF and headroom (the lab shell's `queues` leaves it out: its
+    table must fit 80 columns)."""
     t = Table(title=title)
     marking = any(r.get("ecn_marks") is not None for r in rows)  # the column only where the run marks ECN
-    for c in ("port", "class", "rate", "sent", "backlog", "XOFF + headroom", "drops",
+    for c in ("port", "class", "rate", "sent", "backlog", *(("XOFF + headroom",) if headroom else ()), "drops",
               *(("ECN marks",) if marking else ()), "pause"):
         t.add_column(c, justify="left" if c in ("port", "class", "pause") else "right")
     for r in rows:
         pause = ("[red]PAUSED[/] " if r["paused"] else "") + (f"{r['pause_events']} events" if r["pause_events"]
                                                               else "")
         marks = (("" if r.get("ecn_marks") is None else f"{r['ecn_marks']:,}",) if marking else ())
-        room = "" if r.get("xoff") is None else f"{r['xoff']:,} + {r.get('headroom') or 0:,}"
+        room = (("" if r.get("xoff") is None else f"{r['xoff']:,} + {r.get('headroom') or 0:,}",) if headroom
+                else ())
         t.add_row(f"{r['port']} ({r['ifname']})", r["class"], f"{r['rate_bps'] / 1e6:g} Mbit/s",
-                  f"{r['sent_bytes']:,}", f"{r['backlog']:,}", room, f"{r['drops']:,}", *marks, pause)
+                  f"{r['sent_bytes']:,}", f"{r['backlog']:,}", *room, f"{r['drops']:,}", *marks, pause)
     return t
 
 

@@ -121,7 +121,7 @@ def _lib() -> ctypes.CDLL:
                           ("bpf_map__set_map_flags", i, [p, u32]), ("bpf_map__attach_struct_ops", p, [p]),
                           ("bpf_link_create", i, [i, i, i, p]), ("libbpf_major_version", u32, []),
                           ("bpf_obj_get_info_by_fd", i, [i, p, p]), ("bpf_map_get_fd_by_id", i, [u32]),
-                          ("libbpf_minor_version", u32, [])):
+                          ("libbpf_minor_version", u32, []), ("bpf_prog_query", i, [i, i, u32, p, p, p])):
         f = getattr(lib, fn)
         f.restype, f.argtypes = res, args
     _lib_handle = lib
@@ -295,6 +295,15 @@ class BpfObject:
         if self._obj:
             self._lib.bpf_object__close(self._obj)
             self._obj = None
+
+
+def tcx_egress_programs(ifindex: int) -> list[int]:
+    """The ids of the programs on tcx links at the egress of interface `ifindex` (this thread's namespace), in
+    the order they run; bpftool 7.1 lists such links only as "type 11"."""
+    lib, ids, count = _lib(), (ctypes.c_uint32 * 64)(), ctypes.c_uint32(64)
+    _check(lib.bpf_prog_query(ifindex, ATTACH_TCX_EGRESS, 0, None, ids, ctypes.byref(count)) == 0,
+           f"listing the tcx programs of interface {ifindex}")
+    return list(ids[:count.value])
 
 
 _SAMPLE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)

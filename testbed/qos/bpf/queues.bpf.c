@@ -258,7 +258,7 @@ int BPF_PROG(on_destroy, struct Qdisc *q)
 	return 0;
 }
 
-/* ECN marking at a switch port's egress, before the qdisc (cls_bpf on clsact, direct action): an ECN-capable
+/* ECN marking at a switch port's egress, before the qdisc (a tcx link, or cls_bpf on clsact, direct action): an ECN-capable
  * IPv4 packet of a lossless priority is marked Congestion Experienced with RED's probability on the backlog the
  * tracepoints above last read (the queue it is about to join), as DCQCN's switches mark (Kmin, Kmax, Pmax). */
 struct {
@@ -277,7 +277,9 @@ struct {
 
 #define ETH_HLEN 14
 #define ETH_P_IP 0x0800
-#define TC_ACT_OK 0
+/* No verdict: the next program runs (on tcx, TCX_NEXT: then a clsact's filters, a lossy link's; on clsact,
+ * TC_ACT_UNSPEC: the next filter), and the packet goes on. TC_ACT_OK would end the chain there. */
+#define GO_ON (-1)
 #define ECN_MASK 3
 
 SEC("tc")
@@ -286,30 +288,30 @@ int mark_ecn(struct __sk_buff *skb)
 	__u32 ifindex = skb->ifindex;
 	__u32 *port = bpf_map_lookup_elem(&marking_ports, &ifindex);
 	if (!port)
-		return TC_ACT_OK;
+		return GO_ON;
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + ETH_HLEN;
 	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
-		return TC_ACT_OK;
+		return GO_ON;
 	__u8 tos = ip->tos;
 	if ((tos & ECN_MASK) == 0 || (tos & ECN_MASK) == ECN_MASK)
-		return TC_ACT_OK; /* not ECN-capable, or marked already */
+		return GO_ON; /* not ECN-capable, or marked already */
 	__u32 dscp = tos >> 2;
 	__u32 *prio = bpf_map_lookup_elem(&dscp_priority, &dscp);
 	if (!prio || !*prio)
-		return TC_ACT_OK;
+		return GO_ON;
 	__u32 index = *port * PRIORITIES + (*prio - 1);
 	struct lossless_queue *q = bpf_map_lookup_elem(&queues, &index);
 	if (!q || !q->kmax)
-		return TC_ACT_OK;
+		return GO_ON;
 	__u32 backlog = q->backlog, kmin = q->kmin, kmax = q->kmax;
 	if (backlog <= kmin)
-		return TC_ACT_OK; /* kmin == kmax: DCTCP's step, every packet above K */
+		return GO_ON; /* kmin == kmax: DCTCP's step, every packet above K */
 	if (backlog < kmax) {
 		__u64 p = (__u64)q->pmax * (backlog - kmin) / (kmax - kmin);
 		if (bpf_get_prandom_u32() >= p)
-			return TC_ACT_OK;
+			return GO_ON;
 	}
 	__u16 old = *(__u16 *)ip; /* version, header length and TOS: the checksum's 16-bit word */
 	__u16 new = old;
@@ -318,7 +320,7 @@ int mark_ecn(struct __sk_buff *skb)
 	bpf_l3_csum_replace(skb, ETH_HLEN + offsetof(struct iphdr, check), old, new, 2);
 	bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct iphdr, tos), &marked, 1, 0);
 	__sync_fetch_and_add(&q->marks, 1);
-	return TC_ACT_OK;
+	return GO_ON;
 }
 
 char LICENSE[] SEC("license") = "GPL";
