@@ -29,7 +29,9 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from testbed.qos.pfc import Hold, PfcAgent, merge_reports
+from testbed.qos.pfc import PfcAgent
+from testbed.qos.pfc_report import merge_reports
+from testbed.qos.pfc_state import Hold
 from testbed.qos.ports import Port, ports_to_json
 from testbed.qos.shaper import Shaper
 

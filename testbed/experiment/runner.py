@@ -35,7 +35,7 @@ from testbed.campaign import cost
 from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
 from testbed.qos.cc import socket_cc
-from testbed.qos.pfc import in_fabric_time
+from testbed.qos.pfc_report import in_fabric_time
 from testbed.qos.ports import switch_ports
 from testbed.qos.scale import load_floor
 from testbed.qos.shaper import ROOT, leaf_handles

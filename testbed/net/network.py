@@ -270,7 +270,7 @@ class Network:
         """Packets marked CE so far per queue (`port/p<priority>`, those with marks), None without ECN."""
         if self.kqueues is None:
             return None
-        from testbed.qos.pfc import queue_key
+        from testbed.qos.ports import queue_key
 
         return {queue_key(*k): f.marks for k, f in self.kqueues.snapshot().items() if f.marks}
 

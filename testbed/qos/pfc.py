@@ -26,6 +26,10 @@ Counted per port and priority (keys `node:port/p3`): pause events, paused
 time; per lossless queue: XOFF events and the maximum depth; for the agent
 itself: achieved poll period and CPU.
 
+The decisions are pfc_state.py's (pure: each queue's hysteresis, who holds
+which pause); this module sees crossings, acts on ports and keeps time. Its
+report is put together in pfc_report.py; PAUSE frames are pfc_frames.py's.
+
 Over several servers (testbed.cluster) each server runs its own agent over its own ports. A queue
 whose upstream port lives on another server pauses it with a message (`remote`, a RemotePauses: the
 agent names the pauses it holds there, the other agent applies them as its own), as a switch sends
@@ -47,18 +51,18 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from testbed.system.poll import readable
 from topos.inputs import write_file
-from traffic.timebase import Timebase
 
 from .netlink import QdiscDumper, dumper_in
+from .pfc_frames import PauseFrames
+from .pfc_report import spread, tallies
+from .pfc_state import HeldElsewhere, Hold, Key, PauseState, QueueState
 from .ports import Port, queue_key
 from .shaper import Shaper, lossless_leaf
-from .spec import PfcPlan
 
 if TYPE_CHECKING:
     from .kqueues import Crossing, KernelQueues
@@ -69,29 +73,6 @@ REALTIME_PRIORITY = 10  # SCHED_FIFO, above every normal task and below the kern
 KERNEL_WAKE_S = 0.05  # with kernel detection the agent wakes at least this often: samples, state, liveness
 
 
-
-
-@dataclass
-class QueueState:
-    port: Port
-    priority: int
-    plan: PfcPlan  # the port's numbers for this priority (port.plan.lossless[priority])
-    upstream: list[str]  # keys of the egress ports whose same priority this queue pauses
-    xoff: bool = False
-    max_backlog: int = 0
-    xoff_events: int = 0
-    drops: int = 0
-
-
-@dataclass
-class PauseState:
-    by: set[str] = field(default_factory=set)  # congested queues holding this port paused
-    events: int = 0
-    since: float | None = None
-    paused_s: float = 0.0
-
-
-Hold = tuple[str, int, str]  # (paused port, priority, the congested queue's port holding it)
 
 
 class RemotePauses(Protocol):
@@ -149,7 +130,7 @@ class PfcAgent:
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self.samples: list[dict] = []  # time series: t, per-queue backlog (non-zero), paused ports
-        self.holds_out: dict[str, set[Hold]] = {}  # server -> the pauses we hold on its ports
+        self.holds_out = HeldElsewhere()  # the pauses we hold on other servers' ports
         self.holds_in: dict[str, set[Hold]] = {}  # server -> the pauses it holds on ours
         self._said_at = 0.0  # when the held pauses were last said to the other servers
         self.expired = 0  # times a silent server's pauses here were released
@@ -195,14 +176,11 @@ class PfcAgent:
                 self.kernel = None
         if self.state_file is not None:
             self.state_file.unlink(missing_ok=True)
-        for server, held in self.holds_out.items():  # the other servers release what we held there
-            if held:
-                self.remote.send(server, [])
+        for server in self.holds_out.servers():  # the other servers release what we held there
+            self.remote.send(server, [])
         now = time.monotonic()
         for (key, prio), st in self.pauses.items():
-            if st.since is not None:
-                st.paused_s += now - st.since
-                st.since = None
+            if st.end(now):
                 try:
                     self.shaper.set_paused(key, prio, False)
                 except Exception:  # noqa: BLE001 - the port may be gone already
@@ -284,18 +262,10 @@ class PfcAgent:
         """One queue crossed XOFF (pause its upstream) or XON (release it); the reaction is timed from the
         packet that crossed, in the kernel, to the last class changed."""
         key = c.port, c.priority
-        qs = self.queues[key]
-        now = time.monotonic()
-        if c.xoff and not qs.xoff:
-            qs.xoff, qs.xoff_events = True, qs.xoff_events + 1
-            for up in qs.upstream:
-                self._hold((up, qs.priority), key, now, changed)
-        elif not c.xoff and qs.xoff:
-            qs.xoff = False
-            for up in qs.upstream:
-                self._release((up, qs.priority), key, now, changed)
-        else:
+        if not self.queues[key].crossed(c.xoff):
             return
+        now = time.monotonic()
+        self._upstream(key, c.xoff, now, changed)
         done = time.monotonic_ns()
         self.reactions.append((now, (done - c.t_ns) / 1e9))
 
@@ -353,9 +323,9 @@ class PfcAgent:
         release what a silent server held here (its agent gone, or its messages lost for expire_s)."""
         if now - self._said_at >= self.remote.refresh_s:
             self._said_at = now
-            changed = changed | {s for s, h in self.holds_out.items() if h}
+            changed = changed | set(self.holds_out.servers())
         for server in changed:
-            self.remote.send(server, sorted(self.holds_out.get(server, ())))
+            self.remote.send(server, self.holds_out.held(server))
         for server, holds in self.holds_in.items():
             if holds and now - self.remote.silent_since(server) > self.remote.expire_s:
                 log.warning("PFC: no word from server %s for %.1f s: its %d pauses here released", server,
@@ -377,20 +347,9 @@ class PfcAgent:
                     backlog[key] = b
                     self.queues[key].drops = drops
         for key, b in backlog.items():
-            qs = self.queues[key]
-            if b > qs.max_backlog:
-                qs.max_backlog = b
-            if not qs.upstream:
-                continue
-            if not qs.xoff and b > qs.plan.xoff:
-                qs.xoff = True
-                qs.xoff_events += 1
-                for up in qs.upstream:
-                    self._hold((up, qs.priority), key, now, changed)
-            elif qs.xoff and b < qs.plan.xon:
-                qs.xoff = False
-                for up in qs.upstream:
-                    self._release((up, qs.priority), key, now, changed)
+            above = self.queues[key].level(b)
+            if above is not None:
+                self._upstream(key, above, now, changed)
         if self.remote is not None:
             self._say_remote(now, changed)
         if self.polls % 20 == 0:
@@ -399,37 +358,29 @@ class PfcAgent:
             if self.state_file is not None:
                 self._write_state()
 
-    def _hold(self, target: tuple[str, int], by: tuple[str, int], now: float, changed: set | None = None) -> None:
+    def _upstream(self, key: Key, above: bool, now: float, changed: set[str]) -> None:
+        """The queue `key` crossed XOFF (`above`: it holds its upstream paused) or XON (it lets go)."""
+        act = self._hold if above else self._release
+        for up in self.queues[key].upstream:
+            act((up, key[1]), key, now, changed)
+
+    def _hold(self, target: Key, by: Key, now: float, changed: set[str] | None = None) -> None:
         if target not in self.pauses:  # another server's port: its agent pauses it
             server = self.remote.server_of(target[0])
-            held = self.holds_out.setdefault(server, set())
-            if not any(h[:2] == target for h in held):
+            if self.holds_out.hold(server, target, by):
                 self._frame(target, pause=True)
-            held.add((*target, by[0]))
             changed.add(server)
-            return
-        st = self.pauses[target]
-        if not st.by:
-            st.events += 1
-            st.since = now
+        elif self.pauses[target].hold(by, now):
             self.shaper.set_paused(*target, True)
             self._frame(target, pause=True)
-        st.by.add(by)
 
-    def _release(self, target: tuple[str, int], by: tuple[str, int], now: float, changed: set | None = None) -> None:
+    def _release(self, target: Key, by: Key, now: float, changed: set[str] | None = None) -> None:
         if target not in self.pauses:
             server = self.remote.server_of(target[0])
-            held = self.holds_out.get(server, set())
-            held.discard((*target, by[0]))
-            changed.add(server)
-            if not any(h[:2] == target for h in held):
+            if self.holds_out.release(server, target, by):
                 self._frame(target, pause=False)
-            return
-        st = self.pauses[target]
-        st.by.discard(by)
-        if not st.by and st.since is not None:
-            st.paused_s += now - st.since
-            st.since = None
+            changed.add(server)
+        elif self.pauses[target].release(by, now):
             self.shaper.set_paused(*target, False)
             self._frame(target, pause=False)
 
@@ -448,18 +399,8 @@ class PfcAgent:
         periods = sorted(p for t, p in self.period_samples[1:] if since is None or t >= since)
         now = self.stopped_at or time.monotonic()
         last_poll = self.period_samples[-1][0] if self.period_samples else None  # when the last poll began
-        tiers: dict[str, dict[str, float]] = {}
-        by_prio: dict[int, dict[str, float]] = {p: {"pause_events": 0, "paused_s": 0.0, "xoff_events": 0, "drops": 0}
-                                                for p in self.priorities}
-        for (key, prio), st in self.pauses.items():
-            t = tiers.setdefault(self.shaper.ports[key].role, {"pause_events": 0, "paused_s": 0.0, "ports_paused": 0})
-            for d in (t, by_prio[prio]):
-                d["pause_events"] += st.events
-                d["paused_s"] += st.paused_s
-            t["ports_paused"] += 1 if st.events else 0
-        for (_key, prio), q in self.queues.items():
-            by_prio[prio]["xoff_events"] += q.xoff_events
-            by_prio[prio]["drops"] += q.drops
+        tiers, by_prio = tallies(self.pauses, self.queues, {k: p.role for k, p in self.shaper.ports.items()},
+                                 self.priorities)
         return {
             "priorities": self.priorities,
             "by_priority": {str(p): {k: round(v, 4) for k, v in d.items()} for p, d in by_prio.items()},
@@ -515,114 +456,3 @@ def _realtime() -> bool:
         log.info("PFC agent stays at normal priority: %s", exc)
         return False
     return True
-
-
-def spread(ordered: list[float], scale: float = 1.0) -> dict[str, float | None]:
-    """Median, p99 and max of values sorted ascending, times `scale`, to 3 places; None for no values."""
-    if not ordered:
-        return dict.fromkeys(("median", "p99", "max"))
-    return {"median": round(scale * ordered[len(ordered) // 2], 3),
-            "p99": round(scale * ordered[int(len(ordered) * 0.99)], 3), "max": round(scale * ordered[-1], 3)}
-
-
-def _most(values: list[float | None]) -> float | None:
-    """The largest figure of any agent; None if any agent has none (it never polled: nothing to judge by)."""
-    return None if any(v is None for v in values) else max(values)
-
-
-def in_fabric_time(report: dict, timebase: Timebase) -> dict:
-    """The report with the fabric's times under time dilation (traffic/timebase.py): pause durations and the
-    samples' times virtual (the wall's / D); the poll figures stay wall time, the emulator's own, which is what
-    the verdict judges them as."""
-    if report is None or timebase.dilation == 1:
-        return report
-
-    def paused(d: dict) -> dict:
-        return {k: round(timebase.virtual(v), 6) if k == "paused_s" else v for k, v in d.items()}
-
-    return {**report,
-            "clock": {"dilation": timebase.dilation, "virtual": ["paused_s", "samples.t"],
-                      "wall": ["poll_period_ms", "poll_ms", "last_poll_age_ms", "reaction_ms",
-                               "headroom_covers_ms"]},
-            "by_priority": {p: paused(d) for p, d in report["by_priority"].items()},
-            "pauses_by_tier": {t: paused(d) for t, d in report["pauses_by_tier"].items()},
-            "ports": {k: paused(d) for k, d in report["ports"].items()},
-            "samples": [{**x, "t": round(timebase.virtual(x["t"]), 6)} for x in report["samples"]]}
-
-
-def merge_reports(reports: dict[str, dict]) -> dict:
-    """One report from every server's agent (a network over several servers): counters added up, the poll
-    period of the slowest agent (the one the verdict must judge), every port and queue; each server's own
-    poll figures under `by_server`, and the pauses between servers (messages, their one-way delay)."""
-    first = next(iter(reports.values()))
-    tiers: dict[str, dict[str, float]] = {}
-    for r in reports.values():
-        for tier, d in r["pauses_by_tier"].items():
-            t = tiers.setdefault(tier, dict.fromkeys(d, 0))
-            for k, v in d.items():
-                t[k] = round(t[k] + v, 4)
-    periods = [r["poll_period_ms"] for r in reports.values()]
-    shares = [r["agent_cpu_share"] for r in reports.values() if r["agent_cpu_share"] is not None]
-    # each agent keeps every 20th poll from its own start: the i-th samples of all are about the same moment
-    samples = []
-    for i in range(max(len(r["samples"]) for r in reports.values())):
-        at = [r["samples"][i] for r in reports.values() if i < len(r["samples"])]
-        samples.append({"t": at[0]["t"], "backlog": {k: v for s in at for k, v in s["backlog"].items()},
-                        "paused": sorted(k for s in at for k in s["paused"])})
-    remote = [r["remote"] for r in reports.values() if "remote" in r]
-    one_way = sorted(ms for r in remote for ms in r["one_way_ms"])
-    return {
-        "priorities": first["priorities"],
-        "by_priority": {p: {k: round(sum(r["by_priority"][p][k] for r in reports.values()), 4) for k in d}
-                        for p, d in first["by_priority"].items()},
-        "polls": sum(r["polls"] for r in reports.values()),
-        "polls_in_window": min(r.get("polls_in_window", r["polls"]) for r in reports.values()),
-        "last_poll_age_ms": _most([r.get("last_poll_age_ms") for r in reports.values()]),
-        "error": "; ".join(f"{name}: {r['error']}" for name, r in reports.items() if r.get("error")) or None,
-        "pfc_frames_sent": sum(r["pfc_frames_sent"] for r in reports.values()),
-        "poll_period_ms": {"configured": periods[0]["configured"],
-                           **{k: _most([p[k] for p in periods]) for k in ("median", "p99", "max")}},
-        "poll_ms": {k: _most([r.get("poll_ms", {}).get(k) for r in reports.values()]) for k in ("median", "p99",
-                                                                                                  "max")},
-        "realtime": all(r.get("realtime") for r in reports.values()),
-        "detect": "/".join(sorted({r.get("detect", "poll") for r in reports.values()})),
-        "reaction_ms": {k: _most([r.get("reaction_ms", {}).get(k) for r in reports.values()])
-                        for k in ("median", "p99", "max")},
-        "headroom_covers_ms": _most([r.get("headroom_covers_ms") for r in reports.values()]),
-        "agent_cpu_share": max(shares) if shares else None,
-        "pauses_by_tier": tiers,
-        "ports": {k: v for r in reports.values() for k, v in r["ports"].items()},
-        "queues": {k: v for r in reports.values() for k, v in r["queues"].items()},
-        "samples": samples,
-        "by_server": {name: {k: r[k] for k in ("polls", "poll_period_ms", "agent_cpu_share")}
-                      for name, r in reports.items()},
-        "by_server_remote": {name: {k: v for k, v in r["remote"].items() if k != "one_way_ms"}
-                             for name, r in reports.items() if "remote" in r},
-        "between_servers": {
-            **{k: sum(r[k] for r in remote) for k in ("sent", "received", "rejected", "expired")},
-            "one_way_ms": {"n": len(one_way), **spread(one_way)} if one_way else None},
-    }
-
-
-class PauseFrames:
-    """802.1Qbb frames on a raw socket of the root namespace (where every switch port lives)."""
-
-    def __init__(self):
-        import socket
-
-        from scapy.contrib.mac_control import MACControlClassBasedFlowControl
-        from scapy.layers.l2 import Ether
-
-        def frame(prio: int, quanta: int) -> bytes:
-            return bytes(Ether(dst="01:80:c2:00:00:01", src="02:00:00:ff:ff:fe", type=0x8808)
-                         / MACControlClassBasedFlowControl(**{f"c{prio}_enabled": 1, f"c{prio}_pause_time": quanta}))
-
-        self._bytes = {(prio, pause): frame(prio, 0xFFFF if pause else 0) for prio in range(8)
-                       for pause in (True, False)}
-        self._sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-
-    def send(self, ifname: str, priority: int, pause: bool) -> None:
-        try:
-            self._sock.sendto(self._bytes[priority, pause], (ifname, 0))
-        except OSError as exc:  # a port going away mid-run is not worth stopping the agent for
-            log.debug("PFC frame on %s: %s", ifname, exc)

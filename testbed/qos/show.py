@@ -18,7 +18,7 @@ from topos.inputs import write_file
 
 from .kqueues import QueueMaps
 from .netlink import dumper_in
-from .pfc import queue_key
+from .ports import queue_key
 from .spec import class_of_minor, lossless_class
 
 

@@ -14,7 +14,7 @@ from testbed.cluster.pauses import start_agent
 from testbed.cluster.placement import place
 from testbed.experiment.measure import StreamSpec, run_streams
 from testbed.net.network import Network
-from testbed.qos.pfc import merge_reports
+from testbed.qos.pfc_report import merge_reports
 from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import QosSpec
 from topos import build

@@ -15,7 +15,7 @@ import pytest
 
 from testbed.cluster.pauses import MAC_BYTES, start_agent
 from testbed.cluster.placement import place
-from testbed.qos.pfc import merge_reports
+from testbed.qos.pfc_report import merge_reports
 from testbed.qos.ports import egress_ports, resolve
 from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import QosSpec, port_plan

@@ -149,7 +149,7 @@ def test_tcp_counters_are_read_from_the_namespaces_proc_files():
 
 
 def test_pfc_pause_times_are_the_fabrics_and_its_poll_figures_the_emulators():
-    from testbed.qos.pfc import in_fabric_time
+    from testbed.qos.pfc_report import in_fabric_time
 
     wall = {"by_priority": {"3": {"pause_events": 4, "paused_s": 2.0, "drops": 0}},
             "pauses_by_tier": {"tor": {"pause_events": 4, "paused_s": 2.0, "ports_paused": 1}},
