@@ -180,15 +180,21 @@ static __always_inline void read_queue(struct Qdisc *root, __u32 port, __u32 pri
 	}
 }
 
-/* Every watched lossless queue of the root's port, after a packet went in or out of it. */
-static __always_inline void port_changed(struct Qdisc *root)
+/* The watched port a qdisc of the machine belongs to, or NULL. */
+static __always_inline __u32 *port_of(struct Qdisc *q)
 {
-	struct net_device *dev = BPF_CORE_READ(root, dev_queue, dev);
+	struct net_device *dev = BPF_CORE_READ(q, dev_queue, dev);
 	struct port_key key = {
 		.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum),
 		.ifindex = BPF_CORE_READ(dev, ifindex),
 	};
-	__u32 *port = bpf_map_lookup_elem(&ports, &key);
+	return bpf_map_lookup_elem(&ports, &key);
+}
+
+/* Every watched lossless queue of the root's port, after a packet went in or out of it. */
+static __always_inline void port_changed(struct Qdisc *root)
+{
+	__u32 *port = port_of(root);
 	if (!port)
 		return;
 	__u32 p = *port;
@@ -220,12 +226,7 @@ int BPF_PROG(on_dequeue, struct Qdisc *root, const struct netdev_queue *txq, int
  * forgotten, to be found again under the root by the next packet. */
 static __always_inline void leaf_emptied(struct Qdisc *q, bool destroyed)
 {
-	struct net_device *dev = BPF_CORE_READ(q, dev_queue, dev);
-	struct port_key key = {
-		.netns = BPF_CORE_READ(dev, nd_net.net, ns.inum),
-		.ifindex = BPF_CORE_READ(dev, ifindex),
-	};
-	__u32 *port = bpf_map_lookup_elem(&ports, &key);
+	__u32 *port = port_of(q);
 	if (!port)
 		return;
 	__u32 p = *port;
