@@ -102,8 +102,8 @@ class PfcAgent:
         self.state_file = state_file
         self.host_every = host_every  # host queues pause nobody: sampled every Nth poll, for depth only
         self.priorities = [c.priority for c in shaper.spec.lossless]
-        self.queues: dict[tuple[str, int], QueueState] = {}
-        self.pauses: dict[tuple[str, int], PauseState] = {}
+        self.queues: dict[Key, QueueState] = {}
+        self.pauses: dict[Key, PauseState] = {}
         # every port this agent may pause: its own, and (over several servers) the others' it has a link to
         self.all_ports = shaper.ports | (remote.ports if remote is not None else {})
         by_node: dict[str, list[Port]] = {}
