@@ -237,13 +237,14 @@ class BpfObject:
         prog = self._lib.bpf_object__find_program_by_name(self._obj, program.encode())
         if not prog:
             raise KeyError(f"no program {program!r} in the BPF object")
-        fd = -errno.EINVAL if not tcx else in_netns(
-            netns, lambda: self._lib.bpf_link_create(self._lib.bpf_program__fd(prog), ifindex, ATTACH_TCX_EGRESS, None))
-        if fd >= 0:
-            self._fds.append(fd)
-            return
-        if -fd != errno.EINVAL:  # EINVAL: no tcx in this kernel (an attach type it does not know)
-            raise BpfUnavailable(f"attaching {program} on interface {ifindex}: {os.strerror(-fd)}")
+        if tcx:
+            fd = in_netns(netns, lambda: self._lib.bpf_link_create(self._lib.bpf_program__fd(prog), ifindex,
+                                                                   ATTACH_TCX_EGRESS, None))
+            if fd >= 0:
+                self._fds.append(fd)
+                return
+            if -fd != errno.EINVAL:  # EINVAL: no tcx in this kernel (an attach type it does not know)
+                raise BpfUnavailable(f"attaching {program} on interface {ifindex}: {os.strerror(-fd)}")
         self._attach_clsact(prog, program, ifindex, netns)
 
     def _attach_clsact(self, prog: int, program: str, ifindex: int, netns: str | None) -> None:
