@@ -210,9 +210,8 @@ class Network:
             log.info("%s", self.scale_choice.why())
         spec = resolve(spec, self.topo, scale, self._kernel_reaction_ms(spec))
         self.qos_spec = spec
-        crossing = frozenset(l.name for l in self.cluster.placement.crossing) if self.cluster else frozenset()
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
-                             ifname_of=self.intf_name, crossing=crossing)
+                             ifname_of=self.intf_name, crossing=self.crossing_links())
         require_queues_fit(ports, spec)  # scale auto is known only now; nothing is shaped yet
         summary, short = headroom_lines(ports, spec)
         for line in summary:
@@ -238,6 +237,11 @@ class Network:
             self.pfc.start()
             stages.reached("qos.pfc")
         self.timings["qos_s"] = time.monotonic() - t
+
+    def crossing_links(self) -> frozenset[str]:
+        """The links between servers (none on one machine): a pause toward their far end is a message, and the
+        lossless headroom takes their ingress for that long too."""
+        return frozenset(l.name for l in self.cluster.placement.crossing) if self.cluster else frozenset()
 
     def _kernel_reaction_ms(self, spec: QosSpec) -> float | None:
         """What the headroom covers when the PFC agent will act on kernel events (this machine's measured reaction,

@@ -25,6 +25,18 @@ DSCP26 = 26 << 2
 PPS = 1340
 
 
+class SplitNetwork(Network):
+    """One machine's network whose lossless headroom is planned as the two servers' would be: the links between
+    them take a pause message's delay (pfc.remote_ms) on top of the reaction."""
+
+    def __init__(self, topo, crossing: frozenset[str], **kw):
+        self._crossing = crossing
+        super().__init__(topo, **kw)
+
+    def crossing_links(self) -> frozenset[str]:
+        return self._crossing
+
+
 class ServerShare:
     """One server's share of the network's shaped ports: what a server agent's own Shaper holds there."""
 
@@ -48,7 +60,7 @@ def test_pauses_cross_between_two_servers_agents_and_nothing_is_lost(no_leftover
     assert {placement.server_of[h] for h in ("h0", "h4")} == {"a", "b"}
     specs = [StreamSpec(src=f"h{i}", dst="h4", sport=6000 + i, dport=7000, pps=PPS, duration=3, size=1400,
                         stream=i, tos=DSCP26) for i in range(4)]  # see PPS
-    with Network(topo, qos=QosSpec()) as net:
+    with SplitNetwork(topo, frozenset(l.name for l in placement.crossing), qos=QosSpec()) as net:
         net.pfc.stop()  # the one-machine agent makes way for one per server
         net.pfc.close()
         net.pfc = None
