@@ -167,7 +167,11 @@ def test_calibrate_measures_the_emulators_own_time_per_op_and_per_step(tmp_path,
     one, ring, full = floor["points"]
     assert (one["op"], one["steps"], ring["op"], ring["steps"]) == ("sendrecv", 1, "allreduce", 14)
     assert (full["op"], full["steps"], full["frames"]) == ("allreduce", 14, True)
-    assert 0 <= floor["frame_s"] < 0.006, floor
+    assert floor["frame_s"] >= 0, floor
+    # A frame stored whole at every hop would add 12 ms to each step of every op, the median op's too; the kept
+    # quantile of 6 frame ops is their slowest, which one op slowed by the machine moves (6.2 ms once in CI)
+    frames_per_step = (full["median_s"] - ring["median_s"]) / full["steps"]
+    assert frames_per_step < 0.006, floor
     assert 0 < one["q_s"] < ring["q_s"] < 1.0, floor  # a ring's 14 dependent steps take longer than one
     assert floor["per_step_s"] == pytest.approx((ring["q_s"] - one["q_s"]) / 13, abs=1e-5) and floor["base_s"] >= 0
     assert "budget_bps" not in saved  # only the floor was measured
