@@ -12,6 +12,7 @@ Nothing here touches the system; the transport's choice reads the capability pro
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from traffic.transports import choose
 
 from .failures import Event, expand, host_links_down_in_any_rep
 from .jobs import Auto, Item, Job, Workloads, channels_of, jobs, resolve_auto
-from .spec import GRAY, Experiment, check_against
+from .spec import GRAY, CollectiveSpec, Experiment, check_against
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +117,14 @@ def quick(exp: Experiment, keep_traffic: bool = False) -> Experiment:
     An experiment with scheduled failures keeps its traffic: its failures are timed against it, and a
     shrunken job could end before the first one fires (a single-ToR job would then not halt). So does each
     variant of an experiment where some variant has failures (`keep_traffic`): a variant without them is the
-    healthy run the others are measured against.
+    healthy run the others are measured against. Its `quick_iters`, where the file gives it, caps the
+    iterations only (the author knows when the last failure fires).
     """
     if exp.failures or exp.random_failures or keep_traffic:
-        return exp.model_copy(update={"repetitions": 1})
+        if exp.quick_iters is None:
+            return exp.model_copy(update={"repetitions": 1})
+        n = exp.quick_iters
+        return _shrink(exp, lambda c: c.model_copy(update={"iters": min(c.iters, n)}), lambda k: min(k, n))
     if exp.campaign is not None:  # its jobs run until its last outage is repaired: fewer outages, same traffic
         return exp.model_copy(update={"repetitions": 1, "campaign": exp.campaign.model_copy(
             update={"outages": min(exp.campaign.outages, QUICK_OUTAGES)})})
@@ -128,13 +133,20 @@ def quick(exp: Experiment, keep_traffic: bool = False) -> Experiment:
         sizes = [max(1, n // 4) for n in c.sizes]
         return c.model_copy(update={"size": sizes if isinstance(c.size, list) else sizes[0], "iters": min(c.iters, 2)})
 
-    def small_job(j):
-        if j.collective is not None:
-            return j.model_copy(update={"collective": small(j.collective)})
-        return j.model_copy(update={"workload": j.workload.model_copy(
-            update={"iterations": min(j.workload.iterations, 2)})})
+    return _shrink(exp, small, lambda k: min(k, 2))
 
-    upd: dict = {"repetitions": 1, "jobs": [small_job(j) for j in exp.jobs]}
+
+def _shrink(exp: Experiment, collective: Callable[[CollectiveSpec], CollectiveSpec],
+            iterations: Callable[[int], int]) -> Experiment:
+    """One repetition, each collective (a job's or the workload's) through `collective`, each job's workload
+    file to `iterations` of its training iterations."""
+    def job(j):
+        if j.collective is not None:
+            return j.model_copy(update={"collective": collective(j.collective)})
+        return j.model_copy(update={"workload": j.workload.model_copy(
+            update={"iterations": iterations(j.workload.iterations)})})
+
+    upd: dict = {"repetitions": 1, "jobs": [job(j) for j in exp.jobs]}
     if exp.workload is not None and exp.workload.collective is not None:
-        upd["workload"] = exp.workload.model_copy(update={"collective": small(exp.workload.collective)})
+        upd["workload"] = exp.workload.model_copy(update={"collective": collective(exp.workload.collective)})
     return exp.model_copy(update=upd)

@@ -330,6 +330,9 @@ class Experiment(_Strict):
     resilience: ResilienceSpec = Field(default_factory=ResilienceSpec,
                                        description="what a failure costs a job: watchdog, restart, checkpoints")
     repetitions: int = Field(1, ge=1, le=100, description="runs of every variant, with seeds seed, seed+1, ...")
+    quick_iters: int | None = Field(None, ge=1, le=10_000, description="with failures scheduled, the iterations "
+                                    "--quick keeps of each collective at full size (default: all; the failures are "
+                                    "timed against them, so keep enough for the last one to fire)")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seeds hashing, random failures and campaigns")
     horizon_s: float = Field(30.0, gt=0, le=DAY_S, description="how far ahead random failures are drawn")
     step_timeout_s: float = Field(60.0, gt=0, le=3600, description="a step stalled this long means the job halted")

@@ -131,6 +131,18 @@ def test_quick_keeps_the_traffic_that_failures_are_timed_against():
     assert q.workload.collective == exp.workload.collective  # 6 iterations: the failure at 5 s falls inside
 
 
+def test_quick_iters_caps_only_the_iterations_of_a_failure_experiment():
+    from testbed.experiment.planning import plan, quick
+
+    exp = load(EXPERIMENTS / "gray_failures.yaml")
+    assert exp.quick_iters == 2 and exp.workload.collective.iters == 4
+    q = quick(exp)
+    assert q.failures == exp.failures and q.workload.collective.size == exp.workload.collective.size
+    assert q.workload.collective.iters == 2
+    # every variant, the healthy one without failures too: it is what the others are measured against
+    assert {p.exp.workload.collective.iters for p in plan(exp, EXPERIMENTS, reduced=True)} == {2}
+
+
 def test_a_link_can_be_named_by_the_pair_of_nodes_it_joins(tmp_path):
     topo = build("hpn")
     exp = load(write(tmp_path, BASE + (
