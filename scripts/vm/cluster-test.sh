@@ -44,9 +44,11 @@ pids=()
 cleanup() {  # our qemu processes and overlays, also on Ctrl-C
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   rm -f "$out"/s?/overlay.qcow2 "$out"/id_cluster "$out"/s?/id_cluster  # the logs stay, the run's private key not
+  bpf_cache_out "$out/s1" "$out/s2"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+bpf_cache_in "$out/s1" "$out/s2"
 boot() {  # NAME, then the cluster NIC's socket option
   local s=$1 sock=$2
   vm_start "$img" "$out/$s" 1 "${HPNLAB_VM_MEM:-2048}" \
@@ -55,11 +57,18 @@ boot() {  # NAME, then the cluster NIC's socket option
 }
 log "booting s2 (server) and s1 (master) with $accel; cable: 127.0.0.1:$port"
 boot s2 "listen=127.0.0.1:$port"
-for _ in $(seq 300); do [ -e "$out/s2/ready" ] && break; kill -0 "${pids[0]}" 2>/dev/null || break; sleep 1; done
-[ -e "$out/s2/ready" ] || { log "s2 did not come up (see $out/s2/console.log)"; tail -20 "$out/s2/console.log"; exit 5; }
-t1=$(date +%s)
-log "s2 up in $(( t1 - t0 )) s"
+# s1 boots as soon as s2's end of the cable listens: the two boots overlap (a CPU each), and s1's tests start
+# once every server answers over SSH (guest-cluster.sh waits up to 300 s; s2's sshd starts when it is ready)
+for _ in $(seq 100); do
+  ss -Hltn "sport = :$port" | grep -q . && break
+  kill -0 "${pids[0]}" 2>/dev/null || break
+  sleep 0.1
+done
+ss -Hltn "sport = :$port" | grep -q . || { log "s2's qemu does not listen on $port (see $out/s2/console.log)"; exit 5; }
 boot s1 "connect=127.0.0.1:$port"
+( for _ in $(seq 300); do [ -e "$out/s2/ready" ] && { log "s2 up in $(( $(date +%s) - t0 )) s"; exit 0; }; sleep 1; done
+  log "s2 did not come up in 300 s (see $out/s2/console.log)" ) &
+pids+=("$!")  # the watcher above: ended with the VMs
 tail -n +1 -f --pid="${pids[1]}" "$out/s1/console.log" &
 # waited on in the background: bash runs the TERM trap (and so the cleanup) only between commands
 timeout "${HPNLAB_CLUSTER_TIMEOUT:-2400}" tail --pid="${pids[1]}" -f /dev/null &

@@ -56,5 +56,5 @@ fi
 echo "[cluster] $name: every server answers; running tests/cluster"
 args=(tests/cluster)
 [ -s "$out/pytest-args" ] && mapfile -t args <"$out/pytest-args"
-HPNLAB_CLUSTER="$out/cluster.yaml" .venv/bin/python -m pytest -v -s -p no:cacheprovider \
+HPNLAB_CLUSTER="$out/cluster.yaml" .venv/bin/python -m pytest -v -s -p no:cacheprovider --durations=0 \
   --junitxml="$out/junit.xml" "${args[@]}"

@@ -63,7 +63,7 @@ PY
 fi
 args=(tests/vm)
 [ -s "$out/pytest-args" ] && mapfile -t args <"$out/pytest-args"
-.venv/bin/python -m pytest -v -s -p no:cacheprovider --junitxml="$out/junit.xml" "${args[@]}"
+.venv/bin/python -m pytest -v -s -p no:cacheprovider --durations=0 --junitxml="$out/junit.xml" "${args[@]}"
 rc=$?
 keep_bpf
 .venv/bin/hpnlab doctor >"$out/doctor.txt" 2>&1

@@ -18,18 +18,12 @@ out="$here/results/vm-$(date -u +%Y%m%d-%H%M%S)"
 mkdir -p "$out"
 [ "$#" -gt 0 ] && printf '%s\n' "$@" >"$out/pytest-args"  # one argument per line
 overlay="$out/overlay.qcow2"  # the cached image stays pristine; the run writes here
-# The guest's BPF objects, kept between boots beside the image (guest-run.sh hands them in and out); a key
-# not rebuilt for 30 days is dropped (a cache: at worst it is built again).
-bpf_keep="${HPNLAB_VM_CACHE:-/var/cache/hpnlab/vm}/guest-bpf"
-mkdir -p "$bpf_keep" "$out/bpf-cache"
-find "$bpf_keep" -mindepth 1 -maxdepth 1 -type d -mtime +30 -exec rm -rf {} +
-cp -a "$bpf_keep/." "$out/bpf-cache/"
+bpf_cache_in "$out"
 qemu_pid=
 cleanup() {
   [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null && wait "$qemu_pid" 2>/dev/null
   rm -f "$overlay"
-  cp -a "$out/bpf-cache/." "$bpf_keep/" 2>/dev/null || true
-  rm -rf "$out/bpf-cache"
+  bpf_cache_out "$out"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

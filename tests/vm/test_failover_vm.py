@@ -55,10 +55,11 @@ def test_rdma_rides_through_a_fabric_links_failure(tmp_path):
     # its repair at 4 s both fall inside the first op, and four took 8 minutes. A fifth of the bytes: at 40 GB
     # the VM's CPU ran out (idle 0%), the PFC agent went unheard for 2.3 s and the lossless class dropped 1,393
     # frames, which rxe resends from the lost one on: 465 s of traffic, 532-678 s for the test (CI past 60
-    # minutes); at 8 GB dilation auto takes D = 4 and the test took 362 s
+    # minutes); at 8 GB dilation auto took D = 4 (48.5 s of traffic in 194 s), at 4 GB D = 8 (18.7 s in 150 s):
+    # the rest of the test's 370 s is the network and its soft-RoCE devices coming up under TCG
     text = SPEC.replace("routing: ecmp", "routing: ecmp\ntransport: rdma").replace("iters: 4", "iters: 1")
-    text = text.replace("size: 40GB", "size: 8GB")
-    assert "size: 8GB" in text and "iters: 1" in text, "failover.yaml changed: see the sizes above"
+    text = text.replace("size: 40GB", "size: 4GB")
+    assert "size: 4GB" in text and "iters: 1" in text, "failover.yaml changed: see the sizes above"
     text = "\n".join(line for line in text.splitlines() if "h5:nic0:p0" not in line) + "\n"
     r, run = hpnlab_run(tmp_path, text)
     assert r.returncode == 0 and run is not None, (r.stdout + r.stderr)[-3000:]
