@@ -79,9 +79,9 @@ class ControllerProcess:
         self._log = open_output(self.log_path, "controller log")
         for _ in range(3):  # a port picked free can be taken before the controller binds it; it then exits 2
             self.of_port, rest_port = free_ports(2)
-            self.proc = subprocess.Popen(self._command(topo_file, rest_port), env=self._env(topo_file, rest_port),
-                                         cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-            owner.process(self.proc.pid, "hpnlab controller")
+            self.proc = owner.spawn(self._command(topo_file, rest_port), "hpnlab controller",
+                                    env=self._env(topo_file, rest_port), cwd=ROOT, stdout=self._log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
             self.client = ControllerClient(rest_port, token)
             if self._listening(deadline=time.monotonic() + 30):
                 return self.of_port

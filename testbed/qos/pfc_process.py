@@ -83,10 +83,9 @@ class PfcProcess:
                             spec.pfc.reaction_ms, spec.pfc.poll_ms)
             spec = spec.model_copy(update={"pfc": spec.pfc.model_copy(update={"detect": "poll"})})
         handoff = self.kernel.handoff() if self.kernel is not None else None
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = self.owner.spawn(
+            [sys.executable, "-m", __name__], "hpnlab PFC agent", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             pass_fds=[handoff["queues_fd"], handoff["events_fd"]] if handoff else [], start_new_session=True)
-        self.owner.process(self.proc.pid, "hpnlab PFC agent")
         ready = self._call({"ports": ports_to_json(list(self.shaper.ports.values())),
                             "spec": spec.model_dump(mode="json"),
                             "state_file": None if self.state_file is None else str(self.state_file),

@@ -208,6 +208,26 @@ class Ownership:
                                           | ({"netns": True} if netns else {}))
             self._save()
 
+    def spawn(self, args: list[str], what: str, **popen_kw) -> subprocess.Popen:
+        """Start a process that runs only once it is recorded: it waits on a pipe until its record is written,
+        and exits without running if this process dies first (CI: a kill -9 landing between a controller's start
+        and its record left the controller behind, where `hpnlab clean` could not prove it ours)."""
+        gate_r, gate_w = os.pipe()  # both ends not inheritable (PEP 446); only the child's copy of gate_r is
+        gate = ["/bin/bash", "-c", f'read -r -u {gate_r} _ || exit 70; exec {gate_r}<&- "$@"', "gate", *args]
+        try:
+            proc = subprocess.Popen(gate, pass_fds=(*popen_kw.pop("pass_fds", ()), gate_r), **popen_kw)
+        finally:
+            os.close(gate_r)
+        try:
+            self.process(proc.pid, what)
+            os.write(gate_w, b"\n")
+        except BaseException:
+            proc.kill()
+            raise
+        finally:
+            os.close(gate_w)
+        return proc
+
     def owner_alive(self) -> bool:
         return alive(self.data["owner_pid"], self.data.get("owner_start"))
 

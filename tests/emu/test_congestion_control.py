@@ -45,12 +45,13 @@ def incast(cc: str, qos: QosSpec | None = None, seconds: float = SECONDS) -> dic
     depths = {k: sorted(s["backlog"].get(k, 0) for s in report["samples"])
               for k in ("tor-p0-s1-r0-a:1/p3", "tor-p0-s1-r0-b:1/p3")}
     out["median_depth"] = max(d[len(d) // 2] for d in depths.values())
+    out["p90_depth"] = max(d[len(d) * 9 // 10] for d in depths.values())
     out["pauses"] = sum(t["pause_events"] for t in report["pauses_by_tier"].values())
     out["paused_s"] = sum(t["paused_s"] for t in report["pauses_by_tier"].values())
     return out
 
 
-def test_dctcp_holds_the_queue_at_k_where_plain_tcp_fills_it_to_xoff(no_leftovers):
+def test_dctcp_holds_the_queue_at_k_below_where_plain_tcp_stands(no_leftovers):
     plain, dctcp = incast("none"), incast("dctcp")
     print({"none": plain, "dctcp": dctcp})
     assert plain["marks"] is None and dctcp["registered"]
@@ -68,16 +69,14 @@ def test_dctcp_holds_the_queue_at_k_where_plain_tcp_fills_it_to_xoff(no_leftover
     assert not dctcp["published_after_stop"]
     assert dctcp["cc"]["marked_windows"] > 0 and dctcp["cc"]["mean"] > 0
     # the senders' windows fell with the marks: the queue sits at K (a few frames of slack: userspace OVS
-    # delivers in batches), where plain TCP fills it until PFC pauses (measured: 22.7 KB against 42 KB, 0
-    # pauses against 42)
+    # delivers in batches) and 9 samples in 10 below where plain TCP's stands half the time. Plain TCP's depth
+    # swings from run to run (medians 41-83 KB, 0-323 pause events, 0-8.3 port-seconds paused, measured); DCTCP's
+    # does not (medians 22.7-24.2 KB, 90th percentile 28.8 KB, 0-7 pause events from its first windows, before
+    # any mark is back). So plain TCP's pauses are reported, not compared: once in CI it never reached XOFF.
     k = dctcp["xoff"] // 4  # DCTCP's marking threshold K
-    assert dctcp["median_depth"] <= k + 4 * 1514 and dctcp["median_depth"] < plain["median_depth"], (k, dctcp,
-                                                                                                     plain)
-    # time paused, not pause events: plain TCP holds its ports paused (0.8-1.0 s of 6 over 21-35 events, measured
-    # here), DCTCP none; once in a CI rehearsal both counted 7 events (DCTCP's from its first windows, before the
-    # marks), which said nothing about how long the queue stood at XOFF
-    assert dctcp["paused_s"] < plain["paused_s"] / 2, (dctcp["paused_s"], plain["paused_s"], dctcp["pauses"],
-                                                       plain["pauses"])
+    assert dctcp["median_depth"] <= k + 4 * 1514 and dctcp["p90_depth"] < plain["median_depth"], (k, dctcp, plain)
+    assert dctcp["paused_s"] < 0.1 * SECONDS, (dctcp["paused_s"], dctcp["pauses"], plain["paused_s"],
+                                               plain["pauses"])
     assert dctcp["drops"] == plain["drops"] == 0
     assert dctcp["goodput_bps"] >= 0.85 * dctcp["bottleneck_bps"]
     # the congestion control went with the network (no_leftovers checks it too)

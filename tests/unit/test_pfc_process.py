@@ -12,11 +12,14 @@ from testbed.experiment.fidelity import verdict
 from testbed.qos.pfc_process import PfcProcess
 from testbed.qos.shaper import Shaper
 from testbed.qos.spec import QosSpec
+from testbed.system.ownership import Ownership
 
 QUIET = [{"cpu_idle": 0.4, "steal": 0.0, "ovs_thread": 0.3}]
 
 
 class _Owner:
+    spawn = Ownership.spawn  # the run's gate: the process runs once recorded, here in a list
+
     def __init__(self):
         self.processes: list[tuple[int, str]] = []
 
