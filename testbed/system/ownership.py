@@ -212,18 +212,15 @@ class Ownership:
         """Start a process that runs only once it is recorded: it waits on a pipe until its record is written,
         and exits without running if this process dies first (CI: a kill -9 landing between a controller's start
         and its record left the controller behind, where `hpnlab clean` could not prove it ours)."""
-        gate_r, gate_w = os.pipe()  # both ends not inheritable (PEP 446); only the child's copy of gate_r is
+        gate_r, gate_w = os.pipe()  # neither end inheritable (PEP 446): pass_fds hands the child gate_r alone
         gate = ["/bin/bash", "-c", f'read -r -u {gate_r} _ || exit 70; exec {gate_r}<&- "$@"', "gate", *args]
         try:
             proc = subprocess.Popen(gate, pass_fds=(*popen_kw.pop("pass_fds", ()), gate_r), **popen_kw)
         finally:
             os.close(gate_r)
-        try:
+        try:  # if the record fails, the pipe closes unwritten and the child ends without running
             self.process(proc.pid, what)
             os.write(gate_w, b"\n")
-        except BaseException:
-            proc.kill()
-            raise
         finally:
             os.close(gate_w)
         return proc
