@@ -146,6 +146,7 @@ class Injector:
         self.events = events
         self.clock = clock or Clock()
         self.log: list[dict] = []
+        self._storming: set[str] = set()  # host links whose NIC pauses its ToR now (pfc_storm)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -175,6 +176,12 @@ class Injector:
             self.net.gray.set_loss(link, ev.gray[1])
         elif ev.gray[0] == "degrade":
             self.net.gray.set_rate(link, ev.gray[1])
+        elif ev.gray[0] == "pfc_storm":
+            self.net.pfc_storm(link, True)
+            self._storming.add(link)
+        elif link in self._storming:  # restore: the storm ends (the agent's watchdog restores what it mitigated)
+            self._storming.discard(link)
+            self.net.pfc_storm(link, False)
         else:
             self.net.gray.restore(link)
 

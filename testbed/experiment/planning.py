@@ -91,8 +91,8 @@ def plan_variant(label: str, exp: Experiment, base: Path, cluster: ClusterSpec |
 def _refuse_gray_on_a_cluster(exp: Experiment, cluster: ClusterSpec | None) -> None:
     gray = [f.action for f in exp.failures if f.action in GRAY]
     if cluster is not None and gray:
-        raise InputError("a lossy or degraded link is set on the link's two shaped ports, which must be on this "
-                         "server", "run it on one server (leave --cluster out)", field="failures[].action",
+        raise InputError("a lossy, degraded or storming link is set on the link's two shaped ports, which must be "
+                         "on this server", "run it on one server (leave --cluster out)", field="failures[].action",
                          value=gray[0])
 
 

@@ -28,7 +28,18 @@ def pfc_lines(runs: list[Run]) -> list[str]:
         lines.append(f"| {r.variant} #{r.repetition} | {sum(t['pause_events'] for t in by.values()):,} | "
                      + " | ".join(cells) + " |")
     lines += ["", *(reaction_line(r) for r in rows)]
+    lines += [watchdog_line(r) for r in rows if "watchdog" in r.pfc]
     return lines
+
+
+def watchdog_line(r: Run) -> str:
+    """What the PFC watchdog did in a run: storms detected, how long they were mitigated, on which queues."""
+    wd = r.pfc["watchdog"]
+    head = f"PFC watchdog ({wd['action']}), {r.variant} #{r.repetition}:"
+    if not wd["storms"]:
+        return f"{head} no storm"
+    queues = ", ".join(f"{k} ({q['storms']}x, {q['storm_s']:g} s)" for k, q in wd["queues"].items())
+    return f"{head} {wd['storms']} storm(s), {wd['storm_s']:g} s mitigated (fabric time): {queues}"
 
 
 def reaction_line(r: Run) -> str:

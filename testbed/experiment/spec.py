@@ -185,14 +185,16 @@ class JobSpec(_Strict):
         return self
 
 
-GRAY = ("lossy", "degrade", "restore")  # a link that keeps running: losing frames, slower, or well again
+# a link that keeps running: losing frames, slower, its host NIC pausing it for good, or well again
+GRAY = ("lossy", "degrade", "pfc_storm", "restore")
 
 
 class FailureSpec(_Strict):
     at: float = Field(ge=0, le=DAY_S, description="when, in seconds of the fabric's time after the traffic starts")
-    action: Literal["down", "up", "flap", "lossy", "degrade", "restore"] = Field(
+    action: Literal["down", "up", "flap", "lossy", "degrade", "pfc_storm", "restore"] = Field(
         "down", description="down, up, flap (down and up every period), lossy (loses frames), degrade (a lower "
-                            "rate), restore (a lossy or degraded link well again)")
+                            "rate), pfc_storm (the host NIC on the link pauses its ToR for good: a stuck NIC; "
+                            "needs PFC), restore (the link well again)")
     link: str | None = Field(None, max_length=128, description="the link, by one end's port: h3:nic0:p0 (a host "
                              "port) or t0-a1 (two switches)")
     node: str | None = Field(None, max_length=64, description="a switch that fails whole: every link of it goes "
@@ -375,6 +377,10 @@ class Experiment(_Strict):
             if self.scheduler == "crux" and j.priority != "lossless":
                 raise InputError("with scheduler crux the scheduler gives each job its lossless priority",
                                  "leave priority out", field=f"jobs[{i}].priority", value=j.priority)
+        storm = next((f for f in self.failures if f.action == "pfc_storm"), None)
+        if storm is not None and not self.qos.pfc.enabled:
+            raise InputError("a pause storm needs PFC", "leave qos.pfc.enabled out (or true)",
+                             field="failures[].action", value=storm.action)
         if self.scheduler == "crux" and len(self.jobs) < 2:
             raise InputError("the crux scheduler orders several jobs", "give two or more jobs:",
                              field="scheduler", value=self.scheduler)
@@ -540,6 +546,9 @@ def check_against(exp: Experiment, topo) -> None:
                 raise InputError(e.what, e.fix, field=f"failures[{i}].link", value=f.link) from None
             if f.action == "degrade":
                 check_degraded_rate(link, f.rate_gbps, f"failures[{i}].rate_gbps")
+            if f.action == "pfc_storm" and link.kind != "host-tor":
+                raise InputError("a pause storm comes from a host NIC", "name a host link, e.g. h3:nic0:p0",
+                                 field=f"failures[{i}].link", value=f.link)
         elif f.node not in topo.nodes or topo.nodes[f.node].role == "host":
             raise InputError("no such switch", "use a switch name from 'hpnlab topo export'",
                              field=f"failures[{i}].node",

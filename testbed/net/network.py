@@ -430,6 +430,18 @@ class Network:
         if self.steered:
             self.steering.follow(self.controller, seen)
 
+    def pfc_storm(self, name: str, on: bool) -> None:
+        """The host NIC port on link `name` starts (`on`) or stops sending PAUSE for good, as a stuck NIC does: its
+        ToR's port toward it is held paused in every lossless priority (the PFC agent plays the NIC)."""
+        link = self.find_link(name)
+        if self.pfc is None or self.cluster is not None or link.kind != "host-tor":
+            raise RuntimeError("a pause storm is a host link's, with PFC on, on one server")
+        port = f"{link.b}:{link.b_port}"  # the ToR's egress toward the NIC: what the NIC's pauses stop
+        if port not in self.qos.ports:
+            raise RuntimeError(f"{port} is not a shaped port of this network")
+        if not self.pfc.storm(port, on):
+            raise RuntimeError("the PFC agent's process is gone")
+
     def static_neighbours(self) -> None:
         self.hosts.static_neighbours()
 

@@ -110,20 +110,24 @@ class QdiscDumper:
         """Every qdisc of the namespace, or only those with this handle (the rest are not parsed)."""
         return [self._parse(*reply) for reply in self._replies(None if handle is None else frozenset((handle,)))]
 
-    def backlogs(self, handles: frozenset[int]) -> list[tuple[int, int, int, int]]:
-        """(ifindex, handle, backlog bytes, drops) of the qdiscs with these handles: the PFC agent's poll.
+    def backlogs(self, handles: frozenset[int]) -> list[tuple[int, int, int, int, int]]:
+        """(ifindex, handle, backlog bytes, drops, bytes sent) of the qdiscs with these handles: the PFC agent's
+        poll, and its watchdog's (a paused queue that sends nothing).
 
-        Reads only the queue statistics, with no objects per qdisc: at 64 hosts (2,050 qdiscs in the
+        Reads only the statistics, with no objects per qdisc: at 64 hosts (2,050 qdiscs in the
         root namespace, 512 of them lossless) this about halves the CPU of a poll against `dump`."""
         out = []
         for buf, start, end in self._replies(handles):
             for typ, a, b in _attrs(buf, start + _TCMSG.size, end):
                 if typ == TCA_STATS2:
+                    sent = backlog = drops = 0
                     for t2, c, _end in _attrs(buf, a, b):
                         if t2 == TCA_STATS_QUEUE:
                             _qlen, backlog, drops, _r, _o = _QUEUE.unpack_from(buf, c)
-                            out.append((_IFINDEX.unpack_from(buf, start + 4)[0],
-                                        _HANDLE.unpack_from(buf, start + 8)[0], backlog, drops))
+                        elif t2 == TCA_STATS_BASIC:
+                            sent, _packets = _BASIC.unpack_from(buf, c)
+                    out.append((_IFINDEX.unpack_from(buf, start + 4)[0], _HANDLE.unpack_from(buf, start + 8)[0],
+                                backlog, drops, sent))
                     break
         return out
 

@@ -59,8 +59,9 @@ from topos.inputs import write_file
 
 from .netlink import QdiscDumper, dumper_in
 from .pfc_frames import PauseFrames
-from .pfc_report import spread, tallies
+from .pfc_report import agent_report
 from .pfc_state import HeldElsewhere, Hold, Key, PauseState, QueueState
+from .pfc_storms import STUCK_PEER, StormGuard, StuckPeers
 from .ports import Port, queue_key
 from .shaper import Shaper, lossless_leaf
 
@@ -119,6 +120,10 @@ class PfcAgent:
         self._leaves = {lossless_leaf(prio): prio for prio in self.priorities}
         self._handles = frozenset(self._leaves)
         self._by_ifindex = {(p.netns, p.ifindex): p.key for p in shaper.ports.values()}
+        wd = self.spec.watchdog
+        self.guard = (StormGuard(shaper, wd.config(shaper.spec.dilated_by), self._by_ifindex, self._leaves)
+                      if wd.enabled else None)
+        self.stuck = StuckPeers()  # pause storms asked for (a stuck NIC), applied by the loop
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.frames_sent = 0
@@ -167,6 +172,8 @@ class PfcAgent:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self.guard is not None:
+            self.guard.stop(self.stopped_at)
         if self.kernel is not None:
             try:
                 self._final_drops()
@@ -249,6 +256,7 @@ class PfcAgent:
             changed: set[str] = set()
             for c in self.kernel.crossings():
                 self._crossing(c, changed)
+            self._storms(now, changed)
             if self.remote is not None:
                 if self.remote in ready:
                     self.take_remote()
@@ -286,7 +294,7 @@ class PfcAgent:
         for netns in {p.netns for p in self.shaper.ports.values()}:
             d = dumper_in(netns)
             try:
-                for ifindex, handle, _backlog, drops in d.backlogs(self._handles):
+                for ifindex, handle, _backlog, drops, _sent in d.backlogs(self._handles):
                     port = self._by_ifindex.get((netns, ifindex))
                     if port is not None:
                         self.queues[port, self._leaves[handle]].drops = drops
@@ -340,7 +348,7 @@ class PfcAgent:
         for netns, d in dumpers.items():
             if netns is not None and not include_hosts:
                 continue
-            for ifindex, handle, b, drops in d.backlogs(self._handles):
+            for ifindex, handle, b, drops, _sent in d.backlogs(self._handles):
                 port = self._by_ifindex.get((netns, ifindex))
                 if port is not None:
                     key = port, self._leaves[handle]
@@ -350,6 +358,7 @@ class PfcAgent:
             above = self.queues[key].level(b)
             if above is not None:
                 self._upstream(key, above, now, changed)
+        self._storms(now, changed)
         if self.remote is not None:
             self._say_remote(now, changed)
         if self.polls % 20 == 0:
@@ -357,6 +366,23 @@ class PfcAgent:
                                  "paused": sorted(queue_key(*k) for k in self.shaper.paused)})
             if self.state_file is not None:
                 self._write_state()
+
+    def _storms(self, now: float, changed: set[str]) -> None:
+        """Stuck peers asked for since the last pass (their pauses held or let go), then the watchdog's poll
+        when it is due."""
+        for port, on in self.stuck.taken():
+            if port not in self.shaper.ports:  # not ours: nothing to pause (the network names its own ports)
+                log.warning("PFC: a storm asked for on %s, not a port of this agent", port)
+                continue
+            for prio in self.priorities:
+                (self._hold if on else self._release)((port, prio), (STUCK_PEER, prio), now, changed)
+        if self.guard is not None and self.guard.due(now):
+            self.guard.tick(now, self.pauses)
+
+    def _gate(self, target: Key, paused: bool) -> None:
+        """Stop or resume a port's priority, unless the watchdog holds its gate (a storm, mitigated)."""
+        if self.guard is None or target not in self.guard.mitigated:
+            self.shaper.set_paused(*target, paused)
 
     def _upstream(self, key: Key, above: bool, now: float, changed: set[str]) -> None:
         """The queue `key` crossed XOFF (`above`: it holds its upstream paused) or XON (it lets go)."""
@@ -371,7 +397,7 @@ class PfcAgent:
                 self._frame(target, pause=True)
             changed.add(server)
         elif self.pauses[target].hold(by, now):
-            self.shaper.set_paused(*target, True)
+            self._gate(target, True)
             self._frame(target, pause=True)
 
     def _release(self, target: Key, by: Key, now: float, changed: set[str] | None = None) -> None:
@@ -381,7 +407,7 @@ class PfcAgent:
                 self._frame(target, pause=False)
             changed.add(server)
         elif self.pauses[target].release(by, now):
-            self.shaper.set_paused(*target, False)
+            self._gate(target, False)
             self._frame(target, pause=False)
 
     def _frame(self, target: tuple[str, int], pause: bool) -> None:
@@ -395,47 +421,9 @@ class PfcAgent:
     # -- reporting -------------------------------------------------------------------
     def report(self, since: float | None = None) -> dict:
         """Counters and the poll period's statistics (only polls after `since`, a monotonic time, if given:
-        the traffic's window, not the network's start-up)."""
-        periods = sorted(p for t, p in self.period_samples[1:] if since is None or t >= since)
-        now = self.stopped_at or time.monotonic()
-        last_poll = self.period_samples[-1][0] if self.period_samples else None  # when the last poll began
-        tiers, by_prio = tallies(self.pauses, self.queues, {k: p.role for k, p in self.shaper.ports.items()},
-                                 self.priorities)
-        return {
-            "priorities": self.priorities,
-            "by_priority": {str(p): {k: round(v, 4) for k, v in d.items()} for p, d in by_prio.items()},
-            "polls": self.polls,
-            # polls inside the traffic's window, and how long before this report the last one was: an agent
-            # that died or stalled must not read as one that saw empty queues (testbed/experiment/fidelity.py)
-            "polls_in_window": len(periods),
-            "last_poll_age_ms": None if last_poll is None else round((now - last_poll) * 1000, 3),
-            "error": self.error,
-            "pfc_frames_sent": self.frames_sent,
-            "poll_period_ms": {"configured": self.spec.poll_ms if self.detect == "poll" else KERNEL_WAKE_S * 1000,
-                               **spread(periods, 1000)},
-            # how long a poll itself took (netlink dumps wait for the kernel's rtnl lock): a gap with a long
-            # poll was the kernel's, one with a short poll was the scheduler's
-            "poll_ms": spread(sorted(d for t, d in self.poll_samples if since is None or t >= since), 1000),
-            "realtime": self.realtime,
-            # kernel: crossings seen per packet by BPF (poll_period_ms is then the gap between the agent's
-            # wake-ups: at least every KERNEL_WAKE_S, liveness only); poll: read every poll_ms
-            "detect": self.detect,
-            **({"detect_why": self.detect_why} if self.detect_why else {}),
-            # a crossing in the kernel to the upstream classes changed (kernel detection only)
-            "reaction_ms": spread(sorted(r for t, r in self.reactions if since is None or t >= since), 1000),
-            "headroom_covers_ms": self.spec.reaction_s() * 1000,  # of every ingress, beside an OVS batch
-            "agent_cpu_share": round(self.cpu_s / self.wall_s, 4) if self.wall_s else None,
-            "pauses_by_tier": tiers,
-            "ports": {queue_key(*k): {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
-                      for k, s in self.pauses.items() if s.events},
-            "queues": {queue_key(*k): {"max_backlog": q.max_backlog, "xoff_events": q.xoff_events, "drops": q.drops,
-                                       "xoff": q.plan.xoff, "headroom": q.plan.headroom, "host": q.port.is_host,
-                                       "ingress_Bps": q.plan.ingress, "ingress_links": q.plan.ingress_links}
-                       for k, q in self.queues.items() if q.max_backlog or q.drops},
-            # every 20th poll: lossless backlogs (non-zero ones) and the ports paused at that moment
-            "samples": [{"t": round(s["t"] - self.samples[0]["t"], 4), "backlog": s["backlog"],
-                         "paused": s["paused"]} for s in self.samples],
-        } | ({"remote": self.remote.report() | {"expired": self.expired}} if self.remote is not None else {})
+        the traffic's window, not the network's start-up): pfc_report.agent_report."""
+        configured = self.spec.poll_ms if self.detect == "poll" else KERNEL_WAKE_S * 1000
+        return agent_report(self, since, configured)
 
     def _write_state(self) -> None:
         state = {"paused": sorted(queue_key(*k) for k in self.shaper.paused),

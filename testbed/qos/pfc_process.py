@@ -20,6 +20,8 @@ file. Protocol, one JSON line each way:
     first line out: {"pid": n, "detect": "kernel"|"poll"}            (the agent is running)
     then:           {"op": "report", "since": t|null} -> the agent's report (monotonic `since`: one clock
                                                           for every process of the machine)
+                    {"op": "storm", "port": key, "on": bool} -> {} (the peer behind that port pauses it for good,
+                                                          or lets go: a stuck NIC's pause storm)
                     {"op": "stop"} -> {} once the agent has stopped and released its pauses
 It stops the agent and exits when its input ends: the parent closed it, or died (kill -9 included), so it never
 outlives its run; SIGTERM does the same. It ignores SIGINT: a terminal's Ctrl-C is the parent's to act on.
@@ -150,6 +152,11 @@ class PfcProcess:
             report["kernel_no_leaf"] = self.kernel.counter(NO_LEAF)
         return report
 
+    def storm(self, port: str, on: bool) -> bool:
+        """The peer behind egress port `port` (a key) starts (`on`) or stops pausing it in every lossless
+        priority; False when the process is gone."""
+        return self._call({"op": "storm", "port": port, "on": on}) is not None
+
     def stop(self) -> None:
         """The agent stops and releases every pause it holds; its reports stay to be asked for until close()."""
         self._call({"op": "stop"})
@@ -210,6 +217,9 @@ def main() -> None:
             req = json.loads(line)
             if req["op"] == "report":
                 _say(answers, agent.report(req["since"]))
+            elif req["op"] == "storm":
+                agent.stuck.ask(req["port"], req["on"])
+                _say(answers, {})
             elif req["op"] == "stop":
                 if not stopped:
                     agent.stop()

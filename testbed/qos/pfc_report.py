@@ -1,11 +1,14 @@
 """The PFC agent's report: figures of a run's pauses and queues, in the fabric's time, and one report from
-several servers' agents (pure: dictionaries in, dictionaries out; the agent builds its own in pfc.py)."""
+several servers' agents (pure: the agent's figures in, dictionaries out)."""
 
 from __future__ import annotations
+
+import time
 
 from traffic.timebase import Timebase
 
 from .pfc_state import Key, PauseState, QueueState
+from .ports import queue_key
 
 
 def tallies(pauses: dict[Key, PauseState], queues: dict[Key, QueueState], roles: dict[str, str],
@@ -25,6 +28,62 @@ def tallies(pauses: dict[Key, PauseState], queues: dict[Key, QueueState], roles:
         by_prio[prio]["xoff_events"] += q.xoff_events
         by_prio[prio]["drops"] += q.drops
     return tiers, by_prio
+
+
+def agent_report(a, since: float | None, configured_ms: float) -> dict:
+    """The report of agent `a` (a pfc.PfcAgent, not imported: it imports this): counters and the poll period's
+    statistics, only polls after `since` (a monotonic time) if given: the traffic's window, not the network's
+    start-up; `configured_ms`: its configured period (poll_ms polling, its longest sleep with kernel events)."""
+    periods = sorted(p for t, p in a.period_samples[1:] if since is None or t >= since)
+    now = a.stopped_at or time.monotonic()
+    last_poll = a.period_samples[-1][0] if a.period_samples else None  # when the last poll began
+    tiers, by_prio = tallies(a.pauses, a.queues, {k: p.role for k, p in a.shaper.ports.items()}, a.priorities)
+    return {
+        "priorities": a.priorities,
+        "by_priority": {str(p): {k: round(v, 4) for k, v in d.items()} for p, d in by_prio.items()},
+        "polls": a.polls,
+        # polls inside the traffic's window, and how long before this report the last one was: an agent
+        # that died or stalled must not read as one that saw empty queues (testbed/experiment/fidelity.py)
+        "polls_in_window": len(periods),
+        "last_poll_age_ms": None if last_poll is None else round((now - last_poll) * 1000, 3),
+        "error": a.error,
+        "pfc_frames_sent": a.frames_sent,
+        "poll_period_ms": {"configured": configured_ms, **spread(periods, 1000)},
+        # how long a poll itself took (netlink dumps wait for the kernel's rtnl lock): a gap with a long
+        # poll was the kernel's, one with a short poll was the scheduler's
+        "poll_ms": spread(sorted(d for t, d in a.poll_samples if since is None or t >= since), 1000),
+        "realtime": a.realtime,
+        # kernel: crossings seen per packet by BPF (poll_period_ms is then the gap between the agent's
+        # wake-ups: at least every KERNEL_WAKE_S, liveness only); poll: read every poll_ms
+        "detect": a.detect,
+        **({"detect_why": a.detect_why} if a.detect_why else {}),
+        # a crossing in the kernel to the upstream classes changed (kernel detection only)
+        "reaction_ms": spread(sorted(r for t, r in a.reactions if since is None or t >= since), 1000),
+        "headroom_covers_ms": a.spec.reaction_s() * 1000,  # of every ingress, beside an OVS batch
+        "agent_cpu_share": round(a.cpu_s / a.wall_s, 4) if a.wall_s else None,
+        "pauses_by_tier": tiers,
+        "ports": {queue_key(*k): {"pause_events": s.events, "paused_s": round(s.paused_s, 4)}
+                  for k, s in a.pauses.items() if s.events},
+        "queues": {queue_key(*k): {"max_backlog": q.max_backlog, "xoff_events": q.xoff_events, "drops": q.drops,
+                                   "xoff": q.plan.xoff, "headroom": q.plan.headroom, "host": q.port.is_host,
+                                   "ingress_Bps": q.plan.ingress, "ingress_links": q.plan.ingress_links}
+                   for k, q in a.queues.items() if q.max_backlog or q.drops},
+        # every 20th poll: lossless backlogs (non-zero ones) and the ports paused at that moment
+        "samples": [{"t": round(s["t"] - a.samples[0]["t"], 4), "backlog": s["backlog"],
+                     "paused": s["paused"]} for s in a.samples],
+    } | _extras(a, since)
+
+
+def _extras(a, since: float | None) -> dict:
+    """The parts only some agents have: pauses between servers, the watchdog, the stuck peers playing a storm."""
+    out = {}
+    if a.remote is not None:
+        out["remote"] = a.remote.report() | {"expired": a.expired}
+    if a.guard is not None:
+        out["watchdog"] = a.guard.report(since)
+    if a.stuck.storming:
+        out["stuck_peers"] = sorted(a.stuck.storming)
+    return out
 
 
 def spread(ordered: list[float], scale: float = 1.0) -> dict[str, float | None]:
@@ -51,13 +110,22 @@ def in_fabric_time(report: dict, timebase: Timebase) -> dict:
         return {k: round(timebase.virtual(v), 6) if k == "paused_s" else v for k, v in d.items()}
 
     return {**report,
-            "clock": {"dilation": timebase.dilation, "virtual": ["paused_s", "samples.t"],
+            "clock": {"dilation": timebase.dilation, "virtual": ["paused_s", "samples.t", "watchdog"],
                       "wall": ["poll_period_ms", "poll_ms", "last_poll_age_ms", "reaction_ms",
                                "headroom_covers_ms"]},
             "by_priority": {p: paused(d) for p, d in report["by_priority"].items()},
             "pauses_by_tier": {t: paused(d) for t, d in report["pauses_by_tier"].items()},
             "ports": {k: paused(d) for k, d in report["ports"].items()},
-            "samples": [{**x, "t": round(timebase.virtual(x["t"]), 6)} for x in report["samples"]]}
+            "samples": [{**x, "t": round(timebase.virtual(x["t"]), 6)} for x in report["samples"]],
+            **({"watchdog": _watchdog_in_fabric(report["watchdog"], timebase)} if "watchdog" in report else {})}
+
+
+def _watchdog_in_fabric(wd: dict, timebase: Timebase) -> dict:
+    """The watchdog's settings, storm seconds and event times in the fabric's time (they ran on the wall's)."""
+    v = timebase.virtual
+    return {**wd, **{k: round(v(wd[k]), 6) for k in ("poll_ms", "restore_ms", "storm_s")},
+            "queues": {k: {**q, "storm_s": round(v(q["storm_s"]), 6)} for k, q in wd["queues"].items()},
+            "events": [{**e, "t": round(v(e["t"]), 6)} for e in wd["events"]]}
 
 
 def merge_reports(reports: dict[str, dict]) -> dict:

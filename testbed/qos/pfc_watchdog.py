@@ -107,7 +107,11 @@ class Watchdog:
     events: list[tuple[float, Key, Change]] = field(default_factory=list)
 
     def poll(self, now: float, samples: dict[Key, Sample]) -> list[tuple[Key, Change]]:
-        """One poll over the queues sampled: the changes to apply, in key order."""
+        """One poll over the queues sampled: the changes to apply, in key order. A queue watched before and not
+        sampled now was not paused: its stalled polls start over (a queue in a storm is always sampled)."""
+        for key, w in self.queues.items():
+            if key not in samples and w.storm_since is None:
+                w.stalled, w.last_poll = 0, None
         changes = []
         for key in sorted(samples):
             change = self.queues.setdefault(key, QueueWatch()).poll(now, samples[key], self.cfg)
@@ -125,11 +129,12 @@ class Watchdog:
         self.events.extend((now, k, Change.RESTORED) for k in ended)
         return ended
 
-    def report(self) -> WatchdogReport:
+    def report(self, now: float) -> WatchdogReport:
+        """So far, at `now`: a storm still on counts until then."""
         stormy = sorted((k, w) for k, w in self.queues.items() if w.storms)
-        return WatchdogReport(self.cfg.action, sum(w.storms for _, w in stormy),
-                              round(sum(w.storm_s for _, w in stormy), 4),
-                              {f"{k[0]}/p{k[1]}": (w.storms, round(w.storm_s, 4)) for k, w in stormy})
+        secs = {k: w.storm_s + (now - w.storm_since if w.storm_since is not None else 0.0) for k, w in stormy}
+        return WatchdogReport(self.cfg.action, sum(w.storms for _, w in stormy), round(sum(secs.values()), 4),
+                              {f"{k[0]}/p{k[1]}": (w.storms, round(secs[k], 4)) for k, w in stormy})
 
 
 @dataclass(frozen=True)

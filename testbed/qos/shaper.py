@@ -195,13 +195,13 @@ class Shaper:
         return dict(rate_bps=p.plan.class_rates_bps[cls], ceil_bps=p.plan.rate_bps, prio=p.plan.prio[cls],
                     quantum=MTU, burst=HTB_BURST, cburst=HTB_BURST)
 
-    def _gate_message(self, p: Port, priority: int, paused: bool, **add) -> bytes:
-        """The TBF leaf of a lossless priority (the pause gate), running or paused; `add`: flags and seq of an
-        add (by default a change)."""
+    def _gate_message(self, p: Port, priority: int, paused: bool, limit: int | None = None, **add) -> bytes:
+        """The TBF leaf of a lossless priority (the pause gate), running or paused, with the queue's own limit
+        unless given; `add`: flags and seq of an add (by default a change)."""
         minor = lossless_minor(priority)
         rate, burst = (GATE_PAUSED_BPS, MTU) if paused else (p.plan.rate_bps, GATE_RUN_BURST)
-        return tbf_qdisc_message(p.ifindex, minor << 16, ROOT | minor, rate, burst, p.queue_limit(priority, True),
-                                 **add)
+        limit = p.queue_limit(priority, True) if limit is None else limit
+        return tbf_qdisc_message(p.ifindex, minor << 16, ROOT | minor, rate, burst, limit, **add)
 
     def _port_messages(self, p: Port, ipr: IPBatch, seqs) -> bytes:
         """The port's qdiscs, classes and filters as netlink requests, in the order the kernel needs them:
@@ -328,6 +328,18 @@ class Shaper:
             (self.paused.add if paused else self.paused.discard)((key, priority))
             if not paused:
                 kick(self._kickers[p.netns], p.ifname)
+
+
+    def open_gate(self, key: str, priority: int, room: bool) -> None:
+        """Run one lossless priority past its pause (the PFC watchdog in a storm); with no `room` its queue takes
+        nothing more (TBF's FIFO at limit 0 drops every arrival) while what it held drains. set_paused() hands
+        the gate back, at the queue's own limit."""
+        p = self.ports[key]
+        msg = self._gate_message(p, priority, False, limit=None if room else 0)
+        with self._lock:
+            self._switches[p.netns].send(msg)
+            self.paused.discard((key, priority))
+            kick(self._kickers[p.netns], p.ifname)
 
 
 def _kick_socket() -> socket.socket:

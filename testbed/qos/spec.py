@@ -59,6 +59,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from topos.errors import InputError
 
+from .pfc_watchdog import Action, WatchdogConfig
+
 log = logging.getLogger(__name__)
 
 MTU = 1514  # bytes on the wire for a full Ethernet frame without FCS
@@ -108,6 +110,27 @@ def class_of_minor(minor: int) -> str | None:
     return None
 
 
+class WatchdogSpec(BaseModel):
+    """The PFC watchdog (testbed/qos/pfc_watchdog.py), off by default as on switches: a lossless queue held paused
+    while it has frames and sends none is in a storm (a stuck peer, a deadlock); it is mitigated until the peer has
+    let go for restore_ms. Times are the fabric's: a dilated run stretches them with its clock."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    enabled: bool = Field(False, description="watch every paused lossless queue for storms")
+    action: Literal["drop", "forward", "alert"] = Field(
+        "drop", description="in a storm: drop (the queue takes nothing, what it held drains), forward (send past "
+                            "the pause), alert (only report it)")
+    poll_ms: float = Field(100.0, gt=0, le=10_000, description="how often paused queues are looked at")
+    detect_polls: int = Field(2, ge=1, le=100, description="stalled polls in a row that make a storm")
+    restore_ms: float = Field(200.0, ge=0, le=60_000, description="how long the peer must have let go before PFC "
+                              "is honoured on the queue again")
+
+    def config(self, dilation: float) -> WatchdogConfig:
+        """The state machine's settings on this machine's clock (`dilation` times the fabric's)."""
+        return WatchdogConfig(self.poll_ms * dilation, self.detect_polls, self.restore_ms * dilation,
+                              Action(self.action))
+
+
 class PfcSpec(BaseModel):
     """The pause agent: whether it runs, its thresholds (derived from the port rate and the measured reaction
     unless given), how it sees crossings (kernel events or polling)."""
@@ -130,6 +153,7 @@ class PfcSpec(BaseModel):
     detect: Literal["auto", "kernel", "poll"] = Field(
         "auto", description="how XOFF/XON crossings are seen: kernel (BPF on the qdisc tracepoints, per packet), "
                             "poll (every queue read each poll_ms), auto (kernel where this machine can)")
+    watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec, description="storm detection and recovery")
 
     @model_validator(mode="before")
     @classmethod

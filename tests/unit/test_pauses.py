@@ -42,7 +42,7 @@ class Queues:
         self.ifindex = {p.key: p.ifindex for p in ports}
 
     def backlogs(self, handles):
-        return [(self.ifindex[k], lossless_leaf(3), b, 0) for k, b in self.backlog.items()]
+        return [(self.ifindex[k], lossless_leaf(3), b, 0, 0) for k, b in self.backlog.items()]
 
 
 @pytest.fixture()

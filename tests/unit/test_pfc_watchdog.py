@@ -55,8 +55,9 @@ def test_the_watchdog_reports_each_queues_storms_and_ends_them_with_the_run():
     for t in range(4):
         dog.poll(t / 10, {KEY: Sample(0.0, 9000, 7), other: Sample(None, 100, t)})
     assert dog.in_storm() == [KEY] and [e[1:] for e in dog.events] == [(KEY, Change.STORM)]
+    assert dog.report(0.5).queues == {"tor-p0-s0-r0-a:1/p3": (1, 0.3)}  # a storm still on counts until now
     assert dog.end(1.0) == [KEY] and dog.in_storm() == [] and dog.events[-1] == (1.0, KEY, Change.RESTORED)
-    report = dog.report()
+    report = dog.report(2.0)  # ended at 1.0: nothing after counts
     assert (report.action, report.storms, report.storm_s) == (Action.FORWARD, 1, 0.8)
     assert report.queues == {"tor-p0-s0-r0-a:1/p3": (1, 0.8)}
 
@@ -78,3 +79,28 @@ def test_a_storm_is_only_ever_called_after_detect_polls_stalled_intervals(steps)
         run = run + 1 if paused and queued and stuck else 0
         assert (change == Change.STORM) == (run >= CFG.detect_polls)
         run = 0 if change == Change.STORM else run
+
+
+def test_a_queue_left_out_of_a_poll_was_not_paused_and_counts_its_stalled_polls_again():
+    """The agent samples only the queues paused now: one that went unpaused between two stalled polls is no
+    storm at the next (its last poll and count are forgotten)."""
+    dog = Watchdog()
+    stuck = Sample(paused_since=0.0, backlog=9000, sent=500)
+    assert dog.poll(0.0, {KEY: stuck}) == []
+    assert dog.poll(0.1, {}) == []  # resumed, then paused again before the next poll
+    again = Sample(paused_since=0.15, backlog=9000, sent=500)
+    assert dog.poll(0.2, {KEY: again}) == [] and dog.poll(0.3, {KEY: again}) == []
+    assert dog.poll(0.4, {KEY: again}) == [(KEY, Change.STORM)]
+
+
+def test_the_spec_gives_the_machine_the_fabric_times_dilated_and_refuses_a_bad_action():
+    import pytest
+
+    from testbed.qos.spec import QosSpec
+    from topos.errors import InputError
+
+    wd = QosSpec(pfc={"watchdog": {"enabled": True, "action": "forward"}}).pfc.watchdog
+    assert wd.config(5.0) == WatchdogConfig(500.0, 2, 1000.0, Action.FORWARD)
+    assert QosSpec().pfc.watchdog.enabled is False  # off by default, as on switches
+    with pytest.raises((InputError, ValueError), match="action"):
+        QosSpec(pfc={"watchdog": {"action": "ignore"}})

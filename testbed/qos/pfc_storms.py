@@ -1,0 +1,127 @@
+"""The PFC watchdog at work in the agent (pfc.py): paused queues looked at every poll, storms mitigated on the gates.
+
+The decisions are pfc_watchdog.py's. This reads what they need, each paused queue's backlog and the bytes its
+leaf has sent (one qdisc dump per namespace that holds one: nothing is read while nothing is paused), and sets
+the gates: in a storm, `drop` opens the gate with no room (what comes is dropped, what the queue held drains)
+and `forward` opens it as it is; once restored, the gate is the pause's again (Shaper.set_paused). While a queue
+is mitigated the agent's pauses and resumes leave its gate alone (`mitigated`), and keep their own books: the
+watchdog restores the queue from them.
+
+It also plays the peer that causes a storm, on request (`StuckPeers`): a NIC that keeps sending PAUSE holds every
+lossless priority of the port toward it paused until told otherwise, as a stuck NIC does.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+
+from .netlink import QdiscDumper, dumper_in
+from .pfc_state import Key, PauseState
+from .pfc_watchdog import Action, Change, Sample, Watchdog, WatchdogConfig
+from .ports import queue_key
+from .shaper import Shaper
+
+log = logging.getLogger(__name__)
+
+STUCK_PEER = "stuck-peer"  # who holds an injected storm's pause (PauseState.by): no queue of ours
+
+
+class StormGuard:
+    """The watchdog over one agent's ports: `tick` when `due`, `stop` when the agent stops."""
+
+    def __init__(self, shaper: Shaper, cfg: WatchdogConfig, by_ifindex: dict[tuple[str | None, int], str],
+                 leaves: dict[int, int]):
+        self.shaper = shaper
+        self.dog = Watchdog(cfg)
+        self.cfg = cfg
+        self.mitigated: set[Key] = set()  # queues whose gate is the watchdog's now (drop or forward)
+        self.next_at = 0.0
+        self.started = time.monotonic()
+        self._by_ifindex = by_ifindex  # (netns, ifindex) -> port key
+        self._leaves = leaves  # lossless leaf handle -> priority
+        self._dumpers: dict[str | None, QdiscDumper] = {}
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def tick(self, now: float, pauses: dict[Key, PauseState]) -> None:
+        """One watchdog poll: the queues paused now, or in a storm, sampled and judged; changes applied."""
+        self.next_at = now + self.cfg.poll_ms / 1000
+        watched = {k for k, st in pauses.items() if st.since is not None} | set(self.dog.in_storm())
+        figures = self._read({self.shaper.ports[k].netns for k, _ in watched}) if watched else {}
+        samples = {k: Sample(pauses[k].since, *figures[k]) for k in watched if k in figures}
+        for key, change in self.dog.poll(now, samples):
+            self._apply(key, change, pauses[key])
+
+    def _read(self, namespaces: set[str | None]) -> dict[Key, tuple[int, int]]:
+        """(port, priority) -> (backlog, bytes sent) of every lossless leaf in these namespaces."""
+        out = {}
+        for netns in namespaces:
+            if netns not in self._dumpers:
+                self._dumpers[netns] = dumper_in(netns)
+            for ifindex, handle, backlog, _drops, sent in self._dumpers[netns].backlogs(frozenset(self._leaves)):
+                port = self._by_ifindex.get((netns, ifindex))
+                if port is not None:
+                    out[port, self._leaves[handle]] = backlog, sent
+        return out
+
+    def _apply(self, key: Key, change: Change, pause: PauseState) -> None:
+        what = f"PFC watchdog: {queue_key(*key)} {change}"
+        if self.cfg.action is Action.ALERT:
+            log.warning("%s (alert only)", what)
+            return
+        log.warning("%s: %s", what, self.cfg.action if change is Change.STORM else "PFC honoured again")
+        if change is Change.STORM:
+            self.mitigated.add(key)
+            self.shaper.open_gate(*key, room=self.cfg.action is Action.FORWARD)
+        else:
+            self.mitigated.discard(key)
+            self.shaper.set_paused(*key, pause.since is not None)
+
+    def stop(self, now: float) -> None:
+        """Every storm ended and its gate handed back, running (the agent then releases every pause)."""
+        for key in self.dog.end(now):
+            if key in self.mitigated:
+                self.mitigated.discard(key)
+                try:
+                    self.shaper.set_paused(*key, False)
+                except Exception:  # noqa: BLE001 - the port may be gone already
+                    pass
+        for d in self._dumpers.values():
+            d.close()
+        self._dumpers.clear()
+
+    def report(self, since: float | None) -> dict:
+        """What the watchdog did: its settings (this machine's clock), storms and seconds mitigated per queue,
+        and each change with its time after `since` (a monotonic time; the guard's start if None)."""
+        r = self.dog.report(time.monotonic())
+        t0 = self.started if since is None else since
+        return {"action": str(r.action), "poll_ms": self.cfg.poll_ms, "detect_polls": self.cfg.detect_polls,
+                "restore_ms": self.cfg.restore_ms, "storms": r.storms, "storm_s": r.storm_s,
+                "queues": {k: {"storms": n, "storm_s": s} for k, (n, s) in r.queues.items()},
+                "events": [{"t": round(t - t0, 4), "queue": queue_key(*k), "change": str(c)}
+                           for t, k, c in self.dog.events]}
+
+
+class StuckPeers:
+    """Storms asked for from another thread (the agent process's request reader), taken by the agent's loop:
+    (port key, on) - the peer behind that port starts or stops pausing it."""
+
+    def __init__(self):
+        self._asked: queue.SimpleQueue[tuple[str, bool]] = queue.SimpleQueue()
+        self.storming: set[str] = set()
+
+    def ask(self, port: str, on: bool) -> None:
+        self._asked.put((port, on))
+
+    def taken(self) -> list[tuple[str, bool]]:
+        """What was asked since the last call, in order; only changes (a storm asked twice starts once)."""
+        out = []
+        while not self._asked.empty():
+            port, on = self._asked.get()
+            if (port in self.storming) != on:
+                (self.storming.add if on else self.storming.discard)(port)
+                out.append((port, on))
+        return out
