@@ -19,6 +19,8 @@ from collections import deque
 from traffic.timebase import Clock, stamp
 
 PERIOD_S = 0.1  # the fabric's seconds between two looks
+# the gray failures it names from counters, by the failure action (a pause storm is the PFC watchdog's to find)
+DETECTED = {"lossy": "lossy", "degrade": "degraded"}
 # A link-flap alarm: 5 flaps (down and up: 10 carrier changes) within 10 s, the default of Cisco's errdisable
 # link-flap detection; a single failure and its repair (2 changes) never reaches it.
 FLAP_CHANGES, FLAP_WINDOW_S = 10, 10.0
@@ -89,8 +91,8 @@ def delays(found: list[dict], fired: list[dict]) -> list[dict]:
     detector named its link (None: never), in the fabric's time after it fired."""
     out, flaps = [], set()
     for f in fired:
-        if f.get("gray") and f["gray"][0] != "restore":
-            kind, failure, value = {"lossy": "lossy", "degrade": "degraded"}[f["gray"][0]], *f["gray"]
+        if f.get("gray") and f["gray"][0] in DETECTED:
+            kind, failure, value = DETECTED[f["gray"][0]], *f["gray"]
         elif f.get("flap") and not f["up"] and f["cause"] not in flaps:  # a link named flapping is named once
             flaps.add(f["cause"])
             kind, failure, value = "flapping", "flap", f["flap"]

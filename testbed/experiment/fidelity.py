@@ -119,10 +119,13 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
         _late_pause(pfc, reasons)
     if pfc_enabled:
         _pfc_watched(pfc, unknown)
+        # what the PFC watchdog dropped in a storm (action drop) is the fabric's doing, as on a switch
+        by_watchdog = ((pfc or {}).get("watchdog") or {}).get("drops", 0)
         if lossless_drops is None:
             unknown.append("the lossless class's drops could not be read")
-        elif lossless_drops:
-            reasons.append(f"{lossless_drops} drops in the lossless class with PFC on")
+        elif lossless_drops > by_watchdog:
+            besides = f" (besides the {by_watchdog} the PFC watchdog dropped in storms)" if by_watchdog else ""
+            reasons.append(f"{lossless_drops - by_watchdog} drops in the lossless class with PFC on{besides}")
     if lost_in_emulator:
         reasons.append(f"{lost_in_emulator} TCP segments lost or reordered with no drop in any shaper and no "
                        "link failure: inside the emulator, and the ops waited for them")

@@ -55,7 +55,7 @@ from traffic.skip import Skipper
 from traffic.timebase import stamp
 from traffic.transports import make
 
-from .detector import Detector, delays
+from .detector import DETECTED, Detector, delays
 from .failures import Injector, campaign_outages
 from .fidelity import verdict
 from .jobs import Job, demand, fabric_budget, job_gpus, offered
@@ -192,7 +192,7 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
     rec.start_clock()  # one clock for the record, the sampler and the failures: they agree on t = 0 and on D
     sampler, injector = Sampler(net, clock=rec.clock), Injector(net, p.events, clock=rec.clock)
     detector = (Detector(net.gray_counters, rec.clock, on_found=rec.watch.gray_found, carriers=net.carrier_changes)
-                if any(e.gray or e.flap for e in p.events) else None)
+                if any((e.gray and e.gray[0] in DETECTED) or e.flap for e in p.events) else None)
     skipper: Skipper | None = None
     t0_mono = time.monotonic()
     counters0 = net.port_counters()

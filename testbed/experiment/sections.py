@@ -39,7 +39,8 @@ def watchdog_line(r: Run) -> str:
     if not wd["storms"]:
         return f"{head} no storm"
     queues = ", ".join(f"{k} ({q['storms']}x, {q['storm_s']:g} s)" for k, q in wd["queues"].items())
-    return f"{head} {wd['storms']} storm(s), {wd['storm_s']:g} s mitigated (fabric time): {queues}"
+    dropped = f", {wd['drops']:,} frames dropped" if wd["action"] == "drop" else ""
+    return f"{head} {wd['storms']} storm(s), {wd['storm_s']:g} s mitigated (fabric time){dropped}: {queues}"
 
 
 def reaction_line(r: Run) -> str:

@@ -42,29 +42,36 @@ class StormGuard:
         self._by_ifindex = by_ifindex  # (netns, ifindex) -> port key
         self._leaves = leaves  # lossless leaf handle -> priority
         self._dumpers: dict[str | None, QdiscDumper] = {}
+        self._drops: dict[Key, int] = {}  # each watched queue's drop counter at the last poll
+        self._drops_at: dict[Key, int] = {}  # ... when its storm began (a storm on now)
+        self.dropped = 0  # frames the stormed queues dropped while mitigated (action drop: the watchdog's own)
 
     def due(self, now: float) -> bool:
         return now >= self.next_at
 
     def tick(self, now: float, pauses: dict[Key, PauseState]) -> None:
-        """One watchdog poll: the queues paused now, or in a storm, sampled and judged; changes applied."""
+        """One watchdog poll: the switch queues paused now, or in a storm, sampled and judged; changes applied.
+        A host NIC's queues are not watched: the watchdog is a switch's (a NIC's own storm guard stops it from
+        sending pauses, which a stuck NIC here does by definition)."""
         self.next_at = now + self.cfg.poll_ms / 1000
-        watched = {k for k, st in pauses.items() if st.since is not None} | set(self.dog.in_storm())
+        paused = {k for k, st in pauses.items() if st.since is not None and not self.shaper.ports[k[0]].is_host}
+        watched = paused | set(self.dog.in_storm())
         figures = self._read({self.shaper.ports[k].netns for k, _ in watched}) if watched else {}
-        samples = {k: Sample(pauses[k].since, *figures[k]) for k in watched if k in figures}
+        samples = {k: Sample(pauses[k].since, *figures[k][:2]) for k in watched if k in figures}
+        self._drops.update((k, figures[k][2]) for k in samples)
         for key, change in self.dog.poll(now, samples):
             self._apply(key, change, pauses[key])
 
-    def _read(self, namespaces: set[str | None]) -> dict[Key, tuple[int, int]]:
-        """(port, priority) -> (backlog, bytes sent) of every lossless leaf in these namespaces."""
+    def _read(self, namespaces: set[str | None]) -> dict[Key, tuple[int, int, int]]:
+        """(port, priority) -> (backlog, bytes sent, drops) of every lossless leaf in these namespaces."""
         out = {}
         for netns in namespaces:
             if netns not in self._dumpers:
                 self._dumpers[netns] = dumper_in(netns)
-            for ifindex, handle, backlog, _drops, sent in self._dumpers[netns].backlogs(frozenset(self._leaves)):
+            for ifindex, handle, backlog, drops, sent in self._dumpers[netns].backlogs(frozenset(self._leaves)):
                 port = self._by_ifindex.get((netns, ifindex))
                 if port is not None:
-                    out[port, self._leaves[handle]] = backlog, sent
+                    out[port, self._leaves[handle]] = backlog, sent, drops
         return out
 
     def _apply(self, key: Key, change: Change, pause: PauseState) -> None:
@@ -74,14 +81,21 @@ class StormGuard:
             return
         log.warning("%s: %s", what, self.cfg.action if change is Change.STORM else "PFC honoured again")
         if change is Change.STORM:
+            self._drops_at[key] = self._drops[key]
             self.mitigated.add(key)
             self.shaper.open_gate(*key, room=self.cfg.action is Action.FORWARD)
         else:
+            self.dropped += self._drops[key] - self._drops_at.pop(key)
             self.mitigated.discard(key)
             self.shaper.set_paused(*key, pause.since is not None)
 
     def stop(self, now: float) -> None:
-        """Every storm ended and its gate handed back, running (the agent then releases every pause)."""
+        """Every storm ended and its gate handed back, running (the agent then releases every pause); the drops
+        of the storms still on counted from a last read."""
+        if self._drops_at:
+            last = self._read({self.shaper.ports[k].netns for k, _ in self._drops_at})
+            self.dropped += sum(last[k][2] - at for k, at in self._drops_at.items() if k in last)
+            self._drops_at.clear()
         for key in self.dog.end(now):
             if key in self.mitigated:
                 self.mitigated.discard(key)
@@ -100,6 +114,8 @@ class StormGuard:
         t0 = self.started if since is None else since
         return {"action": str(r.action), "poll_ms": self.cfg.poll_ms, "detect_polls": self.cfg.detect_polls,
                 "restore_ms": self.cfg.restore_ms, "storms": r.storms, "storm_s": r.storm_s,
+                # frames dropped by mitigation so far (action drop); a storm still on counts to its last poll
+                "drops": self.dropped + sum(self._drops[k] - at for k, at in self._drops_at.items()),
                 "queues": {k: {"storms": n, "storm_s": s} for k, (n, s) in r.queues.items()},
                 "events": [{"t": round(t - t0, 4), "queue": queue_key(*k), "change": str(c)}
                            for t, k, c in self.dog.events]}

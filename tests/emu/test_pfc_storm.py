@@ -76,5 +76,6 @@ def test_the_watchdog_breaks_the_storm_and_the_innocent_stream_runs(no_leftovers
     if action == "drop":  # what the stormed queues held, and what came to them in the storm
         stormed = {q.split("/")[0] for q in wd["queues"]}
         assert stalled.split("/")[0] in drops and set(drops) <= stormed and got["h2:7000"] < 0.5, (drops, got)
+        assert wd["drops"] == sum(drops.values()), wd  # every one of them the watchdog's (the verdict's count)
     else:  # forward: sent past the pause, nothing lost
         assert drops == {} and got["h2:7000"] == 1.0, got

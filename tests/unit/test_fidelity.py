@@ -40,6 +40,11 @@ def test_each_reason_makes_it_unfaithful():
     assert verdict(QUIET, PFC_OK, pfc_enabled=True, lossless_drops=3)["reasons"] == [
         "3 drops in the lossless class with PFC on"]
     assert verdict(QUIET, PFC_OK, pfc_enabled=False, lossless_drops=3)["faithful"]  # a lossy class may drop
+    # what the PFC watchdog dropped in a storm is the fabric's doing; anything beyond it is not
+    storm = {**PFC_OK, "watchdog": {"action": "drop", "drops": 3}}
+    assert verdict(QUIET, storm, pfc_enabled=True, lossless_drops=3)["faithful"]
+    assert verdict(QUIET, storm, pfc_enabled=True, lossless_drops=5)["reasons"] == [
+        "2 drops in the lossless class with PFC on (besides the 3 the PFC watchdog dropped in storms)"]
     v = verdict(hog, lag)
     assert not v["faithful"] and len(v["reasons"]) == 2 and line(v).startswith("fidelity: NOT faithful: CPU-bound")
 
