@@ -108,6 +108,34 @@ def lab3(ev: Evidence) -> list[Check]:
 
 
 def lab4(ev: Evidence) -> list[Check]:
+    return _lab4_incast(ev) + _lab4_storm(ev)
+
+
+def _lab4_storm(ev: Evidence) -> list[Check]:
+    run = ev.latest_run("pfc_storm")
+    if run is None:
+        return [_run_missing("pfc_storm")]
+    v = run.variants()
+    wd = [(r.pfc or {}).get("watchdog") for r in v.get("storm-watchdog", [])]
+    if not (wd and all(wd) and v.get("storm") and v.get("healthy")):
+        return [Check("the run has the healthy, storm and storm-watchdog variants", False,
+                      "run the shipped experiments/pfc_storm.yaml, unchanged")]
+    slowest = {k: max(o.seconds for r in v[k] for o in r.ops if o.job == "innocent") for k in ("healthy", "storm")}
+    a = ev.answers(4)
+    how = f"read the PFC watchdog line in 'hpnlab results show {run.name}'"
+    return [
+        # the storm lasts 1.5 s: an innocent op that met it waited for most of it
+        Check("without the watchdog the storm stalled the innocent job", slowest["storm"] - slowest["healthy"] > 0.75,
+              f"the innocent job's slowest op took {slowest['storm']:.2f} s in the storm, {slowest['healthy']:.2f} s "
+              "healthy: was the run CPU-bound? see its fidelity lines"),
+        Check("the watchdog found the storm", all(w["storms"] > 0 for w in wd),
+              "the watchdog found no storm: did the storm fire? see the run's failures"),
+        answer_check(a, "watchdog_storms", sum(w["storms"] for w in wd), close=0, how=how),
+        answer_check(a, "watchdog_drops", sum(w["drops"] for w in wd), close=0, how=how),
+    ]
+
+
+def _lab4_incast(ev: Evidence) -> list[Check]:
     run = ev.latest_run("pfc_incast")
     if run is None:
         return [_run_missing("pfc_incast")]

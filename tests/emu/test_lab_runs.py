@@ -81,13 +81,15 @@ def test_lab4_steps_pass(tmp_path, quick_results, no_leftovers):
     work = tmp_path / "lab-work"
     prepare(LABS[4], work)
     run = student_copy(tmp_path, quick_results, "pfc_incast")
-    a = lab4_answers(run)
+    storm = student_copy(tmp_path, quick_results, "pfc_storm")
+    a = lab4_answers(run, storm)
     assert a["drops_pfc_off"] > 0 and a["pause_events_pfc_on"] > 0
     assert sum(r["drops"]["lossless"] for r in by_variant(run)["pfc-on"]) == 0
+    assert a["watchdog_storms"] >= 1 and a["watchdog_drops"] > 0, a
     answer(work, 4, **a)
     r = check(tmp_path, 4)
     assert r.returncode == 0, r.stdout
-    assert "4 of 4 checks passed" in r.stdout
+    assert "8 of 8 checks passed" in r.stdout
 
 
 def test_lab4_cli_shows_queues_and_flows_of_a_switch(tmp_path, no_leftovers):

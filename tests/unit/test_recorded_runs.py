@@ -29,7 +29,7 @@ from tests.labwork import (
     recorded_run,
 )
 
-READ_BY_LABS = {2: ("precise_vs_ecmp", "hash_polarization"), 3: ("dual_tor_failover",), 4: ("pfc_incast",),
+READ_BY_LABS = {2: ("precise_vs_ecmp", "hash_polarization"), 3: ("dual_tor_failover",), 4: ("pfc_incast", "pfc_storm"),
                 6: ("crux_multi_job", "placement"), 7: ("failure_campaign", "gray_failures")}
 READ = sorted({name for names in READ_BY_LABS.values() for name in names})
 
@@ -94,9 +94,12 @@ def test_lab4_passes_and_a_missing_answer_is_named(tmp_path):
     r = checked(tmp_path, 4, {})
     assert r.returncode == 1
     assert "FAIL answer 'drops_pfc_off': fill in 'drops_pfc_off' in your answers file" in r.stdout
-    assert "2 of 4 checks passed" in r.stdout
+    assert "FAIL answer 'watchdog_drops': fill in 'watchdog_drops' in your answers file" in r.stdout
+    assert "4 of 8 checks passed" in r.stdout
+    r = checked(tmp_path, 4, {**a, "watchdog_drops": a["watchdog_drops"] + 1})  # one frame off
+    assert r.returncode == 1 and "FAIL answer 'watchdog_drops'" in r.stdout, r.stdout
     r = checked(tmp_path, 4, a)
-    assert r.returncode == 0 and "4 of 4 checks passed" in r.stdout, r.stdout
+    assert r.returncode == 0 and "8 of 8 checks passed" in r.stdout, r.stdout
 
 
 def test_lab6_passes_and_a_wrong_crossing_ratio_fails(tmp_path):
@@ -169,7 +172,10 @@ def test_the_summary_prints_the_figures_the_labs_send_students_to():
     assert f"| {a2['polarized_links']} of 16 |" in polarization and f"| {a2['seeded_links']} of 16 |" in polarization
     assert re.search(r"\| single-tor-rail \|.*\| 1 of 1 \(first at", summary("dual_tor_failover")[1])
     data, out = summary("pfc_incast")
-    a4 = lab4_answers(data)
+    storm, storm_out = summary("pfc_storm")
+    a4 = lab4_answers(data, storm)
+    assert (f"PFC watchdog (drop), storm-watchdog #0: {a4['watchdog_storms']} storm(s)" in storm_out
+            and f", {a4['watchdog_drops']:,} frames dropped: " in storm_out), storm_out
     assert re.search(rf"\| pfc-off \|.*\| {a4['drops_pfc_off']}/0 \|", out), out
     assert f"| pfc-on #0 | {a4['pause_events_pfc_on']:,} |" in out, out
     react = data["runs"][0]["pfc"]["reaction_ms"]
