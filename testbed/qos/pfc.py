@@ -35,6 +35,10 @@ whose upstream port lives on another server pauses it with a message (`remote`, 
 agent names the pauses it holds there, the other agent applies them as its own), as a switch sends
 PAUSE to its neighbour: the same hold and release, one message later.
 
+With `pfc.watchdog` on, the agent also looks at every paused switch queue each watchdog poll and mitigates a
+storm (pfc_storms.py: a queue held paused with frames and no progress); a storm can be asked for (`stuck`: the
+NIC behind a port pauses it for good, the failure action pfc_storm).
+
 With `pfc.frames`, each pause and resume is also put on the wire as a real
 802.1Qbb PAUSE frame (built with scapy: MAC Control opcode 0x0101, the
 priority's enable bit and timer, pause time 0xFFFF to pause and 0 to resume), sent by the congested switch out
