@@ -93,7 +93,11 @@ class StormGuard:
         """Every storm ended and its gate handed back, running (the agent then releases every pause); the drops
         of the storms still on counted from a last read."""
         if self._drops_at:
-            last = self._read({self.shaper.ports[k].netns for k, _ in self._drops_at})
+            try:
+                last = self._read({self.shaper.ports[k].netns for k, _ in self._drops_at})
+            except OSError as exc:  # a host's namespace gone already: the last poll's figures stand
+                log.warning("PFC watchdog: the storms' last drops not read: %s", exc)
+                last = {k: (0, 0, self._drops[k]) for k in self._drops_at}
             self.dropped += sum(last[k][2] - at for k, at in self._drops_at.items() if k in last)
             self._drops_at.clear()
         for key in self.dog.end(now):
@@ -109,16 +113,18 @@ class StormGuard:
 
     def report(self, since: float | None) -> dict:
         """What the watchdog did: its settings (this machine's clock), storms and seconds mitigated per queue,
-        and each change with its time after `since` (a monotonic time; the guard's start if None)."""
+        and each change with its time after `since` (a monotonic time; the guard's start if None). Asked from
+        another thread than the agent's loop: every dictionary is copied whole first (one step under the GIL)."""
         r = self.dog.report(time.monotonic())
+        storming = list(self._drops_at.items())
         t0 = self.started if since is None else since
         return {"action": str(r.action), "poll_ms": self.cfg.poll_ms, "detect_polls": self.cfg.detect_polls,
                 "restore_ms": self.cfg.restore_ms, "storms": r.storms, "storm_s": r.storm_s,
                 # frames dropped by mitigation so far (action drop); a storm still on counts to its last poll
-                "drops": self.dropped + sum(self._drops[k] - at for k, at in self._drops_at.items()),
+                "drops": self.dropped + sum(self._drops[k] - at for k, at in storming),
                 "queues": {k: {"storms": n, "storm_s": s} for k, (n, s) in r.queues.items()},
                 "events": [{"t": round(t - t0, 4), "queue": queue_key(*k), "change": str(c)}
-                           for t, k, c in self.dog.events]}
+                           for t, k, c in list(self.dog.events)]}
 
 
 class StuckPeers:

@@ -131,7 +131,7 @@ class Watchdog:
 
     def report(self, now: float) -> WatchdogReport:
         """So far, at `now`: a storm still on counts until then."""
-        stormy = sorted((k, w) for k, w in self.queues.items() if w.storms)
+        stormy = sorted((k, w) for k, w in list(self.queues.items()) if w.storms)
         secs = {k: w.storm_s + (now - w.storm_since if w.storm_since is not None else 0.0) for k, w in stormy}
         return WatchdogReport(self.cfg.action, sum(w.storms for _, w in stormy), round(sum(secs.values()), 4),
                               {f"{k[0]}/p{k[1]}": (w.storms, round(secs[k], 4)) for k, w in stormy})

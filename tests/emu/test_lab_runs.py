@@ -84,10 +84,19 @@ def test_lab4_steps_pass(tmp_path, quick_results, no_leftovers):
     storm = student_copy(tmp_path, quick_results, "pfc_storm")
     a = lab4_answers(run, storm)
     assert a["drops_pfc_off"] > 0 and a["pause_events_pfc_on"] > 0
-    assert sum(r["drops"]["lossless"] for r in by_variant(run)["pfc-on"]) == 0
     assert a["watchdog_storms"] >= 1 and a["watchdog_drops"] > 0, a
     answer(work, 4, **a)
     r = check(tmp_path, 4)
+    lost = [r["fidelity"] for r in by_variant(run)["pfc-on"] if r["drops"]["lossless"]]
+    if lost:
+        # The hypervisor took the CPU (16% steal in a CI rehearsal: the PFC reaction's p99 went from ~1 to 8.6 ms,
+        # past the 3 ms the headroom covers, and 2 frames of 472 pauses were lost). Then the run's verdict and the
+        # checker must say so, and every other check still pass; lost frames without the steal are a defect.
+        assert all(f["steal_mean"] > STEAL_MAX and f["status"] == "not faithful" for f in lost), lost
+        assert r.returncode == 1 and "7 of 8 checks passed" in r.stdout, r.stdout
+        assert "FAIL PFC on kept the lossless class lossless: the pfc-on variant dropped packets: was the run " \
+               "CPU-bound? see its fidelity line" in r.stdout, r.stdout
+        return
     assert r.returncode == 0, r.stdout
     assert "8 of 8 checks passed" in r.stdout
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.steal import unless_only_steal
+
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
 STEAL = "the hypervisor took"  # how the verdict starts a reason that is outside the testbed
 
@@ -222,7 +224,6 @@ def test_gray_failures_slow_the_job_and_the_detector_names_the_link(quick_result
     runs = {run["variant"]: run for run in json.loads((out / "results.json").read_text())["runs"]}
     assert "gray" not in runs["healthy"] and len(runs["healthy"]["ops"]) == len(runs["degraded-50g"]["ops"])
     mean = {v: sum(o["seconds"] for o in run["ops"]) / len(run["ops"]) for v, run in runs.items()}
-    assert mean["degraded-50g"] > 2 * mean["healthy"], mean  # one port of the ring at a quarter of its rate
     for v in ("lossy-1e-3", "degraded-50g"):
         (d,) = runs[v]["gray"]["delays"]
         assert d["links"] == ["h1:nic0:p0"] and d["named_after_s"] is not None and d["named_after_s"] < 1.0, d
@@ -234,3 +235,7 @@ def test_gray_failures_slow_the_job_and_the_detector_names_the_link(quick_result
     assert abs(lost - n * 1e-3) < 5 * (n * 1e-3) ** 0.5 + 1, c  # binomial, 5 standard deviations
     assert runs["lossy-1e-3"]["tcp"]["RetransSegs"] > 0  # what was lost was sent again
     assert "Gray failures" in (out / "summary.md").read_text()
+    if mean["degraded-50g"] <= 2 * mean["healthy"]:  # CI rehearsal: 4.73 against 2.55 s at 23% and 39% steal
+        unless_only_steal([*runs["healthy"]["fidelity"]["reasons"], *runs["degraded-50g"]["fidelity"]["reasons"]],
+                          f"the slowdown of a quarter-rate port ({mean})")
+    assert mean["degraded-50g"] > 2 * mean["healthy"], mean  # one port of the ring at a quarter of its rate

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.steal import unless_only_steal
+
 pytestmark = pytest.mark.timing
 
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
@@ -64,7 +66,8 @@ def test_a_failure_and_the_timeline_are_on_the_fabrics_clock(tmp_path, no_leftov
     timeouts = run["tcp"]["TCPTimeouts"]
     assert o["fraction_of_ideal"] <= 1.05 and o["seconds"] < 2 * ideal + RTO_MIN_S * (2**timeouts - 1), (o, run["tcp"])
     assert run["fidelity"]["bytes_ok"], run["fidelity"]
-    _unless_only_steal(run["fidelity"]["reasons"])  # CI: 'the hypervisor took 5% (<= 5%)', every claim above held
+    # CI: 'the hypervisor took 5% (<= 5%)', every claim above held
+    unless_only_steal(run["fidelity"]["reasons"], "the time claim")
     assert run["fidelity"]["faithful"], run["fidelity"]
     assert "Time dilated 10x" in (out / "summary.md").read_text()
 
@@ -110,7 +113,7 @@ def test_compute_is_skipped_and_the_iterations_virtual_time_stays_exact(tmp_path
     seen = {name: (run["fidelity"]["reasons"], run["fidelity"]["unknown"], run["tcp"], run["drops"])
             for name, run in (("skipping", on), ("sleeping", off))}
     for run in (on, off):
-        _unless_only_steal(run["fidelity"]["reasons"])
+        unless_only_steal(run["fidelity"]["reasons"], "the time claim")
     assert it_on["seconds"] == pytest.approx(it_off["seconds"], rel=0.05), (it_on, it_off, seen)
     for it in (it_on, it_off):
         assert it["predicted_s"] <= it["seconds"] <= 1.1 * it["predicted_s"], (it, seen)
@@ -148,7 +151,7 @@ def test_small_ops_replay_right_with_time_dilated(no_leftovers):
     assert tcp["TCPTimeouts"] == 0 and tcp["RetransSegs"] <= tcp.get("TCPDSACKRecv", 0), tcp
     assert fast["drops"]["switch"] == 0, fast["drops"]
     reasons = fast["fidelity"]["reasons"]
-    _unless_only_steal(reasons)
+    unless_only_steal(reasons, "the time claim")
     assert fast["fidelity"]["faithful"], (reasons, fast["fidelity"]["unknown"], fast["tcp"])
 
 
@@ -176,9 +179,3 @@ def test_calibrate_measures_the_emulators_own_time_per_op_and_per_step(tmp_path,
     assert floor["per_step_s"] == pytest.approx((ring["q_s"] - one["q_s"]) / 13, abs=1e-5) and floor["base_s"] >= 0
     assert "budget_bps" not in saved  # only the floor was measured
 
-
-def _unless_only_steal(reasons: list[str]) -> None:
-    """A run called unfaithful for the hypervisor's steal alone is outside the testbed: the test says so and
-    skips its time claim (every claim before the call held)."""
-    if reasons and all(r.startswith("the hypervisor took") for r in reasons):
-        pytest.skip(f"the hypervisor's steal made the dilated run unfaithful ({reasons[0]}); every other claim held")
