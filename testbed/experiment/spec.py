@@ -377,10 +377,10 @@ class Experiment(_Strict):
             if self.scheduler == "crux" and j.priority != "lossless":
                 raise InputError("with scheduler crux the scheduler gives each job its lossless priority",
                                  "leave priority out", field=f"jobs[{i}].priority", value=j.priority)
-        storm = next((f for f in self.failures if f.action == "pfc_storm"), None)
+        storm = next((i for i, f in enumerate(self.failures) if f.action == "pfc_storm"), None)
         if storm is not None and not self.qos.pfc.enabled:
             raise InputError("a pause storm needs PFC", "leave qos.pfc.enabled out (or true)",
-                             field="failures[].action", value=storm.action)
+                             field=f"failures[{storm}].action", value="pfc_storm")
         if self.scheduler == "crux" and len(self.jobs) < 2:
             raise InputError("the crux scheduler orders several jobs", "give two or more jobs:",
                              field="scheduler", value=self.scheduler)

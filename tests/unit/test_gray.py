@@ -54,6 +54,24 @@ def test_a_degrade_is_checked_against_the_link():
     check_against(from_dict(exp({"at": 1.0, "link": "h1:nic0:p0", "action": "degrade", "rate_gbps": 50})), HPN)
 
 
+def test_a_pause_storm_is_a_host_links_with_pfc_on_and_the_detector_leaves_it_to_the_watchdog():
+    e = from_dict(exp({"at": 1.0, "link": "h1:nic0:p0", "action": "pfc_storm"},
+                      {"at": 2.0, "link": "h1:nic0:p0", "action": "restore"}))
+    check_against(e, HPN)
+    storm, well = expand(e, HPN)
+    assert storm.gray == ("pfc_storm", 0.0) and storm.up and well.gray == ("restore", 0.0)
+    assert host_links_down(expand(e, HPN), HPN) == []  # the link stays up: no transport is refused for it
+    fired = [{"t": 1.0, "links": list(storm.links), "gray": list(storm.gray), "up": True, "cause": storm.cause}]
+    assert delays([], fired) == []  # nothing for the counters' detector to name
+    with pytest.raises(InputError, match="needs PFC") as off:
+        from_dict(exp({"at": 1.0, "link": "h1:nic0:p0", "action": "pfc_storm"}, qos={"pfc": {"enabled": False}}))
+    assert off.value.field == "failures[0].action"
+    uplink = next(l.name for l in HPN.links if l.kind == "tor-agg")
+    with pytest.raises(InputError, match="from a host NIC") as switch:
+        check_against(from_dict(exp({"at": 1.0, "link": uplink, "action": "pfc_storm"})), HPN)
+    assert switch.value.field == "failures[0].link"
+
+
 def test_a_loss_rate_is_a_threshold_on_a_random_32_bit_number():
     assert threshold(0) == 0 and threshold(1e-4) == round(1e-4 * ONE) and threshold(1) == ONE - 1
     with pytest.raises(ValueError):
