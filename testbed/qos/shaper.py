@@ -329,7 +329,6 @@ class Shaper:
             if not paused:
                 kick(self._kickers[p.netns], p.ifname)
 
-
     def open_gate(self, key: str, priority: int, room: bool) -> None:
         """Run one lossless priority past its pause (the PFC watchdog in a storm); with no `room` its queue takes
         nothing more (TBF's FIFO at limit 0 drops every arrival) while what it held drains. set_paused() hands
