@@ -122,7 +122,7 @@ class StormGuard:
                 "restore_ms": self.cfg.restore_ms, "storms": r.storms, "storm_s": r.storm_s,
                 # frames dropped by mitigation so far (action drop); a storm still on counts to its last poll
                 "drops": self.dropped + sum(self._drops[k] - at for k, at in storming),
-                "queues": {k: {"storms": n, "storm_s": s} for k, (n, s) in r.queues.items()},
+                "queues": {queue_key(*k): {"storms": n, "storm_s": s} for k, (n, s) in r.queues.items()},
                 "events": [{"t": round(t - t0, 4), "queue": queue_key(*k), "change": str(c)}
                            for t, k, c in list(self.dog.events)]}
 

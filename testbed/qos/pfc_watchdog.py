@@ -134,7 +134,7 @@ class Watchdog:
         stormy = sorted((k, w) for k, w in list(self.queues.items()) if w.storms)
         secs = {k: w.storm_s + (now - w.storm_since if w.storm_since is not None else 0.0) for k, w in stormy}
         return WatchdogReport(self.cfg.action, sum(w.storms for _, w in stormy), round(sum(secs.values()), 4),
-                              {f"{k[0]}/p{k[1]}": (w.storms, round(secs[k], 4)) for k, w in stormy})
+                              {k: (w.storms, round(secs[k], 4)) for k, w in stormy})
 
 
 @dataclass(frozen=True)
@@ -144,4 +144,4 @@ class WatchdogReport:
     action: Action
     storms: int
     storm_s: float
-    queues: dict[str, tuple[int, float]]
+    queues: dict[Key, tuple[int, float]]

@@ -322,23 +322,23 @@ class Shaper:
     # -- pause / resume (PFC) -------------------------------------------------------
     def set_paused(self, key: str, priority: int, paused: bool) -> None:
         """Stop or resume one lossless priority of one port (its gate), kicking the port's qdisc on resume."""
-        p = self.ports[key]
-        with self._lock:
-            self._switches[p.netns].send(self._pause_msgs[key, priority][paused])
-            (self.paused.add if paused else self.paused.discard)((key, priority))
-            if not paused:
-                kick(self._kickers[p.netns], p.ifname)
+        self._set_gate(key, priority, self._pause_msgs[key, priority][paused], paused)
 
     def open_gate(self, key: str, priority: int, room: bool) -> None:
         """Run one lossless priority past its pause (the PFC watchdog in a storm); with no `room` its queue takes
         nothing more (TBF's FIFO at limit 0 drops every arrival) while what it held drains. set_paused() hands
         the gate back, at the queue's own limit."""
+        msg = self._gate_message(self.ports[key], priority, False, limit=None if room else 0)
+        self._set_gate(key, priority, msg, False)
+
+    def _set_gate(self, key: str, priority: int, msg: bytes, paused: bool) -> None:
+        """Send one gate change, note the pause, and kick a running gate's qdisc (see the module's docstring)."""
         p = self.ports[key]
-        msg = self._gate_message(p, priority, False, limit=None if room else 0)
         with self._lock:
             self._switches[p.netns].send(msg)
-            self.paused.discard((key, priority))
-            kick(self._kickers[p.netns], p.ifname)
+            (self.paused.add if paused else self.paused.discard)((key, priority))
+            if not paused:
+                kick(self._kickers[p.netns], p.ifname)
 
 
 def _kick_socket() -> socket.socket:

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.steal import unless_only_steal
+from tests.steal import STEAL, unless_only_steal
 
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
-STEAL = "the hypervisor took"  # how the verdict starts a reason that is outside the testbed
 
 EXPERIMENT = """
 name: tiny
@@ -210,8 +209,7 @@ def test_a_failure_campaign_costs_dual_tor_a_slowdown_and_single_tor_a_restart(q
     testbed_reasons = {v: [r for r in rs if not r.startswith(STEAL)] for v, rs in reasons.items()}
     assert all(run["fidelity"]["status"] in ("faithful", "not faithful") for run in runs.values()), reasons
     assert not any(testbed_reasons.values()), reasons
-    if any(reasons.values()):  # outside the testbed: say so
-        pytest.skip(f"the hypervisor's steal made runs unfaithful ({reasons}); every other claim held")
+    unless_only_steal([r for rs in reasons.values() for r in rs], "faithful runs")
 
 
 @pytest.mark.slow

@@ -55,11 +55,11 @@ def test_the_watchdog_reports_each_queues_storms_and_ends_them_with_the_run():
     for t in range(4):
         dog.poll(t / 10, {KEY: Sample(0.0, 9000, 7), other: Sample(None, 100, t)})
     assert dog.in_storm() == [KEY] and [e[1:] for e in dog.events] == [(KEY, Change.STORM)]
-    assert dog.report(0.5).queues == {"tor-p0-s0-r0-a:1/p3": (1, 0.3)}  # a storm still on counts until now
+    assert dog.report(0.5).queues == {KEY: (1, 0.3)}  # a storm still on counts until now
     assert dog.end(1.0) == [KEY] and dog.in_storm() == [] and dog.events[-1] == (1.0, KEY, Change.RESTORED)
     report = dog.report(2.0)  # ended at 1.0: nothing after counts
     assert (report.action, report.storms, report.storm_s) == (Action.FORWARD, 1, 0.8)
-    assert report.queues == {"tor-p0-s0-r0-a:1/p3": (1, 0.8)}
+    assert report.queues == {KEY: (1, 0.8)}
 
 
 @given(st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans()), max_size=40))
