@@ -55,8 +55,8 @@ def qos_table(rows: list[dict], title: str, headroom: bool = True) -> Table:
               *(("ECN marks",) if marking else ()), "pause"):
         t.add_column(c, justify="left" if c in ("port", "class", "pause") else "right")
     for r in rows:
-        pause = ("[red]PAUSED[/] " if r["paused"] else "") + (f"{r['pause_events']} events" if r["pause_events"]
-                                                              else "")
+        pause = (("[red]PAUSED[/] " + (f"by {', '.join(r['paused_by'])} " if r.get("paused_by") else ""))
+                 if r["paused"] else "") + (f"{r['pause_events']} events" if r["pause_events"] else "")
         marks = (("" if r.get("ecn_marks") is None else f"{r['ecn_marks']:,}",) if marking else ())
         room = (("" if r.get("xoff") is None else f"{r['xoff']:,} + {r.get('headroom') or 0:,}",) if headroom
                 else ())

@@ -44,7 +44,7 @@ MAX_DELAY_SAMPLES = 100_000
 
 
 class PauseWire:
-    """This server's end of the pause messages (testbed.qos.pfc.RemotePauses)."""
+    """This server's end of the pause messages (testbed.qos.pfc_state.RemotePauses)."""
 
     def __init__(self, run_id: str, me: str, key: bytes, bind_ip: str, ports: dict[str, Port],
                  server_of_node: dict[str, str], refresh_s: float = REFRESH_S, expire_s: float = EXPIRE_S):

@@ -72,6 +72,7 @@ from testbed.schema.results import Verdict
 
 CPU_IDLE_MIN = 0.05
 STEAL_MAX = 0.05
+DRAINED_MAX = 0.01  # of the bytes model ingress counted, those whose leaving it did not see (measured: < 0.1%)
 PFC_SILENT_S = 1.0  # a poll gap over this (or 20 configured periods, the larger) leaves the queues unwatched
 FASTER_MAX = 1.05  # an op above this fraction of its ideal rate went faster than the fabric can: not emulated
 MANY_TIMES = 10.0  # a short op this many times its ideal is the emulator's, whatever the floor says (see above)
@@ -155,7 +156,12 @@ def _cpu(timeline: list[dict], idle: list[float], steal: list[float], sampler_er
 
 
 def _late_pause(pfc: dict, reasons: list[str]) -> None:
-    """A lossless queue past the depth its headroom is sized never to exceed."""
+    """A lossless queue past the depth its headroom is sized never to exceed; with model ingress, an ingress port
+    whose bytes went past the dynamic threshold by more than its headroom (its egress queues may hold more than
+    any one port's XOFF: the shared buffer bounds them)."""
+    if pfc.get("model") == "ingress":
+        _late_ingress(pfc, reasons)
+        return
     period = pfc["poll_period_ms"]
     # A host's own egress queue has nothing upstream to pause (its sender is the host's stack, held by
     # the paused port itself, as a NIC's send queue is): past XOFF there is no late pause, only a backlog.
@@ -169,6 +175,16 @@ def _late_pause(pfc: dict, reasons: list[str]) -> None:
             agent = f"PFC reaction p99 {pfc['reaction_ms']['p99']} ms, from kernel events"
         reasons.append(f"a PFC pause came late: {len(over)} lossless queue(s) past XOFF + headroom, e.g. {k} "
                        f"at {q['max_backlog']:,} B > {q['xoff'] + q['headroom']:,} B ({agent})")
+
+
+def _late_ingress(pfc: dict, reasons: list[str]) -> None:
+    accounts = (pfc.get("ingress") or {}).get("accounts", {})
+    over = {k: a for k, a in accounts.items() if a["max_over"] > a["headroom"]}
+    if over:
+        k, a = max(over.items(), key=lambda kv: kv[1]["max_over"] - kv[1]["headroom"])
+        reasons.append(f"a PFC pause came late: {len(over)} ingress port(s) past their threshold by more than their "
+                       f"headroom, e.g. {k} by {a['max_over']:,} B > {a['headroom']:,} B (PFC reaction p99 "
+                       f"{(pfc.get('reaction_ms') or {}).get('p99')} ms, from kernel events)")
 
 
 def _pfc_watched(pfc: dict | None, unknown: list[str]) -> None:
@@ -186,6 +202,15 @@ def _pfc_watched(pfc: dict | None, unknown: list[str]) -> None:
     if no_leaf:
         unknown.append(f"the kernel programs found no lossless leaf {no_leaf:,} times: those queues were not "
                        "watched then")
+    if pfc.get("model") == "ingress":
+        ing = pfc.get("ingress")
+        if ing is None:
+            unknown.append("PFC model ingress, but its ingress accounts were not read: no pause can be judged late")
+        elif ing.get("unnamed") or ing.get("unfollowed") or ing["drained_bytes"] > DRAINED_MAX * ing["counted_bytes"]:
+            unknown.append(f"PFC model ingress lost track of frames ({ing.get('unnamed')} could not be given their "
+                           f"port's source MAC, {ing.get('unfollowed')} bulk dequeues were too long to follow, "
+                           f"{ing['drained_bytes']:,} of {ing['counted_bytes']:,} B left their queues unseen): the "
+                           "accounts were off until their queues emptied")
     period = pfc["poll_period_ms"]
     if not pfc.get("polls_in_window", pfc.get("polls")):
         unknown.append("the PFC agent never polled during the traffic")

@@ -75,6 +75,7 @@ def plan_variant(label: str, exp: Experiment, base: Path, cluster: ClusterSpec |
     require_emulable(topo, len(cluster.servers) if cluster is not None else 1)
     check_against(exp, topo)
     _refuse_gray_on_a_cluster(exp, cluster)
+    _refuse_ingress_pfc_on_a_cluster(exp, cluster)
     files = Workloads(base)
     resolved, auto = resolve_auto(exp, files, topo)
     job_list = jobs(resolved, files, topo)
@@ -94,6 +95,14 @@ def _refuse_gray_on_a_cluster(exp: Experiment, cluster: ClusterSpec | None) -> N
         raise InputError("a lossy, degraded or storming link is set on the link's two shaped ports, which must be "
                          "on this server", "run it on one server (leave --cluster out)", field="failures[].action",
                          value=gray[0])
+
+
+def _refuse_ingress_pfc_on_a_cluster(exp: Experiment, cluster: ClusterSpec | None) -> None:
+    pfc = exp.qos.pfc
+    if cluster is not None and pfc.enabled and pfc.model == "ingress":
+        raise InputError("PFC model ingress counts frames by the switch port they came in by, which the links "
+                         "between servers do not carry yet", "model: egress, or run it on one server",
+                         field="qos.pfc.model", value="ingress")
 
 
 def _transport(exp: Experiment, topo: Topology, cluster: ClusterSpec | None) -> tuple[str, list[str]]:

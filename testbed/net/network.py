@@ -198,6 +198,7 @@ class Network:
         """Shape every link direction and start the PFC agent (when the spec enables PFC)."""
         from testbed.cluster.pauses import SplitPfc
         from testbed.cluster.shaping import split_shaper
+        from testbed.qos.kmmu import mmu_line, plan_mmu, with_mmu_limits
         from testbed.qos.kqueues import mark_ecn
         from testbed.qos.pfc_process import PfcProcess
         from testbed.qos.ports import egress_ports, headroom_lines, require_queues_fit, resolve
@@ -212,6 +213,10 @@ class Network:
         self.qos_spec = spec
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
                              ifname_of=self.intf_name, crossing=self.crossing_links())
+        if spec.pfc.enabled and spec.pfc.model == "ingress":  # the switch's buffer, not a queue, bounds a queue
+            mmu = plan_mmu(ports, spec)
+            ports = with_mmu_limits(ports, mmu)
+            log.info("%s", mmu_line(mmu, spec))
         require_queues_fit(ports, spec)  # scale auto is known only now; nothing is shaped yet
         summary, short = headroom_lines(ports, spec)
         for line in summary:

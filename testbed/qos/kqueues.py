@@ -17,6 +17,11 @@ thresholds. A host's queue gets XOFF 0: its depth is kept, it raises no events
 
 With `mark_ecn`, a third program at each switch port's egress marks ECN-capable
 lossless packets CE from the same figures (RED, or DCTCP's step).
+
+With `pfc.model: ingress` the same tracepoints also count each lossless frame's
+bytes on the switch port it came in by, against the switch's shared buffer, and
+the crossings are those ports' XOFF and XON (kmmu.py, bpf/mmu.bpf.h); a program
+at every switch port's egress (switch_egress) names that port and marks ECN.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pathlib import Path
 from testbed.system.bpf import BpfObject, BpfUnavailable, RingBuffer, build, mmap_by_id, mmap_fd
 from topos.inputs import write_file
 
+from .kmmu import IngressAccounts, MmuPlan, account_paused, load_mmu, map_sizes, plan_mmu
 from .ports import Port
 from .shaper import Shaper
 from .spec import LOSSLESS_MINOR, QosSpec
@@ -40,15 +46,15 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("bpf") / "queues.bpf.c"
 PRIORITIES = 8  # queue slot = port number * PRIORITIES + 802.1p priority
-_QUEUE = struct.Struct("=IIIIIIIIIIIIQQ")  # struct lossless_queue
+_QUEUE = struct.Struct("=IIIIIIIIIIIIQQQ")  # struct lossless_queue
 _EVENT = struct.Struct("=QIIII")  # struct event
 _PORT_KEY = struct.Struct("=II")
 _U32 = struct.Struct("=I")
 _U64 = struct.Struct("=Q")
 XOFF, XON = 1, 2  # event kinds
-LOST, NO_LEAF = 0, 1  # counters
+LOST, NO_LEAF, DRAINED, UNFOLLOWED, UNNAMED, COUNTED = 0, 1, 2, 3, 4, 5  # counters (queues.bpf.c)
 (_WATCHED, _XOFF, _XON, _ABOVE, _BACKLOG, _MAX, _XOFF_EVENTS, _KMIN, _KMAX, _PMAX, _MARKS, _PAD, _LEAF,
- _READ_NS) = range(14)
+ _READ_NS, _HELD) = range(15)
 PMAX_ONE = 1 << 32  # pmax in 1/2^32
 _FIELDS = {"xoff": _XOFF, "xon": _XON, "kmin": _KMIN, "kmax": _KMAX, "pmax": _PMAX}
 
@@ -103,19 +109,24 @@ class QueueMaps:
     from their descriptors (`handoff`, `from_handoff`), so both see the same memory and the programs stay the
     loader's to take out."""
 
-    def __init__(self, keys: list[str], priorities: list[int], mem: mmap.mmap, events_fd: int | None):
+    def __init__(self, keys: list[str], priorities: list[int], mem: mmap.mmap, events_fd: int | None,
+                 accounts: mmap.mmap | None = None):
+        """accounts: the ingress accounts' memory (pfc.model ingress), slots as the queues'."""
         self.keys = keys
         self._slot = {k: i for i, k in enumerate(keys)}
         self.priorities = priorities
         self._mem = mem
         self._events_fd = events_fd
+        self._accounts = accounts
         self._ring: RingBuffer | None = None  # made by the first reader: one consumer of the crossings only
         self._events: list[Crossing] = []
 
     @classmethod
     def from_handoff(cls, handoff: dict) -> QueueMaps:
         """Over the maps of another process's KernelQueues.handoff(), whose descriptors this process inherited."""
-        return cls(handoff["keys"], handoff["priorities"], mmap_fd(handoff["queues_fd"]), handoff["events_fd"])
+        accounts = handoff.get("accounts_fd")
+        return cls(handoff["keys"], handoff["priorities"], mmap_fd(handoff["queues_fd"]), handoff["events_fd"],
+                   None if accounts is None else mmap_fd(accounts))
 
     @classmethod
     def published(cls, path: Path) -> QueueMaps:
@@ -169,7 +180,14 @@ class QueueMaps:
         """Every watched queue's figures now."""
         return {(key, prio): self.figures(key, prio) for key in self.keys for prio in self.priorities}
 
+    def ingress_paused(self, key: str, priority: int) -> bool:
+        """Whether the ingress account of switch port `key` holds its neighbour paused now (model ingress)."""
+        return account_paused(self._accounts, self._slot[key], priority)
+
     def close(self) -> None:
+        if self._accounts is not None:
+            self._accounts.close()
+            self._accounts = None
         if self._ring is not None:
             self._ring.close()
             self._ring = None
@@ -179,27 +197,46 @@ class QueueMaps:
 class KernelQueues(QueueMaps):
     """The programs loaded and attached for these ports; `close()` takes them out of the kernel."""
 
-    def __init__(self, ports: list[Port], priorities: list[int]):
+    def __init__(self, ports: list[Port], priorities: list[int], mmu: MmuPlan | None = None,
+                 dscp_priority: dict[int, int] | None = None):
         """priorities: the lossless ones (every port has a queue for each). Every queue is watched for depth;
-        `pause_at` gives some thresholds, `mark_ecn` some marking."""
+        `pause_at` gives some thresholds, `mark_ecn` some marking. mmu: count ingress ports (pfc.model
+        ingress), whose crossings are then the events; dscp_priority: the lossless priorities' DSCPs."""
         self.ports = {p.key: p for p in ports}
         self._published: Path | None = None
+        self.mmu = mmu
+        self.accounts: IngressAccounts | None = None
         n = max(1, len(ports))
         self.obj = BpfObject(build(SOURCE, {"LOSSLESS_MINOR": LOSSLESS_MINOR}),
-                             {"ports": n, "queues": n * PRIORITIES, "marking_ports": n}, tc=("mark_ecn",))
+                             {"ports": n, "queues": n * PRIORITIES, "switch_ports": n} | map_sizes(ports, mmu),
+                             tc=("mark_ecn", "switch_egress"))
         try:
-            super().__init__([p.key for p in ports], priorities, self.obj.mmap("queues"), self.obj.map_fd("events"))
+            super().__init__([p.key for p in ports], priorities, self.obj.mmap("queues"), self.obj.map_fd("events"),
+                             self.obj.mmap("accounts") if mmu is not None else None)
             for i in range(len(ports)):
                 for prio in priorities:
-                    _QUEUE.pack_into(self._mem, self._at(i, prio), 1, *[0] * _READ_NS)  # watched; all else 0
+                    _QUEUE.pack_into(self._mem, self._at(i, prio), 1, *[0] * _HELD)  # watched; all else 0
+            for dscp, prio in (dscp_priority or {}).items():
+                self.obj.update("dscp_priority", _U32.pack(dscp), _U32.pack(prio + 1))
+            if mmu is not None:
+                self.accounts = IngressAccounts(self._accounts, mmu, priorities)
+                load_mmu(self.obj, self._accounts, ports, mmu, priorities)
             # every slot is in place before any packet can find its port
             for i, p in enumerate(ports):
                 self.obj.update("ports", _PORT_KEY.pack(netns_inode(p.netns), p.ifindex), _U32.pack(i))
+            if mmu is not None:  # then the frames are named by the port they came in by
+                for key in mmu.ports:
+                    self._egress_program(key, "switch_egress")
         except BaseException:
-            if hasattr(self, "_mem"):
-                self._mem.close()
-            self.obj.close()
+            self.close()
             raise
+
+    def _egress_program(self, key: str, program: str) -> None:
+        p = self.ports[key]
+        if p.netns is not None:
+            raise ValueError(f"{program} goes on switch ports (the root namespace); {key} is a host's")
+        self.obj.update("switch_ports", _U32.pack(p.ifindex), _U32.pack(self._slot[key]))
+        self.obj.attach_tc(program, p.ifindex)
 
     def publish(self, path: Path) -> None:
         """Where other processes find these queues' figures (QueueMaps.published): the map's id, the queues'
@@ -212,43 +249,50 @@ class KernelQueues(QueueMaps):
         """What another process needs for a QueueMaps over these maps; it must inherit the descriptors named
         `*_fd` (subprocess pass_fds)."""
         return {"keys": self.keys, "priorities": self.priorities, "queues_fd": self.obj.map_fd("queues"),
-                "events_fd": self._events_fd}
+                "events_fd": self._events_fd} | ({"accounts_fd": self.obj.map_fd("accounts")} if self.mmu else {})
 
     def mark_ecn(self, red: dict[tuple[str, int], Red], dscp_priority: dict[int, int]) -> None:
         """ECN marking at the egress of these (switch) ports, for packets whose DSCP maps to a lossless
-        priority; the `tc` program goes on every port named (in this process's namespace: the root one)."""
+        priority; the `tc` program goes on every port named (in this process's namespace: the root one), unless
+        switch_egress, which marks too, is on every switch port already."""
         for dscp, prio in dscp_priority.items():
             self.obj.update("dscp_priority", _U32.pack(dscp), _U32.pack(prio + 1))
         for (key, prio), r in red.items():
             self._set(key, prio, kmin=r.kmin, kmax=r.kmax, pmax=min(PMAX_ONE - 1, int(r.pmax * PMAX_ONE)))
-        for key in sorted({k for k, _ in red}):
-            p = self.ports[key]
-            if p.netns is not None:
-                raise ValueError(f"ECN marks at switch ports (the root namespace); {key} is a host's")
-            self.obj.update("marking_ports", _U32.pack(p.ifindex), _U32.pack(self._slot[key]))
-            self.obj.attach_tc("mark_ecn", p.ifindex)
+        if self.mmu is None:
+            for key in sorted({k for k, _ in red}):
+                self._egress_program(key, "mark_ecn")
 
     def counter(self, which: int) -> int:
         """LOST: crossings the ring buffer had no room for; NO_LEAF: lossless classes not found under a
-        watched port's root (a port shaped otherwise than shaper.py does)."""
+        watched port's root (a port shaped otherwise than shaper.py does); DRAINED: bytes a queue held by the
+        ingress count when its qdisc said it was empty (a reset, or frames no tracepoint saw leave);
+        UNFOLLOWED: bulk dequeues too long to follow frame by frame; UNNAMED: lossless frames whose source MAC could
+        not be made their switch port's (the next switch could not count them); COUNTED: bytes counted on ingress
+        ports."""
         return _U64.unpack(self.obj.lookup("counters", _U32.pack(which), 8))[0]
 
     def close(self) -> None:
         if self._published is not None:
             self._published.unlink(missing_ok=True)
-        super().close()
+        if hasattr(self, "_mem"):
+            super().close()
         self.obj.close()
 
 
 def watch_queues(shaper: Shaper, detect: str) -> tuple[KernelQueues | None, str]:
     """The shaper's lossless queues watched in the kernel, or None and why not: `detect` poll never tries, auto
-    falls back (the reason logged), kernel insists (BpfUnavailable raised)."""
+    falls back (the reason logged), kernel insists (BpfUnavailable raised), and so does pfc.model ingress."""
     if detect == "poll":
         return None, ""
+    spec = shaper.spec
+    ports = list(shaper.ports.values())
+    ingress = spec.pfc.enabled and spec.pfc.model == "ingress"
     try:
-        return KernelQueues(list(shaper.ports.values()), [c.priority for c in shaper.spec.lossless]), ""
+        return KernelQueues(ports, [c.priority for c in spec.lossless], plan_mmu(ports, spec) if ingress else None,
+                            {c.dscp: c.priority for c in spec.lossless}), ""
     except BpfUnavailable as exc:
-        if detect == "kernel":
+        if detect == "kernel" or ingress:
             raise
         log.warning("lossless queues polled instead of watched in the kernel: %s", exc)
         return None, str(exc)

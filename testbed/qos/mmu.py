@@ -24,6 +24,11 @@ condition holds, before it runs out (`PauseTimer`, `refresh_s`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from topos.errors import InputError
 
 QUANTUM_BITS = 512  # 802.1Qbb: a pause quantum is 512 bit times at the link's rate
 MAX_QUANTA = 0xFFFF
@@ -42,6 +47,27 @@ class MmuConfig:
         """The same switch for links emulated `scale` times slower (bytes scaled like the links')."""
         return MmuConfig(max(1, round(self.buffer_bytes / scale)), max(1, round(self.reserve_bytes / scale)),
                          max(1, round(self.resume_offset_bytes / scale)), self.alpha_shift)
+
+
+class MmuSpec(BaseModel):
+    """`qos.pfc.mmu`: a switch's shared buffer as `pfc.model: ingress` accounts it, in the fabric's bytes (scaled
+    like the links). HPCC's defaults; in the emulation every figure has a floor the emulator needs (kmmu.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    buffer_bytes: int | Literal["auto"] = Field(
+        "auto", description="each switch's buffer; auto: HPCC's 32 MiB scaled, or where that is too small for "
+                            "the emulator, the ports' headroom and reserve plus room for one port to reach XOFF")
+    reserve_bytes: int = Field(4 << 10, ge=0, le=1 << 30, description="per (ingress port, priority): never paused")
+    resume_offset_bytes: int = Field(3 << 10, ge=0, le=1 << 30, description="XON this far below the threshold")
+    alpha_shift: int = Field(3, ge=0, le=16, description="the dynamic threshold's alpha as 2^-shift at the NIC "
+                             "rate (a port twice as fast gets one less)")
+
+    @model_validator(mode="after")
+    def _check(self) -> MmuSpec:
+        if self.buffer_bytes != "auto" and not 0 < self.buffer_bytes <= 1 << 40:
+            raise InputError("buffer_bytes must be in (0, 2^40] (or auto)", "e.g. buffer_bytes: 33554432 (32 MiB)",
+                             field="qos.pfc.mmu.buffer_bytes", value=self.buffer_bytes)
+        return self
 
 
 def alpha_shift(rate_bps: float, nic_rate_bps: float, base_shift: int = 3) -> int:

@@ -16,11 +16,15 @@ pause is released.
 A paused neighbour's own queue then fills and, past its XOFF, pauses its own
 upstream: the pause walks back to the sending hosts, as real PFC does.
 
-Like a shared-buffer switch that counts ingress by port, the emulation pauses
-every ingress neighbour of the congested switch, not only those feeding the
-congested port: that is also how PFC head-of-line blocking spreads to innocent
-flows. Host NIC queues never pause anyone (nothing is upstream of a host) and
-are large: a host does not drop its own lossless traffic.
+Whom a congested switch pauses (`pfc.model`): with egress, every ingress
+neighbour of the congested switch, not only those feeding the congested port
+(how PFC head-of-line blocking spreads to innocent flows); with ingress
+(802.1Qbb, kernel detection), the kernel counts each lossless frame on the
+switch port it came in by, against the switch's shared buffer and a dynamic
+threshold (kmmu.py), and that port's crossings pause its one neighbour: the
+agent's queue of a switch port then stands for the port's ingress account.
+Host NIC queues never pause anyone (nothing is upstream of a host) and are
+large: a host does not drop its own lossless traffic.
 
 Counted per port and priority (keys `node:port/p3`): pause events, paused
 time; per lossless queue: XOFF events and the maximum depth; for the agent
@@ -56,7 +60,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from testbed.system.poll import readable
 from topos.inputs import write_file
@@ -64,7 +68,7 @@ from topos.inputs import write_file
 from .netlink import QdiscDumper, dumper_in
 from .pfc_frames import PauseFrames
 from .pfc_report import agent_report
-from .pfc_state import HeldElsewhere, Hold, Key, PauseState, QueueState
+from .pfc_state import HeldElsewhere, Hold, Key, PauseState, QueueState, RemotePauses, pauses_whom
 from .pfc_storms import STUCK_PEER, StormGuard, StuckPeers
 from .ports import Port, queue_key
 from .shaper import Shaper, lossless_leaf
@@ -76,23 +80,6 @@ log = logging.getLogger(__name__)
 
 REALTIME_PRIORITY = 10  # SCHED_FIFO, above every normal task and below the kernel's own threads (50)
 KERNEL_WAKE_S = 0.05  # with kernel detection the agent wakes at least this often: samples, state, liveness
-
-
-
-
-class RemotePauses(Protocol):
-    """Pauses to and from the agents of other servers (testbed.cluster.pauses.PauseWire)."""
-
-    ports: dict[str, Port]  # the other servers' ports, by key
-    refresh_s: float  # how often held pauses are said again (a lost message is repaired by the next)
-    expire_s: float  # pauses from a server that said nothing for this long are released
-
-    def server_of(self, key: str) -> str: ...
-    def fileno(self) -> int: ...
-    def send(self, server: str, holds: list[Hold]) -> None: ...
-    def receive(self) -> list[tuple[str, list[Hold]]]: ...
-    def silent_since(self, server: str) -> float: ...
-    def report(self) -> dict: ...
 
 
 class PfcAgent:
@@ -114,10 +101,9 @@ class PfcAgent:
         by_node: dict[str, list[Port]] = {}
         for p in self.all_ports.values():
             by_node.setdefault(p.node, []).append(p)
+        self.ingress = self.spec.model == "ingress"
         for p in shaper.ports.values():
-            # Ingress neighbours of p.node other than the one p sends to, seen from their side.
-            ups = [] if p.is_host else [f"{q.peer}:{q.peer_port}" for q in by_node[p.node] if q.key != p.key]
-            ups = [u for u in ups if u in self.all_ports]
+            ups = [u for u in pauses_whom(p, by_node, self.ingress) if u in self.all_ports]
             for prio in self.priorities:
                 self.queues[p.key, prio] = QueueState(p, prio, p.plan.lossless[prio], ups)
                 self.pauses[p.key, prio] = PauseState()
@@ -143,6 +129,7 @@ class PfcAgent:
         self.holds_in: dict[str, set[Hold]] = {}  # server -> the pauses it holds on ours
         self._said_at = 0.0  # when the held pauses were last said to the other servers
         self.expired = 0  # times a silent server's pauses here were released
+        self.resynced = 0  # model ingress: pauses set right from the kernel's accounts (_resync)
         self.error: str | None = None  # why the loop died, if it did: the verdict then says "unknown"
         self.stopped_at: float | None = None
         self.detect = "poll"  # how crossings are seen: kernel or poll (start() decides for auto)
@@ -167,8 +154,9 @@ class PfcAgent:
             self.kernel, self.detect_why = watch_queues(self.shaper, self.spec.detect)
         if self.kernel is None:
             return
-        self.kernel.pause_at({(key, prio): (qs.plan.xoff, qs.plan.xon) for (key, prio), qs in self.queues.items()
-                              if qs.upstream})  # a queue with nobody upstream pauses nobody: depth only
+        if not self.ingress:  # model ingress: the kernel's accounts cross their own thresholds
+            self.kernel.pause_at({(key, prio): (qs.plan.xoff, qs.plan.xon) for (key, prio), qs in self.queues.items()
+                                  if qs.upstream})  # a queue with nobody upstream pauses nobody: depth only
         self.detect = "kernel"
 
     def stop(self) -> None:
@@ -260,6 +248,8 @@ class PfcAgent:
             changed: set[str] = set()
             for c in self.kernel.crossings():
                 self._crossing(c, changed)
+            if self.ingress and now >= next_sample:
+                self._resync(now, changed)
             self._storms(now, changed)
             if self.remote is not None:
                 if self.remote in ready:
@@ -280,6 +270,16 @@ class PfcAgent:
         self._upstream(key, c.xoff, now, changed)
         done = time.monotonic_ns()
         self.reactions.append((now, (done - c.t_ns) / 1e9))
+
+    def _resync(self, now: float, changed: set[str]) -> None:
+        """Model ingress: every account's pause as the kernel holds it now. Crossings come from every CPU and can
+        reach the ring buffer out of order (an XON ahead of the XOFF it ends); this pass each wake-up period
+        repairs what such a pair, or a lost one, left wrong, as a PAUSE refreshed or let expire would."""
+        for key, qs in self.queues.items():
+            if qs.upstream and self.kernel.ingress_paused(*key) != qs.xoff:
+                self.resynced += 1
+                qs.crossed(not qs.xoff)
+                self._upstream(key, qs.xoff, now, changed)
 
     def _sample_kernel(self, now: float) -> None:
         """Depths from the kernel's shared memory (no system call): maxima, the time series, the state file."""
@@ -430,8 +430,10 @@ class PfcAgent:
         return agent_report(self, since, configured)
 
     def _write_state(self) -> None:
+        pauses = self.pauses.items()
         state = {"paused": sorted(queue_key(*k) for k in self.shaper.paused),
-                 "pause_events": {queue_key(*k): s.events for k, s in self.pauses.items() if s.events}}
+                 "pause_events": {queue_key(*k): s.events for k, s in pauses if s.events},
+                 "paused_by": {queue_key(*k): sorted(queue_key(*b) for b in s.by) for k, s in pauses if s.by}}
         tmp = self.state_file.with_suffix(".tmp")
         write_file(tmp, json.dumps(state), "PFC state")
         tmp.replace(self.state_file)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.system.poll import readable
 
-from .kqueues import LOST, NO_LEAF, KernelQueues, QueueMaps, watch_queues
+from .kqueues import COUNTED, DRAINED, LOST, NO_LEAF, UNFOLLOWED, UNNAMED, KernelQueues, QueueMaps, watch_queues
 from .pfc import PfcAgent
 from .ports import ports_from_json, ports_to_json
 from .shaper import Shaper
@@ -87,7 +87,7 @@ class PfcProcess:
         handoff = self.kernel.handoff() if self.kernel is not None else None
         self.proc = self.owner.spawn(
             [sys.executable, "-m", __name__], "hpnlab PFC agent", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            pass_fds=[handoff["queues_fd"], handoff["events_fd"]] if handoff else [], start_new_session=True)
+            pass_fds=[v for k, v in handoff.items() if k.endswith("_fd")] if handoff else [], start_new_session=True)
         ready = self._call({"ports": ports_to_json(list(self.shaper.ports.values())),
                             "spec": spec.model_dump(mode="json"),
                             "state_file": None if self.state_file is None else str(self.state_file),
@@ -150,6 +150,11 @@ class PfcProcess:
         if report is not None and self.kernel is not None:
             report["kernel_lost_events"] = self.kernel.counter(LOST)
             report["kernel_no_leaf"] = self.kernel.counter(NO_LEAF)
+            if self.kernel.accounts is not None:  # model ingress: what each ingress port held, against what
+                report["ingress"] = self.kernel.accounts.report() | {  # its headroom takes
+                    "counted_bytes": self.kernel.counter(COUNTED), "drained_bytes": self.kernel.counter(DRAINED),
+                    "unfollowed": self.kernel.counter(UNFOLLOWED),
+                    "unnamed": self.kernel.counter(UNNAMED)}
         return report
 
     def storm(self, port: str, on: bool) -> bool:

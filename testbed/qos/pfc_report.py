@@ -56,6 +56,8 @@ def agent_report(a, since: float | None, configured_ms: float) -> dict:
         # kernel: crossings seen per packet by BPF (poll_period_ms is then the gap between the agent's
         # wake-ups: at least every KERNEL_WAKE_S, liveness only); poll: read every poll_ms
         "detect": a.detect,
+        "model": a.spec.model,  # ingress: a switch port's queue figures are its ingress account's XOFFs
+        "resynced": a.resynced,  # model ingress: pauses the agent set right from the kernel's accounts
         **({"detect_why": a.detect_why} if a.detect_why else {}),
         # a crossing in the kernel to the upstream classes changed (kernel detection only)
         "reaction_ms": spread(sorted(r for t, r in a.reactions if since is None or t >= since), 1000),

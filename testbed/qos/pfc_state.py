@@ -15,12 +15,25 @@ again only once none of them holds it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .ports import Port
 from .spec import PfcPlan
 
 Key = tuple[str, int]  # (port key, 802.1p priority)
 Hold = tuple[str, int, str]  # (paused port, priority, the congested queue's port holding it)
+
+
+def pauses_whom(p: Port, by_node: dict[str, list[Port]], ingress: bool) -> list[str]:
+    """Whom the lossless queue of port `p` pauses (port keys, seen from their side; `by_node`: every port by the
+    device that sends on it). Model ingress: a switch port stands for its ingress account, which pauses the one
+    neighbour whose frames it holds; model egress: every ingress neighbour of the switch but the one p sends to.
+    A host pauses nobody."""
+    if p.is_host:
+        return []
+    if ingress:
+        return [f"{p.peer}:{p.peer_port}"]
+    return [f"{q.peer}:{q.peer_port}" for q in by_node[p.node] if q.key != p.key]
 
 
 @dataclass
@@ -120,3 +133,18 @@ class HeldElsewhere:
     def servers(self) -> list[str]:
         """The servers we hold something on now."""
         return [s for s, h in self.by_server.items() if h]
+
+
+class RemotePauses(Protocol):
+    """Pauses to and from the agents of other servers (testbed.cluster.pauses.PauseWire)."""
+
+    ports: dict[str, Port]  # the other servers' ports, by key
+    refresh_s: float  # how often held pauses are said again (a lost message is repaired by the next)
+    expire_s: float  # pauses from a server that said nothing for this long are released
+
+    def server_of(self, key: str) -> str: ...
+    def fileno(self) -> int: ...
+    def send(self, server: str, holds: list[Hold]) -> None: ...
+    def receive(self) -> list[tuple[str, list[Hold]]]: ...
+    def silent_since(self, server: str) -> float: ...
+    def report(self) -> dict: ...

@@ -43,7 +43,7 @@ def snapshot(run_id: str | None = None, node: str | None = None) -> list[dict]:
     ports = json.loads((RUN_DIR / f"{run_id}.qos.json").read_text())
     pfc_file = RUN_DIR / f"{run_id}.pfc.json"
     pfc = json.loads(pfc_file.read_text()) if pfc_file.exists() else {}
-    paused, events = set(pfc.get("paused", ())), pfc.get("pause_events", {})
+    paused, events, by = set(pfc.get("paused", ())), pfc.get("pause_events", {}), pfc.get("paused_by", {})
     marks = ecn_marks(run_id)
     if node is not None:
         ports = [p for p in ports if p["key"].split(":")[0] == node]
@@ -67,6 +67,7 @@ def snapshot(run_id: str | None = None, node: str | None = None) -> list[dict]:
             rows.append({"port": p["key"], "ifname": p["ifname"], "class": cls, "rate_bps": p["rate_bps"],
                          "sent_bytes": q.bytes, "backlog": q.backlog, "drops": q.drops,
                          "paused": qkey in paused, "pause_events": events.get(qkey, 0),
+                         "paused_by": by.get(qkey, []),  # the queues (model ingress: ingress ports) holding it
                          "xoff": lossless["xoff"] if lossless else None,
                          "headroom": lossless.get("headroom") if lossless else None,
                          "ecn_marks": None if marks is None or qkey is None else marks.get(qkey, 0)})

@@ -59,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from topos.errors import InputError
 
+from .mmu import MmuSpec
 from .pfc_watchdog import Action, WatchdogConfig
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,11 @@ class PfcSpec(BaseModel):
         "auto", description="how XOFF/XON crossings are seen: kernel (BPF on the qdisc tracepoints, per packet), "
                             "poll (every queue read each poll_ms), auto (kernel where this machine can)")
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec, description="storm detection and recovery")
+    model: Literal["egress", "ingress"] = Field(
+        "egress", description="whom a congested switch pauses: ingress (802.1Qbb: each ingress port by its own "
+                              "bytes in the shared buffer, kernel detection only), egress (every ingress neighbour "
+                              "of a queue past XOFF)")
+    mmu: MmuSpec = Field(default_factory=MmuSpec, description="the shared buffer of model ingress")
 
     @model_validator(mode="before")
     @classmethod
@@ -171,6 +177,9 @@ class PfcSpec(BaseModel):
         if self.poll_ms != "auto" and not 0 < self.poll_ms <= 1000:
             raise InputError("poll_ms must be in (0, 1000] (or auto)", "e.g. poll_ms: 5, or poll_ms: auto",
                              field="qos.pfc.poll_ms", value=self.poll_ms)
+        if self.model == "ingress" and self.detect == "poll":
+            raise InputError("model ingress counts each ingress port's bytes in the kernel; detect poll cannot",
+                             "detect: auto (or kernel), or model: egress", field="qos.pfc.detect", value="poll")
         if self.reaction_ms != "auto" and not 0 < self.reaction_ms <= 10_000:
             raise InputError("reaction_ms must be in (0, 10000] (or auto)", "e.g. reaction_ms: 3, or auto",
                              field="qos.pfc.reaction_ms", value=self.reaction_ms)

@@ -94,16 +94,19 @@ class FabricProbe:
                 st = links[link[0]]
                 st["backlog"] = max(st.get("backlog", 0), p["backlog"])
                 st["paused"] = st.get("paused", False) or p["paused"]
+                if p["paused"] and p["paused_by"]:  # which queues (model ingress: which ingress ports) hold it
+                    st["paused_by"] = sorted(set(st.get("paused_by", [])) | set(p["paused_by"]))
 
     @staticmethod
     def _read_ports(rows: list[dict]) -> dict[str, dict]:
         ports: dict[str, dict] = {}
         for row in rows:
             p = ports.setdefault(row["port"], {"backlog": 0, "paused": False, "pause_events": 0, "drops": 0,
-                                               "ecn_marks": 0})
+                                               "ecn_marks": 0, "paused_by": []})
             p["backlog"] += row["backlog"]
             p["paused"] |= row["paused"]
             p["pause_events"] += row["pause_events"]
+            p["paused_by"] += row.get("paused_by", [])
             p["drops"] += row["drops"]
             p["ecn_marks"] += row.get("ecn_marks") or 0
         return {k: p for k, p in ports.items()

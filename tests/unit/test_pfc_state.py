@@ -3,7 +3,7 @@ kernel reports its crossings or a poll reads its backlog, and the pauses several
 
 from __future__ import annotations
 
-from testbed.qos.pfc_state import HeldElsewhere, PauseState, QueueState
+from testbed.qos.pfc_state import HeldElsewhere, PauseState, QueueState, pauses_whom
 from testbed.qos.ports import Port
 from testbed.qos.spec import PfcPlan, QosSpec, port_plan
 
@@ -48,3 +48,13 @@ def test_pauses_held_on_another_servers_port_send_one_frame_each_way():
     assert out.held("b") == [("h5:0", 3, "tor-a:1"), ("h5:0", 3, "tor-a:2")] and out.servers() == ["b"]
     assert not out.release("b", target, ("tor-a:1", 3)) and out.release("b", target, ("tor-a:2", 3))
     assert out.servers() == [] and out.held("b") == []
+
+
+def test_an_ingress_account_pauses_its_own_neighbour_and_an_egress_queue_every_other_one():
+    plan = port_plan(200, QosSpec(pfc={"poll_ms": 5}))
+    ports = [Port("tor-a", i, "tor", f"h{i}", 0, f"t-{i}", f"h{i}-0", None, plan) for i in (1, 2, 3)]
+    host = Port("h1", 0, "host", "tor-a", 1, "h1-0", "t-1", "/proc/1/ns/net", plan)
+    by_node = {"tor-a": ports, "h1": [host]}
+    assert pauses_whom(ports[0], by_node, ingress=True) == ["h1:0"]
+    assert pauses_whom(ports[0], by_node, ingress=False) == ["h2:0", "h3:0"]
+    assert pauses_whom(host, by_node, ingress=True) == [] == pauses_whom(host, by_node, ingress=False)

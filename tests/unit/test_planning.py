@@ -74,6 +74,10 @@ def test_validate_refuses_what_a_cluster_cannot_run(tmp_path, hpnlab):
         plan(load(lossy), tmp_path, cluster=load_cluster(cluster))
     assert exc.value.field == "failures[].action"
     assert plan(load(lossy), tmp_path)[0].events  # on one server it plans
+    ingress = write(tmp_path, BASE + "qos: {pfc: {model: ingress}}\n", "ingress.yaml")
+    with pytest.raises(InputError) as exc:
+        plan(load(ingress), tmp_path, cluster=load_cluster(cluster))
+    assert exc.value.field == "qos.pfc.model" and "between servers" in exc.value.line()
     r = hpnlab("validate", str(lossy), "--cluster", str(cluster))
     assert r.returncode == 2 and "failures[].action" in r.stderr and "Traceback" not in r.stderr
 

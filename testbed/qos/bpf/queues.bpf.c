@@ -59,6 +59,7 @@ struct lossless_queue {
 	__u32 pad;
 	__u64 leaf;         /* the leaf qdisc, once found */
 	__u64 last_ns;      /* bpf_ktime_get_ns (CLOCK_MONOTONIC) of the last read */
+	__u64 held;         /* bytes of frames counted on ingress ports (pfc.model ingress, mmu.bpf.h) */
 };
 
 struct event {
@@ -91,10 +92,16 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2);
+	__uint(max_entries, 6);
 	__type(key, __u32);
-	__type(value, __u64); /* 0: crossings the ring buffer had no room for; 1: leaves not found */
+	__type(value, __u64); /* the six below */
 } counters SEC(".maps");
+#define LOST 0        /* crossings the ring buffer had no room for */
+#define NO_LEAF 1     /* lossless leaves not found */
+#define DRAINED 2     /* bytes a queue held by the ingress count when its qdisc said it was empty (mmu.bpf.h) */
+#define UNFOLLOWED 3  /* bulk dequeues longer than MAX_BULK frames: the rest not taken off their ingress */
+#define UNNAMED 4     /* lossless frames whose source MAC could not be made their port's */
+#define COUNTED 5     /* bytes counted on ingress ports (DRAINED is measured against it) */
 
 static __always_inline void count(__u32 which)
 {
@@ -147,8 +154,27 @@ static __always_inline void crossed(__u32 index, __u32 backlog, __u64 now, __u32
 {
 	struct event ev = {.t_ns = now, .queue = index, .backlog = backlog, .kind = kind};
 	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0))
-		count(0);
+		count(LOST);
 }
+
+/* The switch ports whose egress programs (mark_ecn, switch_egress) act, and the lossless priorities' DSCPs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* set to the port count by the loader */
+	__type(key, __u32);     /* ifindex in the root namespace (every switch port is there) */
+	__type(value, __u32);   /* port number, as in `ports` */
+} switch_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 64);
+	__type(key, __u32);     /* DSCP */
+	__type(value, __u32);   /* its lossless priority + 1; 0: not lossless */
+} dscp_priority SEC(".maps");
+
+#define ETH_HLEN 14
+#define ETH_P_IP 0x0800
+#include "mmu.bpf.h"
 
 static __always_inline void read_queue(struct Qdisc *root, __u32 port, __u32 prio, __u64 now)
 {
@@ -160,7 +186,7 @@ static __always_inline void read_queue(struct Qdisc *root, __u32 port, __u32 pri
 		__u32 major = BPF_CORE_READ(root, handle) & 0xFFFF0000;
 		q->leaf = htb_leaf((__u64)root, major | (LOSSLESS_MINOR + prio));
 		if (!q->leaf) {
-			count(1);
+			count(NO_LEAF);
 			return;
 		}
 	}
@@ -170,6 +196,8 @@ static __always_inline void read_queue(struct Qdisc *root, __u32 port, __u32 pri
 	q->last_ns = now;
 	if (backlog > q->max_backlog)
 		q->max_backlog = backlog; /* under the root's lock: one writer per port */
+	if (!backlog && q->held)
+		drain_held(port, prio, now);
 	if (!q->xoff)
 		return;
 	if (!q->above && backlog > q->xoff && __sync_val_compare_and_swap(&q->above, 0, 1) == 0) {
@@ -191,14 +219,16 @@ static __always_inline __u32 *port_of(struct Qdisc *q)
 	return bpf_map_lookup_elem(&ports, &key);
 }
 
-/* Every watched lossless queue of the root's port, after a packet went in or out of it. */
-static __always_inline void port_changed(struct Qdisc *root)
+/* Every watched lossless queue of the root's port, after `packets` frames went in or out of it (`in`), their
+ * bytes counted on the ingress ports they came by first. */
+static __always_inline void port_changed(struct Qdisc *root, struct sk_buff *skb, int packets, bool in)
 {
 	__u32 *port = port_of(root);
 	if (!port)
 		return;
 	__u32 p = *port;
 	__u64 now = bpf_ktime_get_ns();
+	mmu_frames(p, skb, packets, in, now);
 	for (__u32 prio = 0; prio < PRIORITIES; prio++)
 		read_queue(root, p, prio, now);
 }
@@ -206,7 +236,7 @@ static __always_inline void port_changed(struct Qdisc *root)
 SEC("raw_tp/qdisc_enqueue")
 int BPF_PROG(on_enqueue, struct Qdisc *root, const struct netdev_queue *txq, struct sk_buff *skb)
 {
-	port_changed(root);
+	port_changed(root, skb, 1, true);
 	return 0;
 }
 
@@ -214,7 +244,7 @@ SEC("raw_tp/qdisc_dequeue")
 int BPF_PROG(on_dequeue, struct Qdisc *root, const struct netdev_queue *txq, int packets, struct sk_buff *skb)
 {
 	if (skb)
-		port_changed(root);
+		port_changed(root, skb, packets, false);
 	return 0;
 }
 
@@ -238,6 +268,7 @@ static __always_inline void leaf_emptied(struct Qdisc *q, bool destroyed)
 			continue;
 		lq->backlog = 0;
 		lq->last_ns = now;
+		drain_held(p, prio, now);
 		if (destroyed)
 			lq->leaf = 0;
 		if (lq->xoff && lq->above && __sync_val_compare_and_swap(&lq->above, 1, 0) == 1)
@@ -259,37 +290,16 @@ int BPF_PROG(on_destroy, struct Qdisc *q)
 	return 0;
 }
 
-/* ECN marking at a switch port's egress, before the qdisc (a tcx link, or cls_bpf on clsact, direct action): an ECN-capable
- * IPv4 packet of a lossless priority is marked Congestion Experienced with RED's probability on the backlog the
- * tracepoints above last read (the queue it is about to join), as DCQCN's switches mark (Kmin, Kmax, Pmax). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1); /* set to the port count by the loader */
-	__type(key, __u32);     /* ifindex in the root namespace (every switch port is there) */
-	__type(value, __u32);   /* port number, as in `ports` */
-} marking_ports SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 64);
-	__type(key, __u32);     /* DSCP */
-	__type(value, __u32);   /* its lossless priority + 1; 0: not lossless */
-} dscp_priority SEC(".maps");
-
-#define ETH_HLEN 14
-#define ETH_P_IP 0x0800
 /* No verdict: the next program runs (on tcx, TCX_NEXT: then a clsact's filters, a lossy link's; on clsact,
  * TC_ACT_UNSPEC: the next filter), and the packet goes on. TC_ACT_OK would end the chain there. */
 #define GO_ON (-1)
 #define ECN_MASK 3
 
-SEC("tc")
-int mark_ecn(struct __sk_buff *skb)
+/* An ECN-capable IPv4 packet of a lossless priority is marked Congestion Experienced with RED's probability on
+ * the backlog the tracepoints above last read (the queue it is about to join), as DCQCN's switches mark (Kmin,
+ * Kmax, Pmax). */
+static __always_inline int ecn(struct __sk_buff *skb, __u32 *port)
 {
-	__u32 ifindex = skb->ifindex;
-	__u32 *port = bpf_map_lookup_elem(&marking_ports, &ifindex);
-	if (!port)
-		return GO_ON;
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + ETH_HLEN;
@@ -322,6 +332,29 @@ int mark_ecn(struct __sk_buff *skb)
 	bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct iphdr, tos), &marked, 1, 0);
 	__sync_fetch_and_add(&q->marks, 1);
 	return GO_ON;
+}
+
+/* ECN marking at a switch port's egress, before the qdisc (a tcx link, or cls_bpf on clsact, direct action). */
+SEC("tc")
+int mark_ecn(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	__u32 *port = bpf_map_lookup_elem(&switch_ports, &ifindex);
+	return port ? ecn(skb, port) : GO_ON;
+}
+
+/* Every switch port's egress with pfc.model ingress: the frame's ingress port named (mmu.bpf.h), then ECN
+ * marking where it is on (queues with kmax). */
+SEC("tc")
+int switch_egress(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	__u32 *port = bpf_map_lookup_elem(&switch_ports, &ifindex);
+	if (!port)
+		return GO_ON;
+	__u32 slot = *port;
+	ingress_mark(skb, slot);
+	return ecn(skb, &slot);
 }
 
 char LICENSE[] SEC("license") = "GPL";

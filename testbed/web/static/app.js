@@ -85,7 +85,8 @@ function showLink(edge) {
     html += `<br>${st.up ? 'up' : '<b style="color:#c0392b">failed</b>'}` +
       `<br>${esc(a)} → ${esc(b)}: ${mbps(st.ab_bps)} Mbit/s<br>${esc(b)} → ${esc(a)}: ${mbps(st.ba_bps)} Mbit/s` +
       (st.util !== null ? `<br>utilization ${(100 * st.util).toFixed(1)}%` : '') +
-      (st.backlog ? `<br>queue ${bytes(st.backlog)}` : '') + (st.paused ? '<br>PFC paused' : '');
+      (st.backlog ? `<br>queue ${bytes(st.backlog)}` : '') + (st.paused ? '<br>PFC paused' : '') +
+      (st.paused && st.paused_by ? ` by ${esc(st.paused_by.join(', '))}` : '');
   }
   $('#detail').innerHTML = html;
 }
@@ -124,7 +125,8 @@ function applyState(state) {
   const ports = Object.entries(state.ports).sort((x, y) => y[1].backlog - x[1].backlog || y[1].pause_events
     - x[1].pause_events).slice(0, 15);
   $('#ports tbody').innerHTML = ports.length ? ports.map(([k, p]) => `<tr><td>${esc(k)}</td><td>${bytes(p.backlog)}` +
-    `</td><td>${p.paused ? '⏸' : ''}</td><td>${p.pause_events}</td><td>${p.drops}</td><td>${p.ecn_marks || 0}</td>` +
+    `</td><td title="${esc((p.paused_by || []).join(', '))}">${p.paused ? '⏸' : ''}</td><td>${p.pause_events}</td>` +
+    `<td>${p.drops}</td><td>${p.ecn_marks || 0}</td>` +
     '</tr>').join('') : '<tr><td colspan="6" class="muted">no queue, pause, drop or ECN mark</td></tr>';
   $('#ports-age').textContent = state.ports_age_s > 1 ? `(read ${state.ports_age_s.toFixed(0)} s ago)` : '';
   drawFlows(state.flows);
