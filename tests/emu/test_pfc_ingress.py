@@ -9,6 +9,8 @@ ingress only the ports whose own frames fill the shared buffer, h0's and h1's, a
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from testbed.experiment.measure import StreamSpec, run_streams
@@ -71,3 +73,44 @@ def test_the_egress_model_pauses_the_spine_behind_the_incast(no_leftovers):
     print(f"received/sent {got}; ports paused {report['ports']}")
     assert report["model"] == "egress" and drops == {} and "ingress" not in report
     assert SPINE_TO_LEAF0 in report["ports"], report["ports"]
+
+
+@pytest.mark.slow
+def test_a_link_taken_down_releases_what_its_queue_held_at_every_hop(no_leftovers):
+    """leaf 1's queue toward h4 held paused by hand while h0 streams to h4: leaf 1's account of the spine's port
+    fills and pauses the spine, and so on back to h0. Then h4's link goes down, which empties that queue with no
+    dequeue: the reset's drain must take its bytes off the spine's account, and every pause must unwind."""
+    import json
+
+    from testbed.system.ownership import RUN_DIR
+
+    topo = build("spine_leaf", leaves=2, hosts_per_leaf=3, spines=1)
+    spec = StreamSpec(src="h0", dst="h4", sport=6000, dport=7000, pps=1000, duration=2.0, size=1400, tos=DSCP26)
+    held, link = "tor-p0-s1:2", topo.find_link("h4:nic0:p0").name
+    seen: dict = {}
+    with Network(topo, qos=QosSpec(pfc={"model": "ingress"})) as net:
+        state = RUN_DIR / f"{net.owner.run_id}.pfc.json"
+        paused = lambda: json.loads(state.read_text())["paused"] if state.exists() else []  # noqa: E731
+
+        def cut() -> None:
+            t0 = time.monotonic()
+            while "h0:0/p3" not in paused():  # the pause walked back to the sender
+                assert time.monotonic() - t0 < 30, f"the pause never reached h0: {paused()}"
+                time.sleep(0.05)
+            seen["held"] = paused()
+            net.set_link(link, False)
+
+        run_streams(net, [spec], actions=[(0.3, lambda: net.qos.set_paused(held, 3, True)), (1.0, cut)], tail=0.5)
+        t0 = time.monotonic()
+        while paused():
+            assert time.monotonic() - t0 < 10, f"pauses still held with the link down: {paused()}"
+            time.sleep(0.05)
+        net.set_link(link, True)
+        net.qos.set_paused(held, 3, False)
+        report = net.pfc.report()
+        net.stop_qos()
+    ingress = report["ingress"]
+    print(f"held {seen['held']}; accounts {ingress['accounts']}; drained {ingress['drained_bytes']}")
+    assert {"agg-p0-pl0-0:2/p3", "tor-p0-s0:4/p3", "h0:0/p3"} <= set(seen["held"]), seen["held"]
+    assert ingress["drained_bytes"] > 0  # what the reset queue held, taken off the spine's account
+    assert all(a["bytes"] == 0 for a in ingress["accounts"].values()), ingress["accounts"]
