@@ -63,8 +63,25 @@ PY
 fi
 args=(tests/vm)
 [ -s "$out/pytest-args" ] && mapfile -t args <"$out/pytest-args"
-.venv/bin/python -m pytest -v -s -p no:cacheprovider --durations=0 --junitxml="$out/junit.xml" "${args[@]}"
+# Each test's outcome as it ends (tests/vm/conftest.py). After a kernel panic the next boot (run-tests.sh) runs
+# only what the panicked boot had not finished: a panic costs a boot, not the tests again. A failure before the
+# panic still fails the run.
+progress="$out/progress"
+done_before=() failed_before=0
+if [ -s "$progress" ]; then
+  while read -r outcome node; do
+    done_before+=(--deselect "$node")
+    [ "$outcome" = failed ] && failed_before=1
+  done <"$progress"
+  echo "[vm] resuming after a panic: $(wc -l <"$progress") outcome(s) of the earlier boot kept, those tests not run again"
+fi
+HPNLAB_VM_PROGRESS="$progress" .venv/bin/python -m pytest -v -s -p no:cacheprovider --durations=0 \
+  --junitxml="$out/junit${done_before[*]:+-resumed}.xml" "${args[@]}" "${done_before[@]}"
 rc=$?
+if [ "${#done_before[@]}" -gt 0 ]; then
+  [ "$rc" = 5 ] && rc=0  # no test left to collect: the earlier boot had run them all
+  [ "$failed_before" = 1 ] && [ "$rc" = 0 ] && rc=1
+fi
 keep_bpf
 .venv/bin/hpnlab doctor >"$out/doctor.txt" 2>&1
 echo "[vm] tests finished in $(( $(date +%s) - t0 )) s (rc=$rc)"

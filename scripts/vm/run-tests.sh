@@ -33,7 +33,8 @@ t1=$(date +%s)
 # Under TCG the guest kernel now and then oopses (an int3 left behind while it patches its own code with two
 # emulated CPUs: seen in the first seconds of a boot, and once 4 minutes into the tests as a tracepoint or
 # BPF hook was switched on). That is the emulator, not the tests: a guest that panicked before writing its
-# rc is booted once more on a fresh overlay and runs the tests again. A second panic is the result.
+# rc is booted once more on a fresh overlay and runs the tests the first boot had not finished (guest-run.sh
+# keeps each outcome in out/progress). A second panic is the result.
 for attempt in 1 2; do
   vm_start "$img" "$out" "${HPNLAB_VM_CPUS:-2}" "${HPNLAB_VM_MEM:-3072}"
   qemu_pid=$vm_pid
