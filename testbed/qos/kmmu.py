@@ -139,8 +139,9 @@ def mmu_line(plan: MmuPlan, spec: QosSpec) -> str:
 
 
 def map_sizes(ports: list[Port], plan: MmuPlan | None) -> dict[str, int]:
-    """The maps' max_entries for these ports (1 each without the MMU: it costs nothing unused)."""
-    n, switches, k = len(ports), len(plan.switches) if plan else 1, plan.per_switch if plan else 1
+    """The maps' max_entries for these ports (1 each without the MMU: it costs nothing unused; never 0, which
+    the kernel refuses: `hpnlab doctor` loads the programs for no port)."""
+    n, switches, k = max(1, len(ports)), len(plan.switches) if plan else 1, plan.per_switch if plan else 1
     big = plan is not None
     return {"accounts": n * PRIORITIES if big else 1, "slots": n, "buffers": switches,
             "local_slot": switches * k if big else 1, "senders": n, "held": n * k * PRIORITIES if big else 1}
