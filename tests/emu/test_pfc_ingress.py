@@ -17,6 +17,7 @@ from testbed.experiment.measure import StreamSpec, run_streams
 from testbed.net.network import Network
 from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import QosSpec
+from tests.streams import delivered
 from topos import build
 
 DSCP26 = 26 << 2
@@ -38,10 +39,7 @@ def _run(model: str) -> tuple[dict, dict, dict]:
         drops = {k: q[0].drops for k, q in net.qos.stats(lossless_leaf(3)).items() if q and q[0].drops}
         report = net.pfc.report()
         net.stop_qos()
-    got = {}
-    for spec, sender in zip(specs, r["senders"], strict=True):
-        key = f"{spec.dst}:{spec.dport}"
-        got[key] = sum(s["received"] for s in r["receivers"][key]["streams"].values()) / sender["sent"]
+    got = delivered(specs, r)
     return got, report, drops
 
 

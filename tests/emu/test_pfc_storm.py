@@ -17,6 +17,7 @@ from testbed.experiment.measure import StreamSpec, run_streams
 from testbed.net.network import Network
 from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import QosSpec
+from tests.streams import delivered
 from topos import build
 
 DSCP26 = 26 << 2
@@ -42,10 +43,7 @@ def _run(watchdog: dict | None) -> tuple[dict, dict, dict, str]:
         report = net.pfc.report()
         net.pfc_storm(STORMING, False)
         net.stop_qos()
-    got = {}
-    for spec, sender in zip(specs, r["senders"], strict=True):
-        key = f"{spec.dst}:{spec.dport}"
-        got[key] = sum(s["received"] for s in r["receivers"][key]["streams"].values()) / sender["sent"]
+    got = delivered(specs, r)
     return got, report, drops, stalled
 
 
