@@ -251,12 +251,10 @@ class KernelQueues(QueueMaps):
         return {"keys": self.keys, "priorities": self.priorities, "queues_fd": self.obj.map_fd("queues"),
                 "events_fd": self._events_fd} | ({"accounts_fd": self.obj.map_fd("accounts")} if self.mmu else {})
 
-    def mark_ecn(self, red: dict[tuple[str, int], Red], dscp_priority: dict[int, int]) -> None:
+    def mark_ecn(self, red: dict[tuple[str, int], Red]) -> None:
         """ECN marking at the egress of these (switch) ports, for packets whose DSCP maps to a lossless
-        priority; the `tc` program goes on every port named (in this process's namespace: the root one), unless
-        switch_egress, which marks too, is on every switch port already."""
-        for dscp, prio in dscp_priority.items():
-            self.obj.update("dscp_priority", _U32.pack(dscp), _U32.pack(prio + 1))
+        priority (the DSCPs given at construction); the `tc` program goes on every port named (in this process's
+        namespace: the root one), unless switch_egress, which marks too, is on every switch port already."""
         for (key, prio), r in red.items():
             self._set(key, prio, kmin=r.kmin, kmax=r.kmax, pmax=min(PMAX_ONE - 1, int(r.pmax * PMAX_ONE)))
         if self.mmu is None:
@@ -306,7 +304,7 @@ def mark_ecn(shaper: Shaper, spec: QosSpec) -> KernelQueues:
         step = spec.cc == "dctcp" and spec.ecn.kmax_bytes is None
         red = {(p.key, c.priority): Red(*spec.ecn.red(p.plan.lossless[c.priority].xoff, step), spec.ecn.pmax)
                for p in shaper.ports.values() if not p.is_host for c in spec.lossless}
-        kq.mark_ecn(red, {c.dscp: c.priority for c in spec.lossless})
+        kq.mark_ecn(red)
     except BaseException:
         kq.close()
         raise
