@@ -253,3 +253,16 @@ def test_remote_lines_keep_every_word_one_word():
     line = remote_line("/srv/hp nlab;touch x", ["sudo", "-E", ".venv/bin/hpnlab", "clean", "--force"])
     assert shlex.split(line) == ["cd", "/srv/hp nlab;touch x", "&&", "sudo", "-E", ".venv/bin/hpnlab", "clean",
                                  "--force"]
+
+
+def test_a_site_runs_a_script_longer_than_one_argument_may_be(tmp_path):
+    """The offloads script of a 128-host HPN is past the kernel's 128 KiB cap on one argument: `sh -c` refused it
+    (E2BIG) before a 128-host network could start."""
+    from testbed.system.ownership import Ownership
+    from testbed.system.site import LocalSite
+
+    lines = [f"echo line{i} >/dev/null" for i in range(12_000)] + ["echo done"]
+    script = "\n".join(lines)
+    assert len(script) > 128 * 1024
+    rc, out = LocalSite(Ownership("unit"), tmp_path).sh(script)
+    assert (rc, out) == (0, "done\n")
