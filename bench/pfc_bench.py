@@ -1,5 +1,6 @@
-"""QoS and PFC benchmark: rate fidelity, 7-to-1 incast with and without PFC, pause propagation, and the PFC
-agent's reaction under an all-reduce at 8 and 64 hosts.
+"""QoS and PFC benchmark: rate fidelity, 7-to-1 incast with and without PFC, pause propagation, a 31-to-1 UDP
+incast on 128 hosts under each PFC model and without PFC, and the PFC agent's reaction under an all-reduce at 8
+and 64 hosts.
 
     sudo .venv/bin/python -m bench.pfc_bench [--out results/bench/pfc.json] [--seconds 10]
     .venv/bin/python -m bench.pfc_bench --from results/bench/pfc.json   (the docs' table only)
@@ -19,8 +20,9 @@ from pathlib import Path
 
 from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
 from testbed.experiment.calibration import measure_reaction
-from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate
+from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate, udp_incast
 from testbed.net.network import Network
+from testbed.qos.scale import choose_scale, offered_load, probe_params
 from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import QosSpec
 from topos import build
@@ -93,6 +95,42 @@ def propagation(seconds: float, detect: str = "auto") -> dict:
             "detect": report["detect"], "reaction_ms": report["reaction_ms"]}
 
 
+def incast_large(hosts: int) -> dict:
+    """31 hosts to one in UDP (tests/emu/test_pfc_incast_large.py's incast) at the scale auto takes for it: each
+    PFC model on a fresh fabric, then the last fabric again without PFC."""
+    topo = build("hpn", **probe_params(hosts))
+    senders = [f"h{i}" for i in range(1, 32)]
+    scale = choose_scale(offered_load(topo, [(h, 0) for h in ["h0", *senders]]), hosts=hosts).scale
+    out: dict = {"hosts": hosts, "scale": scale}
+    for model in ("egress", "ingress"):
+        with Network(topo, qos=QosSpec(scale=scale, pfc={"model": model})) as net:
+            r = udp_incast(net, "h0", senders, 1.0, DSCP26, lossless_leaf=lossless_leaf(3))
+            rep = net.stop_qos()
+            out[model] = vars(r) | {k: rep[k] for k in ("agent_cpu_share", "reaction_ms", "pauses_by_tier",
+                                                         "resynced", "kernel_lost_events")}
+            if model == "ingress":
+                net.start_qos(QosSpec(scale=scale, pfc={"enabled": False}))
+                out["pfc_off"] = vars(udp_incast(net, "h0", senders, 1.0, DSCP26, lossless_leaf=lossless_leaf(3)))
+    return out
+
+
+def _large_rows(big: dict) -> list[list[str]]:
+    rows = []
+    for model in ("egress", "ingress"):
+        r = big[model]
+        paused = ", ".join(f"{t['ports_paused']} {k}" for k, t in sorted(r["pauses_by_tier"].items())
+                           if t["pause_events"])
+        rows.append([f"31-to-1 UDP incast, {big['hosts']} hosts, scale 1/{big['scale']:,.0f}, PFC model {model}",
+                     f"{r['received']:,} of {r['sent']:,} frames delivered, {r['lossless_drops']:,} lossless drops; "
+                     f"ports paused: {paused}; reaction p50 {r['reaction_ms']['median']:.2f} ms, p99 "
+                     f"{r['reaction_ms']['p99']:.2f} ms, max {r['reaction_ms']['max']:.1f} ms; agent "
+                     f"{r['agent_cpu_share']:.1%} of one core"])
+    off = big["pfc_off"]
+    rows.append(["same, PFC off", f"{off['received']:,} of {off['sent']:,} delivered, "
+                                  f"{off['lossless_drops']:,} lossless drops"])
+    return rows
+
+
 def _tiers(tiers: dict) -> str:
     names = {"agg": "aggregation ports", "tor": "ToR ports", "host": "host NICs"}
     return ", ".join(f"{names.get(k, k)} {v['pause_events']:,}" for k, v in sorted(tiers.items())
@@ -136,6 +174,8 @@ def readme_table(out: dict) -> str:
                                              f"{on['agent']['agent_cpu_share']:.0%} and {udp['agent_cpu_share']:.0%} "
                                              "of one core"],
     ]
+    if out.get("incast_large"):
+        rows += _large_rows(out["incast_large"])
     polled = out.get("propagation_udp_polled")
     if polled:  # the same UDP incast with the agent polling, as on a machine without BPF
         rows.append(["same UDP incast, the agent polling (no BPF)",
@@ -164,6 +204,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--reaction-hosts", type=int, nargs="*", default=[8, 64],
                     help="HPN sizes to time the agent's reaction on under an all-reduce and an incast")
+    ap.add_argument("--large-hosts", type=int, default=128, help="HPN size of the 31-to-1 UDP incast")
     ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
     a = ap.parse_args()
     if a.saved:
@@ -178,6 +219,7 @@ def main() -> None:
                           "pfc_off": traffic(incast, False, a.seconds)},
         "propagation_udp_4_remote_to_1": propagation(a.seconds / 2),
         "propagation_udp_polled": propagation(a.seconds / 2, detect="poll"),
+        "incast_large": incast_large(a.large_hosts),
         # a fabric bigger than the budget's probe runs short of CPU at the budget: also 8x dilated (1/8 of it)
         "reaction_under_load": [measure_reaction(h) for h in a.reaction_hosts]
                                + [measure_reaction(h, dilation=8) for h in a.reaction_hosts if h > 8],

@@ -118,6 +118,31 @@ def run_streams(net: Network, specs: list[StreamSpec], actions: list[tuple[float
     return result
 
 
+@dataclass(frozen=True)
+class Incast:
+    """What a paced UDP incast delivered: frames sent, frames received, drops in every lossless queue."""
+
+    sent: int
+    received: int
+    lossless_drops: int
+
+
+def udp_incast(net: Network, receiver: str, senders: list[str], seconds: float, tos: int, size: int = 1000,
+               load: float = 0.96, lossless_leaf: int | None = None) -> Incast:
+    """Every sender streams to `receiver`'s NIC 0 at `load` of its port's rate for `seconds` (UDP: no congestion
+    control, as RoCE without DCQCN), one stream each. The receiver stays until the backlog into its two ports
+    could have drained, and while frames still come. `lossless_leaf`: the qdisc handle whose drops are counted."""
+    rate = net.qos.ports[f"{senders[0]}:0"].plan.rate_bps
+    specs = [StreamSpec(src=h, dst=receiver, sport=5000 + i, dport=7000, pps=load * rate / 8 / size,
+                        duration=seconds, size=size, stream=i, tos=tos) for i, h in enumerate(senders)]
+    drain_s = len(senders) * load * seconds / 2
+    r = run_streams(net, specs, tail=1.5 * drain_s + 2)
+    streams = r["receivers"][f"{receiver}:7000"]["streams"].values()
+    drops = 0 if lossless_leaf is None else sum(q[0].drops for q in net.qos.stats(lossless_leaf).values() if q)
+    return Incast(sent=sum(s["sent"] for s in r["senders"]), received=sum(s["received"] for s in streams),
+                  lossless_drops=drops)
+
+
 def port_delta(before: dict, after: dict, field: str = "tx_bytes") -> dict[tuple[str, int], int]:
     """Per (switch, port) growth of a counter between two Network.port_counters() readings."""
     return {(sw, port): after[sw][port][field] - before[sw].get(port, {}).get(field, 0)
