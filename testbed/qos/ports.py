@@ -36,9 +36,12 @@ def resolve(spec: QosSpec, topo: Topology, scale: float | None = None,
             kernel_reaction_ms: float | None = None) -> QosSpec:
     """The spec with numbers where it said auto: the PFC poll period from the fabric's size, the reaction the
     headroom covers (`kernel_reaction_ms` when the agent will act on kernel events, else its polling one), and
-    `scale`."""
+    `scale`. PFC's model auto is ingress where the agent will act on kernel events (`kernel_reaction_ms` given):
+    the ingress accounts live in the kernel; on several servers, or polling, egress."""
     upd = {}
     pfc = {}
+    if spec.pfc.model == "auto":
+        pfc["model"] = "ingress" if kernel_reaction_ms is not None and spec.pfc.detect != "poll" else "egress"
     if spec.pfc.poll_ms == "auto":
         pfc["poll_ms"] = pfc_poll_ms(topo)
     if spec.pfc.reaction_ms == "auto":
