@@ -198,10 +198,10 @@ class Network:
         """Shape every link direction and start the PFC agent (when the spec enables PFC)."""
         from testbed.cluster.pauses import SplitPfc
         from testbed.cluster.shaping import split_shaper
-        from testbed.qos.kmmu import mmu_line, plan_mmu, with_mmu_limits
+        from testbed.qos.kmmu import mmu_line, planned
         from testbed.qos.kqueues import mark_ecn
         from testbed.qos.pfc_process import PfcProcess
-        from testbed.qos.ports import egress_ports, headroom_lines, require_queues_fit, resolve
+        from testbed.qos.ports import egress_ports, headroom_lines, resolve
         from testbed.qos.shaper import Shaper
         from testbed.qos.show import write_ports
 
@@ -209,15 +209,15 @@ class Network:
         scale = self._scale(spec)
         if self.scale_choice is not None:
             log.info("%s", self.scale_choice.why())
+        requested = spec.pfc.model
         spec = resolve(spec, self.topo, scale, self._kernel_reaction_ms(spec))
-        self.qos_spec = spec
         ports = egress_ports(self.topo, spec, netns_of=lambda h: f"/proc/{self.node(h).pid}/ns/net",
                              ifname_of=self.intf_name, crossing=self.crossing_links())
-        if spec.pfc.enabled and spec.pfc.model == "ingress":  # the switch's buffer, not a queue, bounds a queue
-            mmu = plan_mmu(ports, spec)
-            ports = with_mmu_limits(ports, mmu)
-            log.info("%s", mmu_line(mmu, spec))
-        require_queues_fit(ports, spec)  # scale auto is known only now; nothing is shaped yet
+        # scale auto is known only now; nothing is shaped yet
+        ports, spec, mmu, why = planned(ports, spec, requested)
+        for line in filter(None, [why, mmu and mmu_line(mmu, spec)]):
+            log.info("%s", line)
+        self.qos_spec = spec
         summary, short = headroom_lines(ports, spec)
         for line in summary:
             log.info("%s", line)

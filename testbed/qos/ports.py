@@ -115,8 +115,11 @@ def require_shapeable(topo: Topology, spec: QosSpec, kernel_reaction_ms: float |
     auto fits the load into this machine's budget, far below."""
     if spec.scale == "auto":
         return
+    from .kmmu import planned  # it plans with this module's ports
+
+    requested = spec.pfc.model
     spec = resolve(spec, topo, kernel_reaction_ms=kernel_reaction_ms)
-    require_queues_fit(egress_ports(topo, spec, netns_of=lambda _h: None, ifname_of=lambda n, i: f"{n}:{i}"), spec)
+    planned(egress_ports(topo, spec, netns_of=lambda _h: None, ifname_of=lambda n, i: f"{n}:{i}"), spec, requested)
 
 
 def require_queues_fit(ports: list[Port], spec: QosSpec) -> None:

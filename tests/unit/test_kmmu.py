@@ -83,3 +83,23 @@ def test_faster_ports_get_a_larger_alpha():
 def test_ingress_needs_the_kernel():
     with pytest.raises(InputError, match="qos.pfc.detect='poll': model ingress counts"):
         QosSpec(pfc={"model": "ingress", "detect": "poll"})
+
+
+def test_model_auto_is_ingress_on_kernel_events_and_egress_where_ingress_cannot_be_held():
+    """auto: ingress where the agent acts on kernel events; an 8-rail HPN at scale 4 has switch buffers past the
+    kernel's 32-bit queue, so auto takes egress there and says why, where a run asking for ingress is refused."""
+    from testbed.qos.kmmu import planned
+
+    topo = build("hpn")
+    assert resolve(QosSpec(), topo, kernel_reaction_ms=1.5).pfc.model == "ingress"
+    assert resolve(QosSpec(), topo).pfc.model == "egress"  # the agent polls
+    assert resolve(QosSpec(pfc={"detect": "poll"}), topo, kernel_reaction_ms=1.5).pfc.model == "egress"
+    ports, spec = _ports(QosSpec(scale=1000))
+    limited, kept, mmu, why = planned(ports, spec, "auto")
+    assert kept.pfc.model == "ingress" and mmu is not None and why == ""
+    assert {p.plan.lossless[3].limit for p in limited if p.key in mmu.ports} == {b.buffer for b in mmu.switches}
+    ports, spec = _ports(QosSpec(scale=4), rails=8)
+    _, kept, mmu, why = planned(ports, spec, "auto")
+    assert (kept.pfc.model, mmu) == ("egress", None) and "32-bit FIFO limit" in why
+    with pytest.raises(InputError, match="32-bit FIFO limit"):
+        planned(ports, spec, "ingress")
