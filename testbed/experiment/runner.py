@@ -55,6 +55,7 @@ from traffic.skip import Skipper
 from traffic.timebase import stamp
 from traffic.transports import make
 
+from .deadlocks import buffer_cycles
 from .detector import DETECTED, Detector, delays
 from .failures import Injector, campaign_outages
 from .fidelity import verdict
@@ -124,6 +125,9 @@ def execute(p: Plan, log_dir: Path | None, progress: Callable[[], None] | None =
     watch = watch or Watch()
     for why in p.notes:
         log.info("%s: %s", p.label, why)
+    routes = buffer_cycles(p.exp, p.topo, p.jobs, p.events)
+    for r in routes:
+        log.warning("%s: %s", p.label, r.line())
     exit_cleanly_on_signals()
     rec = RunRecord(p.label, p.rep, watch, progress, timebase=p.exp.timebase, transport=p.transport,
                     channels=p.channels, scale=p.exp.qos.scale, scale_auto=p.auto.scale.why() if p.auto.scale else None,
@@ -149,6 +153,8 @@ def execute(p: Plan, log_dir: Path | None, progress: Callable[[], None] | None =
         _replay(net, p, runners, rec)
     if p.exp.campaign is not None:
         rec.data["campaign"] = _campaign(p, rec.data)
+    if rec.data.get("pfc") is not None:
+        rec.data["pfc"]["buffer_cycles"] = [r.record() for r in routes]
     rec.data["fidelity"] = _fidelity(p, rec.data)
     return Run.model_validate(rec.data)  # the record checked key by key against results.json's schema
 

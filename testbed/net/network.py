@@ -198,7 +198,8 @@ class Network:
         """Shape every link direction and start the PFC agent (when the spec enables PFC)."""
         from testbed.cluster.pauses import SplitPfc
         from testbed.cluster.shaping import split_shaper
-        from testbed.qos.kmmu import mmu_line, planned
+        from testbed.qos.fit import planned
+        from testbed.qos.kmmu import mmu_line
         from testbed.qos.kqueues import mark_ecn
         from testbed.qos.pfc_process import PfcProcess
         from testbed.qos.ports import egress_ports, headroom_lines, resolve

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from testbed.qos.ports import require_shapeable
+from testbed.qos.fit import require_shapeable
 from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import Capabilities
 from testbed.system.ownership import live_runs, tagged_bridges

@@ -30,7 +30,7 @@ from testbed.system.netns import in_netns
 from topos.errors import InputError
 
 from .mmu import MmuConfig, alpha_shift
-from .ports import Port, queue_key, require_queues_fit
+from .ports import Port, queue_key
 from .spec import MTU, QosSpec, fixed_headroom
 
 PRIORITIES = 8
@@ -126,28 +126,6 @@ def with_mmu_limits(ports: list[Port], plan: MmuPlan) -> list[Port]:
             p = replace(p, plan=replace(p.plan, lossless=lossless))
         out.append(p)
     return out
-
-
-def planned(ports: list[Port], spec: QosSpec, requested: str) -> tuple[list[Port], QosSpec, MmuPlan | None, str]:
-    """The ports and spec PFC's model runs with: for ingress, each switch port's lossless queue as deep as its
-    switch's buffer, and the plan. `requested`: the model the spec gave before `resolve`; when it was auto and
-    ingress cannot be held here (more ports on a switch than the kernel counts, or a buffer past the kernel's
-    32-bit queue limit: an unscaled 8-rail fabric), egress, with why. A run that asked for ingress is refused
-    instead, and any run whose queues do not fit."""
-    if not (spec.pfc.enabled and spec.pfc.model == "ingress"):
-        require_queues_fit(ports, spec)
-        return ports, spec, None, ""
-    try:
-        mmu = plan_mmu(ports, spec)
-        limited = with_mmu_limits(ports, mmu)
-        require_queues_fit(limited, spec)
-        return limited, spec, mmu, ""
-    except InputError as exc:
-        if requested != "auto" or exc.field not in ("qos.scale", "qos.pfc.model"):
-            raise
-        egress = spec.model_copy(update={"pfc": spec.pfc.model_copy(update={"model": "egress"})})
-        require_queues_fit(ports, egress)
-        return ports, egress, None, f"PFC model auto takes egress: ingress cannot be held here ({exc.what})"
 
 
 def mmu_line(plan: MmuPlan, spec: QosSpec) -> str:

@@ -108,20 +108,6 @@ FIFO_LIMIT_MAX = 0xFFFFFFFF  # a bfifo's limit is a 32-bit count of bytes
 HOST_LOSSLESS_LIMIT = 16 << 20  # a host does not drop its own lossless traffic: its "queue" is memory
 
 
-def require_shapeable(topo: Topology, spec: QosSpec, kernel_reaction_ms: float | None = None) -> None:
-    """What the kernel cannot hold is refused before anything starts. Rates of any size encode (HTB's 64-bit
-    attributes); a queue's limit is 32 bits of bytes, and an unscaled fabric's lossless headroom (its ingress for
-    the pause's reaction time, `kernel_reaction_ms` when the agent acts on kernel events) can pass it. Scale
-    auto fits the load into this machine's budget, far below."""
-    if spec.scale == "auto":
-        return
-    from .kmmu import planned  # it plans with this module's ports
-
-    requested = spec.pfc.model
-    spec = resolve(spec, topo, kernel_reaction_ms=kernel_reaction_ms)
-    planned(egress_ports(topo, spec, netns_of=lambda _h: None, ifname_of=lambda n, i: f"{n}:{i}"), spec, requested)
-
-
 def require_queues_fit(ports: list[Port], spec: QosSpec) -> None:
     """Every queue of these ports within the kernel's 32-bit FIFO limit, or an InputError naming the deepest."""
     deepest, p = max(((p.queue_limit(q, spec.pfc.enabled), p) for p in ports for q in [None, *p.plan.lossless]),

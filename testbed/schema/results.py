@@ -203,7 +203,10 @@ class Run(Record):
                                      "vSwitch's own (switch), and ports that could not be read (unread)")
     pfc: dict[str, Any] | None = Field(description="the PFC agent's report (null without PFC): pauses per tier "
                                                    "and priority, queue depths, XOFF crossings, reaction or poll "
-                                                   "figures, headroom_covers_ms, the agent's CPU share")
+                                                   "figures, headroom_covers_ms, the agent's CPU share, and "
+                                                   "buffer_cycles: the route states (after which failure, links "
+                                                   "down) whose lossless flows close a cyclic buffer dependency, "
+                                                   "where PFC can deadlock")
     ecn: dict[str, Any] | None = Field(description="marks per queue and the hosts' congestion-control counters "
                                                    "(null without ECN)")
     tcp: dict[str, int] | None = Field(description="the hosts' TCP counters over the run: timeouts, loss probes, fast "

@@ -88,7 +88,7 @@ def test_ingress_needs_the_kernel():
 def test_model_auto_is_ingress_on_kernel_events_and_egress_where_ingress_cannot_be_held():
     """auto: ingress where the agent acts on kernel events; an 8-rail HPN at scale 4 has switch buffers past the
     kernel's 32-bit queue, so auto takes egress there and says why, where a run asking for ingress is refused."""
-    from testbed.qos.kmmu import planned
+    from testbed.qos.fit import planned
 
     topo = build("hpn")
     assert resolve(QosSpec(), topo, kernel_reaction_ms=1.5).pfc.model == "ingress"

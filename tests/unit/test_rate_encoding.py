@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
+from testbed.qos.fit import require_shapeable
 from testbed.qos.netlink import U32_MAX, htb_class_message
-from testbed.qos.ports import FIFO_LIMIT_MAX, egress_ports, require_shapeable, resolve
+from testbed.qos.ports import FIFO_LIMIT_MAX, egress_ports, resolve
 from testbed.qos.spec import MTU, QosSpec
 from topos import build
 from topos.errors import InputError

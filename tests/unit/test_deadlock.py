@@ -1,0 +1,94 @@
+"""Cyclic buffer dependencies (controllers/deadlock.py): none on up-down routes, one where failures make the
+shortest paths bounce through a leaf in both directions."""
+
+from __future__ import annotations
+
+from itertools import permutations
+
+from controllers.deadlock import Queue, cycles, dependencies
+from controllers.routing import RoutingGraph, compute_tables
+from topos import build
+
+L = [f"tor-p0-s{i}" for i in range(4)]
+S = [f"agg-p0-pl0-{i}" for i in range(2)]
+
+
+def _leaf_spine():
+    topo = build("spine_leaf", leaves=4, hosts_per_leaf=2, spines=2)
+    return topo, RoutingGraph(topo)
+
+
+def _all_pairs(topo):
+    return [(a.name, 0, b.name, 0) for a, b in permutations(topo.hosts, 2)]
+
+
+def _link(topo, leaf: str, spine: str) -> str:
+    return next(l.name for l in topo.links if {l.a, l.b} == {leaf, spine})
+
+
+def test_up_down_routes_have_no_cycle_whatever_the_traffic():
+    for topo in (_leaf_spine()[0], build("hpn"), build("hpn", hosts_per_segment=2, pods=2)):  # 2 pods: a core
+        graph = RoutingGraph(topo)
+        deps = dependencies(graph, compute_tables(graph), _all_pairs(topo))
+        assert deps.number_of_edges() > 0 and cycles(deps) == []
+
+
+def test_one_failure_leaves_the_bounce_route_unused_and_no_cycle():
+    """Leaf 0 loses spine 1: spine 1's route to leaf 0 bounces through another leaf, but no leaf sends to leaf 0
+    by spine 1 (spine 0 is closer), so nothing takes it."""
+    topo, graph = _leaf_spine()
+    tables = compute_tables(graph, [_link(topo, L[0], S[1])])
+    assert cycles(dependencies(graph, tables, _all_pairs(topo))) == []
+
+
+def test_two_failures_make_leaves_bounce_both_ways_and_close_a_cycle():
+    """Leaf 0 keeps only spine 0, leaf 2 only spine 1: leaf 0 -> leaf 2 goes S0 -> L1|L3 -> S1 and back the other
+    way, and with leaf 1 <-> leaf 3 traffic the queues S0->L1, L1->S1, S1->L3, L3->S0 wait on each other."""
+    topo, graph = _leaf_spine()
+    tables = compute_tables(graph, [_link(topo, L[0], S[1]), _link(topo, L[2], S[0])])
+    h = {leaf: [n.name for n in topo.hosts if any(l.b == leaf for l in topo.links_of(n.name))] for leaf in L}
+    flows = [(h[L[0]][0], 0, h[L[2]][0], 0), (h[L[2]][0], 0, h[L[0]][0], 0),
+             (h[L[1]][0], 0, h[L[3]][0], 0), (h[L[3]][0], 0, h[L[1]][0], 0)]
+    found = cycles(dependencies(graph, tables, flows))
+    ring = (Queue(S[0], L[1]), Queue(L[1], S[1]), Queue(S[1], L[3]), Queue(L[3], S[0]))  # from its least queue
+    assert ring in {c.queues for c in found}, [str(c) for c in found]
+    assert all(len(c.queues) >= 4 for c in found)  # a bounce needs two valleys to come back around
+    tie = next(c for c in found if c.queues == ring)
+    assert {(h[L[0]][0], h[L[2]][0]), (h[L[2]][0], h[L[0]][0])} <= set(tie.flows)
+    # the leaf pair alone, without the bounced flows, is up-down again
+    assert cycles(dependencies(graph, tables, flows[2:])) == []
+
+
+def _experiment(failures: list[dict], pfc: bool = True):
+    from testbed.experiment.spec import from_dict
+
+    return from_dict({"name": "cbd", "topology": {"name": "spine_leaf",
+                                                  "params": {"leaves": 4, "hosts_per_leaf": 2, "spines": 2}},
+                      "routing": "ecmp", "qos": {"scale": 10000, "pfc": {"enabled": pfc}}, "failures": failures,
+                      "workload": {"collective": {"op": "sendrecv", "size": "1MB",
+                                                  "ranks": "h0:0,h4:0,h5:0,h1:0,h2:0,h6:0,h7:0,h3:0"}}})
+
+
+def test_a_run_names_the_failure_after_which_its_lossless_flows_can_deadlock():
+    """Leaf pairs 0<->2 and 1<->3 in both directions; at 0.2 s leaf 0 loses spine 1, at 0.5 s leaf 2 loses spine
+    0 (the cycle closes), at 0.8 s leaf 0's link comes back (it opens again)."""
+    from testbed.experiment.deadlocks import buffer_cycles
+    from testbed.experiment.failures import expand
+    from testbed.experiment.jobs import collective_job
+
+    a, b = "tor-p0-s0:4-agg-p0-pl0-1:1", "tor-p0-s2:3-agg-p0-pl0-0:3"
+    failures = [{"at": 0.2, "link": a, "action": "down"}, {"at": 0.5, "link": b, "action": "down"},
+                {"at": 0.8, "link": a, "action": "up"}]
+    exp = _experiment(failures)
+    topo = exp.topology.build()
+    job = collective_job("job", exp.qos.lossless_dscp, exp.workload.collective, 10000, topo, "workload")
+    found = buffer_cycles(exp, topo, [job], expand(exp, topo))
+    assert [(r.t, r.down) for r in found] == [(0.5, tuple(sorted((a, b))))]
+    rec = found[0].record()
+    assert rec["count"] == len(found[0].cycles) >= 1 and {"h0->h4", "h5->h1"} <= set(rec["flows"])
+    assert "t=0.5 s" in found[0].line() and "PFC can deadlock" in found[0].line()
+    # the same flows in the default class, or without PFC: nothing to deadlock
+    lossy = collective_job("job", 0, exp.workload.collective, 10000, topo, "workload")
+    assert buffer_cycles(exp, topo, [lossy], expand(exp, topo)) == []
+    off = _experiment(failures, pfc=False)
+    assert buffer_cycles(off, topo, [job], expand(off, topo)) == []
