@@ -52,7 +52,7 @@ _PORT_KEY = struct.Struct("=II")
 _U32 = struct.Struct("=I")
 _U64 = struct.Struct("=Q")
 XOFF, XON = 1, 2  # event kinds
-LOST, NO_LEAF, DRAINED, UNFOLLOWED, UNNAMED, COUNTED = 0, 1, 2, 3, 4, 5  # counters (queues.bpf.c)
+LOST, NO_LEAF, DRAINED, UNFOLLOWED, UNNAMED, COUNTED, DISCARDED = range(7)  # counters (queues.bpf.c)
 (_WATCHED, _XOFF, _XON, _ABOVE, _BACKLOG, _MAX, _XOFF_EVENTS, _KMIN, _KMAX, _PMAX, _MARKS, _PAD, _LEAF,
  _READ_NS, _HELD) = range(15)
 PMAX_ONE = 1 << 32  # pmax in 1/2^32
@@ -264,7 +264,8 @@ class KernelQueues(QueueMaps):
     def counter(self, which: int) -> int:
         """LOST: crossings the ring buffer had no room for; NO_LEAF: lossless classes not found under a
         watched port's root (a port shaped otherwise than shaper.py does); DRAINED: bytes a queue held by the
-        ingress count when its qdisc said it was empty (a reset, or frames no tracepoint saw leave);
+        ingress count when its qdisc said it was empty (frames no tracepoint saw leave); DISCARDED: bytes a reset
+        or destroyed queue held (a link set down);
         UNFOLLOWED: bulk dequeues too long to follow frame by frame; UNNAMED: lossless frames whose source MAC could
         not be made their switch port's (the next switch could not count them); COUNTED: bytes counted on ingress
         ports."""

@@ -43,7 +43,18 @@ from typing import TYPE_CHECKING
 from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.system.poll import readable
 
-from .kqueues import COUNTED, DRAINED, LOST, NO_LEAF, UNFOLLOWED, UNNAMED, KernelQueues, QueueMaps, watch_queues
+from .kqueues import (
+    COUNTED,
+    DISCARDED,
+    DRAINED,
+    LOST,
+    NO_LEAF,
+    UNFOLLOWED,
+    UNNAMED,
+    KernelQueues,
+    QueueMaps,
+    watch_queues,
+)
 from .pfc import PfcAgent
 from .ports import ports_from_json, ports_to_json
 from .shaper import Shaper
@@ -153,6 +164,7 @@ class PfcProcess:
             if self.kernel.accounts is not None:  # model ingress: what each ingress port held, against what
                 report["ingress"] = self.kernel.accounts.report() | {  # its headroom takes
                     "counted_bytes": self.kernel.counter(COUNTED), "drained_bytes": self.kernel.counter(DRAINED),
+                    "discarded_bytes": self.kernel.counter(DISCARDED),
                     "unfollowed": self.kernel.counter(UNFOLLOWED),
                     "unnamed": self.kernel.counter(UNNAMED)}
         return report

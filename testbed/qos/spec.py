@@ -156,10 +156,10 @@ class PfcSpec(BaseModel):
                             "poll (every queue read each poll_ms), auto (kernel where this machine can)")
     watchdog: WatchdogSpec = Field(default_factory=WatchdogSpec, description="storm detection and recovery")
     model: Literal["auto", "egress", "ingress"] = Field(
-        "auto", description="whom a congested switch pauses: ingress (802.1Qbb: each ingress port by its own "
-                            "bytes in the shared buffer, kernel detection only), egress (every ingress neighbour "
-                            "of a queue past XOFF), auto (ingress where the agent acts on kernel events on one "
-                            "server, else egress)")
+        "egress", description="whom a congested switch pauses: ingress (802.1Qbb: each ingress port by its own "
+                              "bytes in the shared buffer, kernel detection only), egress (every ingress "
+                              "neighbour of a queue past XOFF), auto (ingress where the agent acts on kernel "
+                              "events on one server and its buffers fit the kernel's queues, else egress)")
     mmu: MmuSpec = Field(default_factory=MmuSpec, description="the shared buffer of model ingress")
 
     @model_validator(mode="before")

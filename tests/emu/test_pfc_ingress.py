@@ -108,7 +108,7 @@ def test_a_link_taken_down_releases_what_its_queue_held_at_every_hop(no_leftover
         report = net.pfc.report()
         net.stop_qos()
     ingress = report["ingress"]
-    print(f"held {seen['held']}; accounts {ingress['accounts']}; drained {ingress['drained_bytes']}")
+    print(f"held {seen['held']}; accounts {ingress['accounts']}; discarded {ingress['discarded_bytes']}")
     assert {"agg-p0-pl0-0:2/p3", "tor-p0-s0:4/p3", "h0:0/p3"} <= set(seen["held"]), seen["held"]
-    assert ingress["drained_bytes"] > 0  # what the reset queue held, taken off the spine's account
+    assert ingress["discarded_bytes"] > 0  # what the reset queue held, taken off the spine's account
     assert all(a["bytes"] == 0 for a in ingress["accounts"].values()), ingress["accounts"]

@@ -238,10 +238,11 @@ static __always_inline void mmu_frames(__u32 egress, struct sk_buff *skb, int pa
 }
 
 /* Whatever the egress queue (`egress`, `prio`) still holds by the count, taken off the ingress ports: its
- * qdisc says it is empty (a reset, a destroy, a frame no tracepoint saw leave). Under the root's lock. */
-__noinline int drain_held(__u32 egress, __u32 prio, __u64 now)
+ * qdisc says it is empty (a reset or a destroy: counted as `which` DISCARDED; a frame no tracepoint saw leave:
+ * DRAINED). Under the root's lock. */
+__noinline int drain_held(__u32 egress, __u32 prio, __u64 now, __u32 which)
 {
-	__u32 k = ports_per_switch(), which = DRAINED, queue = egress * PRIORITIES + prio;
+	__u32 k = ports_per_switch(), queue = egress * PRIORITIES + prio;
 	struct slot_info *me = bpf_map_lookup_elem(&slots, &egress);
 	struct lossless_queue *q = bpf_map_lookup_elem(&queues, &queue);
 	if (!q || !q->held || !me || !me->switch_id)

@@ -92,16 +92,18 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 6);
+	__uint(max_entries, 7);
 	__type(key, __u32);
-	__type(value, __u64); /* the six below */
+	__type(value, __u64); /* the seven below */
 } counters SEC(".maps");
 #define LOST 0        /* crossings the ring buffer had no room for */
 #define NO_LEAF 1     /* lossless leaves not found */
-#define DRAINED 2     /* bytes a queue held by the ingress count when its qdisc said it was empty (mmu.bpf.h) */
+#define DRAINED 2     /* bytes a queue held by the ingress count when its qdisc said it was empty: their leaving
+                       * was not seen (mmu.bpf.h) */
 #define UNFOLLOWED 3  /* bulk dequeues longer than MAX_BULK frames: the rest not taken off their ingress */
 #define UNNAMED 4     /* lossless frames whose source MAC could not be made their port's */
 #define COUNTED 5     /* bytes counted on ingress ports (DRAINED is measured against it) */
+#define DISCARDED 6   /* bytes a reset or destroyed queue held (a link set down): gone with it, not unseen */
 
 static __always_inline void count(__u32 which)
 {
@@ -197,7 +199,7 @@ static __always_inline void read_queue(struct Qdisc *root, __u32 port, __u32 pri
 	if (backlog > q->max_backlog)
 		q->max_backlog = backlog; /* under the root's lock: one writer per port */
 	if (!backlog && q->held)
-		drain_held(port, prio, now);
+		drain_held(port, prio, now, DRAINED);
 	if (!q->xoff)
 		return;
 	if (!q->above && backlog > q->xoff && __sync_val_compare_and_swap(&q->above, 0, 1) == 0) {
@@ -268,7 +270,7 @@ static __always_inline void leaf_emptied(struct Qdisc *q, bool destroyed)
 			continue;
 		lq->backlog = 0;
 		lq->last_ns = now;
-		drain_held(p, prio, now);
+		drain_held(p, prio, now, DISCARDED);
 		if (destroyed)
 			lq->leaf = 0;
 		if (lq->xoff && lq->above && __sync_val_compare_and_swap(&lq->above, 1, 0) == 1)
