@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from testbed.system.bpf import BpfObject
 from testbed.system.netns import in_netns
 from topos.errors import InputError
+from traffic.transports.tcp import AGENT_PORTS
 
 from .mmu import MmuConfig, alpha_shift
 from .ports import Port, queue_key
@@ -70,6 +71,7 @@ class MmuPlan:
     ports: dict[str, IngressPort]  # switch ports by key
     switches: list[SwitchBuffer]
     per_switch: int  # the most ports of one switch (the held bytes' stride)
+    acks_high: int = 0  # ack_priority: 0x100 | the agents' port high byte (bpf/mmu.bpf.h to_high_class); 0: off
 
 
 def _headroom(p: Port, spec: QosSpec) -> dict[int, int]:
@@ -113,7 +115,9 @@ def plan_mmu(ports: list[Port], spec: QosSpec) -> MmuPlan:
                                alpha_shift(p.plan.rate_bps, nic or p.plan.rate_bps, spec.pfc.mmu.alpha_shift),
                                _headroom(p, spec)) for node, ps in by_switch.items() for p in ps}
     switches = [_buffer(node, ps, plan, spec) for node, ps in by_switch.items()]
-    return MmuPlan(plan, switches, per_switch)
+    # the acknowledgements the shaper sends to the high class are no lossless queue's (shaper.agent_ack_keys)
+    acks_high = 0x100 | AGENT_PORTS[0] >> 8 if spec.ack_priority else 0
+    return MmuPlan(plan, switches, per_switch, acks_high)
 
 
 def with_mmu_limits(ports: list[Port], plan: MmuPlan) -> list[Port]:
@@ -162,7 +166,7 @@ def port_mac(slot: int) -> bytes:
 
 def load_mmu(obj: BpfObject, accounts: mmap.mmap, ports: list[Port], plan: MmuPlan, priorities: list[int]) -> None:
     """The plan into the programs' maps (before any port's egress program is attached)."""
-    obj.update("mmu", _U32.pack(0), struct.pack("=II", plan.per_switch, 0))
+    obj.update("mmu", _U32.pack(0), struct.pack("=II", plan.per_switch, plan.acks_high))
     for i, b in enumerate(plan.switches):
         obj.update("buffers", _U32.pack(i), _BUFFER_S.pack(0, b.free_base, b.reserve, b.resume_offset))
     by_key = {p.key: p for p in ports}

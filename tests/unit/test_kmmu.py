@@ -105,3 +105,16 @@ def test_model_auto_is_ingress_on_kernel_events_and_egress_where_ingress_cannot_
     assert (kept.pfc.model, mmu) == ("egress", None) and "32-bit FIFO limit" in why
     with pytest.raises(InputError, match="32-bit FIFO limit"):
         planned(ports, spec, "ingress")
+
+
+def test_the_acknowledgements_the_shaper_sends_to_the_high_class_are_not_counted_with_ack_priority():
+    """The kernel skips what the shaper's ack filters take (bpf/mmu.bpf.h to_high_class): the agents' port high
+    byte, flagged, and nothing without ack_priority."""
+    from testbed.qos.shaper import agent_ack_keys
+    from traffic.transports.tcp import AGENT_PORTS
+
+    ports, spec = _ports(QosSpec(scale=1000, pfc={"model": "ingress"}))
+    assert plan_mmu(ports, spec).acks_high == 0x100 | AGENT_PORTS[0] >> 8 == 0x100 | 0x23
+    assert all(f"0x{0x23 << 24:08x}/0xff000000+20" in keys for keys in agent_ack_keys())  # the same byte
+    ports, spec = _ports(QosSpec(scale=1000, ack_priority=False, pfc={"model": "ingress"}))
+    assert plan_mmu(ports, spec).acks_high == 0
