@@ -110,7 +110,9 @@ def test_no_layer_imports_a_higher_one_or_a_sibling():
                                   "controllers.ruleset", "traffic.collectives", "traffic.workload",
                                   "testbed.qos.spec", "testbed.qos.ports", "testbed.qos.mmu", "testbed.experiment.spec",
                                   "testbed.experiment.jobs", "testbed.net.static_routes",
-                                  "testbed.web.elements", "testbed.cluster.spec", "testbed.cluster.placement"])
+                                  "testbed.web.elements", "testbed.cluster.spec", "testbed.cluster.placement",
+                                  "controllers.deadlock", "testbed.experiment.deadlocks", "traffic.roce.frames",
+                                  "traffic.roce.gbn"])
 def test_pure_modules_reach_no_mininet(pure):
     """Pure code (topology, routing, placement, schedules, QoS numbers) imports no Mininet, even indirectly."""
     g = graph()
