@@ -12,8 +12,22 @@ from scapy.contrib.roce import AETH, BTH, CNPPadding
 from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
-from traffic.roce.frames import (OP_ACK, OP_CNP, OP_SEND_MIDDLE, PSN_MASK, ROCE_PORT, SYN_NAK_SEQ, ack, bth, cnp, icrc,
-                                 nak_sequence, parse, psn_add, psn_diff)
+from traffic.roce.frames import (
+    OP_ACK,
+    OP_CNP,
+    OP_SEND_MIDDLE,
+    PSN_MASK,
+    ROCE_PORT,
+    SYN_NAK_SEQ,
+    ack,
+    bth,
+    cnp,
+    icrc,
+    nak_sequence,
+    parse,
+    psn_add,
+    psn_diff,
+)
 from traffic.roce.gbn import Reply, Requester, Responder
 
 
