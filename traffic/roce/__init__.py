@@ -1,1 +1,2 @@
-"""RoCEv2's own transport, pure parts: frames (BTH, AETH, CNP, ICRC) and a queue pair's go-back-N."""
+"""RoCEv2's own transport, pure parts: frames (BTH, AETH, CNP, ICRC), a queue pair's go-back-N, and DCQCN's
+reaction point."""
