@@ -77,3 +77,14 @@ def test_the_rate_is_the_same_however_often_the_sender_looks(cnps, looks, end):
             assert P.min_bps <= busy.rate(t) <= LINE and 0 <= busy.alpha <= 1
     assert quiet.rate(end) == approx(busy.rate(end), rel=1e-9)
     assert (quiet.cuts, quiet.alpha) == (busy.cuts, approx(busy.alpha, rel=1e-9))
+
+
+def test_the_notification_point_sends_at_most_one_cnp_per_50_us():
+    """A CE-marked frame every 7 us for 1 ms: a CNP for the first, then for the first frame 50 us or more after
+    the last CNP (every 8th: 56 us apart), none withheld longer."""
+    from traffic.roce.dcqcn import NotificationPoint
+
+    np_ = NotificationPoint()
+    marks = [k * 7e-6 for k in range(143)]
+    sent = [t for t in marks if np_.on_ce(t)]
+    assert sent == marks[::8] and np_.sent == 18

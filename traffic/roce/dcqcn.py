@@ -139,3 +139,20 @@ class ReactionPoint:
 def _periods(now: float, start: float, period: float) -> int:
     """Whole periods from `start` to `now`."""
     return max(0, int((now - start) / period))
+
+
+@dataclass
+class NotificationPoint:
+    """The receiving NIC's side of one QP: a CNP back to the sender when a CE-marked frame arrives, at most one
+    per `interval_s` of the fabric's time (the DCQCN paper's N = 50 us, Mellanox's min_time_between_cnps)."""
+
+    interval_s: float = 50e-6
+    sent: int = 0
+    _last: float = float("-inf")
+
+    def on_ce(self, now: float) -> bool:
+        """Whether to send a CNP for a CE-marked frame arriving `now`."""
+        if now - self._last < self.interval_s:
+            return False
+        self._last, self.sent = now, self.sent + 1
+        return True
