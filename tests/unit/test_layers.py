@@ -112,7 +112,7 @@ def test_no_layer_imports_a_higher_one_or_a_sibling():
                                   "testbed.experiment.jobs", "testbed.net.static_routes",
                                   "testbed.web.elements", "testbed.cluster.spec", "testbed.cluster.placement",
                                   "controllers.deadlock", "testbed.experiment.deadlocks", "traffic.roce.frames",
-                                  "traffic.roce.gbn", "traffic.roce.dcqcn"])
+                                  "traffic.roce.gbn", "traffic.roce.dcqcn", "traffic.roce.qp"])
 def test_pure_modules_reach_no_mininet(pure):
     """Pure code (topology, routing, placement, schedules, QoS numbers) imports no Mininet, even indirectly."""
     g = graph()

@@ -1,2 +1,2 @@
-"""RoCEv2's own transport, pure parts: frames (BTH, AETH, CNP, ICRC), a queue pair's go-back-N, and DCQCN's
-reaction point."""
+"""RoCEv2's own transport, pure parts: frames (BTH, AETH, CNP, ICRC), a queue pair's go-back-N and send queue,
+and DCQCN's reaction and notification points."""
