@@ -104,13 +104,13 @@ def incast_large(hosts: int) -> dict:
     out: dict = {"hosts": hosts, "scale": scale}
     for model in ("egress", "ingress"):
         with Network(topo, qos=QosSpec(scale=scale, pfc={"model": model})) as net:
-            r = udp_incast(net, "h0", senders, 1.0, DSCP26, lossless_leaf=lossless_leaf(3))
+            r = udp_incast(net, "h0", senders, 1.0, DSCP26)
             rep = net.stop_qos()
             out[model] = vars(r) | {k: rep[k] for k in ("agent_cpu_share", "reaction_ms", "pauses_by_tier",
                                                          "resynced", "kernel_lost_events")}
             if model == "ingress":
                 net.start_qos(QosSpec(scale=scale, pfc={"enabled": False}))
-                out["pfc_off"] = vars(udp_incast(net, "h0", senders, 1.0, DSCP26, lossless_leaf=lossless_leaf(3)))
+                out["pfc_off"] = vars(udp_incast(net, "h0", senders, 1.0, DSCP26))
     return out
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controllers.deadlock import Cycle, cycles, dependencies
-from controllers.routing import RoutingGraph, Tables, compute_tables
-from topos.addressing import nic_address
+from controllers.routing import RoutingGraph, compute_tables
 from topos.model import Topology
 
 from .failures import Event
@@ -83,15 +82,8 @@ def buffer_cycles(exp: Experiment, topo: Topology, jobs: list, events: list[Even
     mode = "shortest" if exp.routing == "shortest" else "ecmp"  # precise pins among the ECMP paths
     found = []
     for t, down in [(None, frozenset()), *down_states(events)]:
-        tables = compute_tables(graph, down, mode)
-        live = [f for f in flows if _reachable(tables, f, graph)]
-        closed = cycles(dependencies(graph, tables, live))
+        closed = cycles(dependencies(graph, compute_tables(graph, down, mode), flows))  # cut-off flows: skipped
         if closed:
             found.append(RouteCycles(t, tuple(sorted(down)), tuple(closed)))
     return found
 
-
-def _reachable(tables: Tables, flow: tuple[str, int, str, int], graph: RoutingGraph) -> bool:
-    """A flow whose destination the failures cut off sends nothing: no dependency of its own."""
-    src, nic, dst, dst_nic = flow
-    return bool(tables.host.get((src, nic), {}).get(nic_address(graph.topo.nodes[dst], dst_nic).ip))

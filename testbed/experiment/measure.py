@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.net.network import Network
-from testbed.qos.shaper import ROOT
+from testbed.qos.shaper import ROOT, lossless_leaf
 from testbed.system.poll import readable
 from topos.addressing import nic_address
 from traffic.timebase import Clock, stamp
@@ -128,17 +128,18 @@ class Incast:
 
 
 def udp_incast(net: Network, receiver: str, senders: list[str], seconds: float, tos: int, size: int = 1000,
-               load: float = 0.96, lossless_leaf: int | None = None) -> Incast:
+               load: float = 0.96) -> Incast:
     """Every sender streams to `receiver`'s NIC 0 at `load` of its port's rate for `seconds` (UDP: no congestion
     control, as RoCE without DCQCN), one stream each. The receiver stays until the backlog into its two ports
-    could have drained, and while frames still come. `lossless_leaf`: the qdisc handle whose drops are counted."""
+    could have drained, and while frames still come. Drops: every lossless queue's, since QoS started."""
     rate = net.qos.ports[f"{senders[0]}:0"].plan.rate_bps
     specs = [StreamSpec(src=h, dst=receiver, sport=5000 + i, dport=7000, pps=load * rate / 8 / size,
                         duration=seconds, size=size, stream=i, tos=tos) for i, h in enumerate(senders)]
     drain_s = len(senders) * load * seconds / 2
     r = run_streams(net, specs, tail=1.5 * drain_s + 2)
     streams = r["receivers"][f"{receiver}:7000"]["streams"].values()
-    drops = 0 if lossless_leaf is None else sum(q[0].drops for q in net.qos.stats(lossless_leaf).values() if q)
+    drops = sum(q[0].drops for c in net.qos_spec.lossless for q in net.qos.stats(lossless_leaf(c.priority)).values()
+                if q)
     return Incast(sent=sum(s["sent"] for s in r["senders"]), received=sum(s["received"] for s in streams),
                   lossless_drops=drops)
 

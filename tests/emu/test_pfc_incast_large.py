@@ -15,7 +15,6 @@ import pytest
 from testbed.experiment.measure import udp_incast
 from testbed.net.network import Network
 from testbed.qos.scale import choose_scale, offered_load, probe_params
-from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import QosSpec
 from topos import build
 
@@ -29,10 +28,10 @@ def test_a_31_to_1_udp_incast_on_128_hosts_is_lossless_with_pfc_and_drops_withou
     topo = build("hpn", **probe_params(HOSTS))
     scale = choose_scale(offered_load(topo, [(h, 0) for h in [RECEIVER, *SENDERS]]), hosts=HOSTS).scale
     with Network(topo, qos=QosSpec(scale=scale, pfc={"model": "ingress"})) as net:
-        on = udp_incast(net, RECEIVER, SENDERS, 1.0, DSCP26, lossless_leaf=lossless_leaf(3))
+        on = udp_incast(net, RECEIVER, SENDERS, 1.0, DSCP26)
         report = net.stop_qos()
         net.start_qos(QosSpec(scale=scale, pfc={"enabled": False}))
-        off = udp_incast(net, RECEIVER, SENDERS, 1.0, DSCP26, lossless_leaf=lossless_leaf(3))
+        off = udp_incast(net, RECEIVER, SENDERS, 1.0, DSCP26)
     tiers = {tier: t["ports_paused"] for tier, t in report["pauses_by_tier"].items() if t["pause_events"]}
     assert (on.received, on.lossless_drops) == (on.sent, 0), (on, tiers)
     assert (report["kernel_lost_events"], report["kernel_no_leaf"]) == (0, 0)

@@ -16,7 +16,7 @@ lost one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .frames import PSN_HALF, psn_add, psn_diff
 
@@ -42,7 +42,7 @@ class Requester:
     sent: int = 0  # packets put on the wire, resends included
     resent: int = 0
     rewinds: int = 0  # go-back-N episodes (NAKs acted on, timeouts)
-    high: int = field(default=0)  # one past the furthest packet ever sent
+    high: int = 0  # one past the furthest packet ever sent
 
     def __post_init__(self):
         if not 0 < self.total < PSN_HALF:
