@@ -75,7 +75,9 @@ def test_a_lossy_link_loses_frames_at_its_rate_and_is_taken_off_again(no_leftove
 def test_a_lossy_links_counts_are_frames_even_for_tcp(no_leftovers):
     """TCP hands its egress GSO packets of many frames whatever the device offers; the program counts a packet as
     the frames it carries, and a lossy link's host end sends frame by frame (gray.frames_only). So what the
-    program passed is what the ToR port received, frame for frame (without either: 126 'frames' for 1 MB)."""
+    program passed is what the ToR port received, frame for frame (without either: 126 'frames' for 1 MB). How much
+    of the 1 MB leaves before iperf3's server exits varies (525-644 frames here, 486 once in CI), so the claim is
+    each counted frame's size: at most one MTU's frame (a GSO packet is several)."""
     topo = build("hpn", hosts_per_segment=2)
     link = topo.find_link("h1:nic0:p0")
     with Network(topo, qos=QosSpec(pfc={"enabled": False})) as net:
@@ -91,9 +93,11 @@ def test_a_lossy_links_counts_are_frames_even_for_tcp(no_leftovers):
             out = net.node("h1").cmd(f"iperf3 -c {nic_address(topo.nodes['h3'], 0).ip} -n 1M")
         finally:
             server.wait(timeout=60)
-        got = net.port_counters()[link.b][link.b_port]["rx_packets"] - before["rx_packets"]
+        after = net.port_counters()[link.b][link.b_port]
+        got, nbytes = (after[k] - before[k] for k in ("rx_packets", "rx_bytes"))
         counts = net.gray_counters()[link.name]
         assert "iperf Done" in out, out
-        assert got > 500 and counts["frames"]["a_to_b"] + counts["errors"]["a_to_b"] == got, (got, counts)
+        assert counts["frames"]["a_to_b"] + counts["errors"]["a_to_b"] == got, (got, counts)
+        assert nbytes > 500_000 and nbytes / got <= 1514, (nbytes, got)  # frames, not GSO packets
         net.gray.close()
         assert net.qos.gso_max_segs(key) == segs  # given back
