@@ -32,11 +32,12 @@ class Reply:
 
 @dataclass
 class Requester:
-    """One QP's packets `0 .. total-1` (PSN first_psn + i), sent in order, acknowledged cumulatively."""
+    """One QP's packets `0 .. total-1` (PSN first_psn + i), sent in order, acknowledged cumulatively. `extend`
+    posts more (the next message on the QP): a QP's PSNs run on across its messages and wrap at 2^24."""
 
     first_psn: int
-    total: int
-    ack_every: int = 16  # AckReq on every n-th packet and on the last
+    total: int = 0
+    ack_every: int = 16  # AckReq on every n-th packet (the caller adds it on each message's last)
     next: int = 0  # the next packet to send
     una: int = 0  # the oldest unacknowledged
     sent: int = 0  # packets put on the wire, resends included
@@ -45,8 +46,14 @@ class Requester:
     high: int = 0  # one past the furthest packet ever sent
 
     def __post_init__(self):
-        if not 0 < self.total < PSN_HALF:
-            raise ValueError(f"a message of {self.total} packets: a QP's PSNs in flight must stay under 2^23")
+        self.extend(0)
+
+    def extend(self, n: int) -> None:
+        """n packets more at the end."""
+        if n < 0 or self.total + n - self.una >= PSN_HALF:
+            raise ValueError(f"{self.total + n - self.una} packets outstanding: a QP's PSNs in flight must stay "
+                             "under 2^23")
+        self.total += n
 
     @property
     def done(self) -> bool:
@@ -68,9 +75,10 @@ class Requester:
         return i, self.psn(i), i == self.total - 1 or (i + 1) % self.ack_every == 0
 
     def _index(self, psn: int) -> int | None:
-        """The packet a PSN names, or None when it names none of this message's (stale, or never sent)."""
-        i = psn_diff(psn, self.first_psn)
-        return i if 0 <= i < self.high else None
+        """The packet a PSN names, or None when it names none of those in flight (stale, or never sent). Counted
+        from the oldest unacknowledged, so PSNs may wrap over a long-lived QP."""
+        i = self.una + psn_diff(psn, self.psn(self.una))
+        return i if self.una - PSN_HALF < i < self.high and i >= 0 else None
 
     def on_reply(self, r: Reply) -> None:
         i = self._index(r.psn)

@@ -1,6 +1,6 @@
 """One queue pair's send side as a RoCE NIC runs it (pure code: the caller gives the time and does the I/O):
-a message cut at the path MTU into SEND packets, paced at the QP's rate (DCQCN's when it runs, else the line
-rate), sent again from where go-back-N says.
+messages posted in order, each cut at the path MTU into SEND packets, paced at the QP's rate (DCQCN's when it
+runs, else the line rate), sent again from where go-back-N says.
 
 Pacing counts what the emulated link's shaper counts for each frame (Ethernet, IPv4, UDP and RoCE headers, the
 payload, the ICRC; no preamble or FCS), so a QP at the line rate fills its port and no more. Rates and times are
@@ -11,6 +11,7 @@ for the TCP stand-in's DCQCN).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from .dcqcn import ReactionPoint
@@ -23,12 +24,15 @@ FRAME_OVERHEAD = 14 + 20 + 8 + BTH_LEN + ICRC_LEN  # Ethernet, IPv4, UDP, BTH, I
 
 @dataclass(frozen=True)
 class Packet:
-    """What to put on the wire next: the packet's place in the message, its PSN, opcode, AckReq and length."""
+    """What to put on the wire next: its message, its place in the stream, its PSN, opcode, AckReq, and the
+    byte offset and length of its payload in the message."""
 
+    message: int
     index: int
     psn: int
     opcode: int
     ackreq: bool
+    offset: int
     payload: int
 
     @property
@@ -36,17 +40,37 @@ class Packet:
         return self.payload + FRAME_OVERHEAD
 
 
-class SendQueue:
-    """A message of `nbytes` on one QP. `rp`: DCQCN's reaction point (None: the line rate, no congestion
-    control, as RoCE without DCQCN)."""
+@dataclass(frozen=True)
+class _Message:
+    first: int  # its first packet's index in the QP's stream
+    count: int
+    nbytes: int
 
-    def __init__(self, nbytes: int, first_psn: int, line_bps: float, rp: ReactionPoint | None = None,
-                 mtu: int = PATH_MTU):
-        if nbytes < 1 or mtu < 1:
-            raise ValueError(f"a message of {nbytes} bytes at a path MTU of {mtu}")
-        self.nbytes, self.mtu, self.line_bps, self.rp = nbytes, mtu, line_bps, rp
-        self.req = Requester(first_psn, -(-nbytes // mtu))
+
+class SendQueue:
+    """One QP's send queue: messages posted in order (`post`), sent as one stream of PSNs, each complete once
+    all its packets are acknowledged. `rp`: DCQCN's reaction point (None: the line rate, no congestion control,
+    as RoCE without DCQCN)."""
+
+    def __init__(self, first_psn: int, line_bps: float, rp: ReactionPoint | None = None, mtu: int = PATH_MTU):
+        if mtu < 1:
+            raise ValueError(f"a path MTU of {mtu}")
+        self.mtu, self.line_bps, self.rp = mtu, line_bps, rp
+        self.req = Requester(first_psn)
+        self._messages: list[_Message] = []
+        self._starts: list[int] = []  # each message's first packet: bisect finds a packet's message
+        self._completed = 0  # messages whose every packet is acknowledged
         self._free_at = float("-inf")  # when the pacer lets the next packet go
+
+    def post(self, nbytes: int) -> int:
+        """A message of `nbytes` at the end of the queue; its number (0, 1, ...)."""
+        if nbytes < 1:
+            raise ValueError(f"a message of {nbytes} bytes")
+        count = -(-nbytes // self.mtu)
+        self._messages.append(_Message(self.req.total, count, nbytes))
+        self._starts.append(self.req.total)
+        self.req.extend(count)
+        return len(self._messages) - 1
 
     @property
     def done(self) -> bool:
@@ -68,13 +92,26 @@ class SendQueue:
         if taken is None:
             return None
         i, psn, ackreq = taken
-        pkt = Packet(i, psn, self._opcode(i), ackreq, self._payload(i))
+        k = bisect_right(self._starts, i) - 1
+        m = self._messages[k]
+        j = i - m.first
+        offset = j * self.mtu
+        pkt = Packet(k, i, psn, _opcode(j, m.count), ackreq or j == m.count - 1, offset,
+                     min(self.mtu, m.nbytes - offset))
         self._free_at = max(self._free_at, now) + pkt.frame_bytes * 8 / self.rate(now)
         return pkt
 
-    def on_ack(self, h: Header) -> None:
-        """An ACK or NAK of this QP (from frames.parse)."""
+    def on_ack(self, h: Header) -> list[int]:
+        """An ACK or NAK of this QP (from frames.parse); the messages it completed."""
         self.req.on_reply(Reply(h.is_nak, h.psn, h.msn or 0))
+        done = []
+        while self._completed < len(self._messages):
+            m = self._messages[self._completed]
+            if m.first + m.count > self.req.una:
+                break
+            done.append(self._completed)
+            self._completed += 1
+        return done
 
     def on_cnp(self, now: float) -> None:
         if self.rp is not None:
@@ -83,11 +120,9 @@ class SendQueue:
     def on_timeout(self) -> None:
         self.req.on_timeout()
 
-    def _payload(self, i: int) -> int:
-        return min(self.mtu, self.nbytes - i * self.mtu)
 
-    def _opcode(self, i: int) -> int:
-        last = self.req.total - 1
-        if last == 0:
-            return OP_SEND_ONLY
-        return OP_SEND_FIRST if i == 0 else OP_SEND_LAST if i == last else OP_SEND_MIDDLE
+def _opcode(j: int, count: int) -> int:
+    """The SEND opcode of a message's j-th of `count` packets."""
+    if count == 1:
+        return OP_SEND_ONLY
+    return OP_SEND_FIRST if j == 0 else OP_SEND_LAST if j == count - 1 else OP_SEND_MIDDLE
