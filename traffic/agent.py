@@ -53,6 +53,7 @@ jumps its clock (`skip`) and the waits end that much sooner.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import queue
 import socket
@@ -60,6 +61,8 @@ import struct
 import sys
 import threading
 import time
+
+from .rocenic import Nic
 
 HEADER = struct.Struct("!16sQ")  # flow id, bytes
 CHUNK = 256 * 1024
@@ -143,6 +146,7 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
+_NIC: Nic | None = None  # the roce transport's (--transport roce): its queue pairs are the connections
 _CC: bytes | None = None  # the congestion control every socket of this agent chooses (--cc), None: the default
 
 
@@ -192,12 +196,26 @@ def _receive(conn: socket.socket) -> None:
                     got += n
                 end = _now()
                 conn.sendall(b"\1")  # the sender's completion is the receiver's, not its own send buffer's
-                report({"event": "recv", "id": fid, "bytes": got, "start": start, "end": end})
-                with _arrived_cv:
-                    _arrived[fid] = end
-                    _arrived_cv.notify_all()
+                _flow_received(fid, got, start, end)
     except OSError as exc:
         emit({"event": "error", "id": fid, "error": f"receive: {exc}"})
+
+
+def _flow_received(fid: str, got: int, start: float, end: float) -> None:
+    report({"event": "recv", "id": fid, "bytes": got, "start": start, "end": end})
+    with _arrived_cv:
+        _arrived[fid] = end
+        _arrived_cv.notify_all()
+
+
+def _flow_sent(fid: str, total: int, start: float, new: bool, five: list) -> None:
+    """A flow's receiver has it all (its acknowledgement came)."""
+    end = _now()
+    with _arrived_cv:
+        _acked[fid] = end
+        _arrived_cv.notify_all()
+    report({"event": "sent", "id": fid, "bytes": total, "start": start, "end": end, "new_connection": new,
+            "five_tuple": five})
 
 
 class _Connection:
@@ -227,15 +245,43 @@ class _Connection:
                 continue
             with _conns_lock:
                 self.outstanding -= total
-            end = _now()
-            with _arrived_cv:
-                _acked[fid] = end
-                _arrived_cv.notify_all()
-            report({"event": "sent", "id": fid, "bytes": total, "start": start, "end": end,
-                    "new_connection": new, "five_tuple": five})
+            _flow_sent(fid, total, start, new, five)
+
+    def send(self, fid: str, total: int, start: float, new: bool, dst: str, port: int) -> None:
+        """A flow's header and payload onto the connection (blocks while its send buffer is full)."""
+        local = self.sock.getsockname()
+        first = min(total, CHUNK)  # the header rides with the first bytes: one segment less per flow
+        self.sock.sendall(HEADER.pack(fid.encode()[:16], total) + _PAYLOAD[:first])
+        left = total - first
+        while left:
+            left -= self.sock.send(_PAYLOAD[: min(CHUNK, left)])
+        self.acks.put((fid, total, start, new, ["tcp", local[0], local[1], dst, port]))
 
 
-_conns: dict[tuple, _Connection] = {}
+class _RoceLane:
+    """The roce transport's connection: a queue pair; a flow is one message (its header and payload), reported
+    `sent` when the responder's ACK covers its last packet."""
+
+    def __init__(self, qp):
+        self.qp, self.lock, self.outstanding = qp, threading.Lock(), 0
+
+    def send(self, fid: str, total: int, start: float, new: bool, _dst: str, _port: int) -> None:
+        self.qp.post((self, fid, total, start, new), HEADER.size + total, HEADER.pack(fid.encode()[:16], total))
+
+
+def _roce_sent(tag: tuple, _nbytes: int) -> None:
+    lane, fid, total, start, new = tag
+    with _conns_lock:
+        lane.outstanding -= total
+    _flow_sent(fid, total, start, new, lane.qp.five_tuple())
+
+
+def _roce_received(head: bytes, got: int, start: float) -> None:
+    raw_id, total = HEADER.unpack_from(head)
+    _flow_received(raw_id.rstrip(b"\0").decode(), got - HEADER.size, start, _now())
+
+
+_conns: dict[tuple, _Connection | _RoceLane] = {}
 _conns_lock = threading.Lock()
 
 
@@ -244,6 +290,9 @@ def _connection(dst: str, port: int, sport: int, tos: int) -> tuple[_Connection,
     with _conns_lock:
         if key in _conns:
             return _conns[key], False
+        if _NIC is not None:
+            _conns[key] = _RoceLane(_NIC.queue_pair(dst, sport))
+            return _conns[key], True
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -279,14 +328,7 @@ def _send(cmd: dict) -> None:
             with _conns_lock:
                 c.outstanding += int(cmd["bytes"])
         with c.lock:  # one flow at a time on the wire of a connection
-            local = c.sock.getsockname()
-            total = int(cmd["bytes"])
-            first = min(total, CHUNK)  # the header rides with the first bytes: one segment less per flow
-            c.sock.sendall(HEADER.pack(fid.encode()[:16], total) + _PAYLOAD[:first])
-            left = total - first
-            while left:
-                left -= c.sock.send(_PAYLOAD[: min(CHUNK, left)])
-            c.acks.put((fid, total, start, new, ["tcp", local[0], local[1], cmd["dst"], int(cmd["port"])]))
+            c.send(fid, int(cmd["bytes"]), start, new, cmd["dst"], int(cmd["port"]))
     except OSError as exc:
         _send_failed(fid, f"send: {exc}")
 
@@ -430,10 +472,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=9000)
     ap.add_argument("--tos", type=int, default=0, help="IP TOS of the receiver's side (its ACKs)")
     ap.add_argument("--cc", default=None, help="TCP congestion control of every socket (default: the kernel's)")
+    ap.add_argument("--transport", choices=("tcp", "roce"), default="tcp")
+    ap.add_argument("--job", type=int, default=0, help="roce: the job's index, its QP numbers' top byte")
+    ap.add_argument("--rto", type=float, default=1.07, help="roce: the QPs' retry timer, wall seconds")
     a = ap.parse_args(argv)
-    global _CC
+    global _CC, _NIC
     _CC = a.cc.encode() if a.cc else None
-    threading.Thread(target=serve, args=(a.port, a.tos), daemon=True).start()
+    if a.transport == "roce":
+        _NIC = Nic(a.job, a.tos, on_sent=_roce_sent, on_received=_roce_received, rto_s=a.rto, clock=_now)
+        emit({"event": "ready", "port": a.port})
+    else:
+        threading.Thread(target=serve, args=(a.port, a.tos), daemon=True).start()
     threading.Thread(target=_flush_forever, daemon=True).start()
     for line in sys.stdin:
         try:
@@ -442,6 +491,8 @@ def main(argv: list[str] | None = None) -> None:
             emit({"event": "error", "id": None, "error": f"bad command: {line.strip()[:80]}"})
             continue
         if cmd.get("cmd") == "quit":
+            if _NIC is not None:
+                emit({"event": "roce", "counters": dataclasses.asdict(_NIC.totals())})
             _emit_tcp_counters()
             break
         if cmd.get("cmd") == "plan":

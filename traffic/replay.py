@@ -103,7 +103,7 @@ class Replayer:
         if self.routing == "precise":
             views = self.net.controller.declare([
                 {"src": src[0], "dst": nic_address(topo.nodes[dst[0]], dst[1]).ip, "proto": tr.proto,
-                 "sport": self._sports[src, dst, c], "dport": tr.port} for src, dst, c in new])
+                 "sport": self._sports[src, dst, c], "dport": tr.dport} for src, dst, c in new])
             for v in views:
                 self.net.steer(v)
                 self.transport.pin(v)

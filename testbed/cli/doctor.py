@@ -26,8 +26,10 @@ def doctor(as_json: bool, cluster_file: str | None) -> None:
 
     caps = probe()
     kernel_pfc, bpf_cc = _kernel_pfc(caps.root), _bpf_cc(caps.root)
+    transports = _transports(caps.rxe_in_netns)
     if as_json:
-        click.echo(json.dumps({**caps.to_dict(), "pfc_kernel_events": kernel_pfc, "cc_bpf": bpf_cc}, indent=1))
+        click.echo(json.dumps({**caps.to_dict(), "pfc_kernel_events": kernel_pfc, "cc_bpf": bpf_cc,
+                               "transports": transports}, indent=1))
         return
     t = Table(title=f"hpnlab doctor — kernel {caps.kernel}")
     t.add_column("capability")
@@ -55,6 +57,8 @@ def doctor(as_json: bool, cluster_file: str | None) -> None:
               "transport rdma" if caps.rxe_in_netns else
               f"transport tcp: {caps.rxe_failure}" if caps.rdma_rxe and caps.rxe_failure else
               "transport tcp (rdma needs the VM)")
+    t.add_row("transports", ", ".join(transports["available"]), f"auto takes {transports['auto']}; roce: the "
+              "agents' queue pairs (RoCEv2 frames, go-back-N) on any kernel")
     t.add_row("/dev/kvm", _yes(caps.kvm_device), "hardware virt" if caps.kvm_hw_virt else "TCG for the VM tier")
     t.add_row("Mininet", _yes(caps.mininet_version is not None), caps.mininet_version or "")
     console.print(t)
@@ -85,6 +89,14 @@ def _bpf_cc(root: bool) -> dict:
     except BpfUnavailable as exc:
         return {"available": False, "why": str(exc)}
     return {"available": True, "why": None}
+
+
+def _transports(rxe_in_netns: bool | None) -> dict:
+    """What `transport:` can be here, and what auto takes (on one server, no host link failing)."""
+    from traffic.transports import TRANSPORTS, choose
+
+    available = [t for t in TRANSPORTS if t != "auto" and (t != "rdma" or rxe_in_netns)]
+    return {"available": available, "auto": choose("auto", rxe_in_netns)}
 
 
 def cluster_doctor(spec, as_json: bool) -> None:

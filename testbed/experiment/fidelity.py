@@ -128,8 +128,8 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
             besides = f" (besides the {by_watchdog} the PFC watchdog dropped in storms)" if by_watchdog else ""
             reasons.append(f"{lossless_drops - by_watchdog} drops in the lossless class with PFC on{besides}")
     if lost_in_emulator:
-        reasons.append(f"{lost_in_emulator} TCP segments lost or reordered with no drop in any shaper and no "
-                       "link failure: inside the emulator, and the ops waited for them")
+        reasons.append(f"{lost_in_emulator} TCP segments lost or reordered (or RoCE frames resent) with no drop in "
+                       "any shaper and no link failure: inside the emulator, and the ops waited for them")
     out["ops_too_short"] = _latency(ops, iterations, reasons, dilation, floor or Floor(*DEFAULT_FLOOR_S))
     _too_fast(ops, reasons)
     out["of_closed_form"] = {job: round(ideal / took, 4) for job, took, ideal in _jobs(ops, iterations) if took > 0}

@@ -109,7 +109,7 @@ def _transport(exp: Experiment, topo: Topology, cluster: ClusterSpec | None) -> 
     """The transport every repetition runs on (chosen from the host links any of them takes down), and why,
     where `auto` had a choice to make."""
     caps, failing = probe(), host_links_down_in_any_rep(exp, topo)
-    if not caps.root and exp.transport != "tcp":  # soft-RoCE is probed by root only
+    if not caps.root and exp.transport in ("auto", "rdma"):  # soft-RoCE is probed by root only
         return "tcp", [f"transport {exp.transport}: soft-RoCE between namespaces is probed as root only, where "
                        "the run decides"]
     rxe = caps.rxe_in_netns

@@ -53,7 +53,7 @@ from traffic.metrics import busbw_factor
 from traffic.replay import Replayer
 from traffic.skip import Skipper
 from traffic.timebase import stamp
-from traffic.transports import make
+from traffic.transports import make, roce_retry_s
 
 from .deadlocks import buffer_cycles
 from .detector import DETECTED, Detector, delays
@@ -179,7 +179,8 @@ def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, obj
     paths placed job by job, the most important first, around those already placed."""
     runners = []
     for i, job in enumerate(p.jobs):
-        tr = make(p.transport, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc))
+        tr = make(p.transport, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc),
+                  rto_s=roce_retry_s(p.exp.resilience.retry_timer_s) * p.exp.time.dilation)
         tr.start()
         rp = Replayer(net, tr, channels=p.channels, routing=p.exp.routing, connection_choice=p.exp.connection_choice,
                       nic_port_choice=p.exp.nic_port_choice, step_timeout=p.exp.step_timeout_s,
@@ -234,11 +235,15 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
                         d["failures_not_fired"][0]["planned_t"])
         sampler.stop()
         by_host: dict[str, dict[str, int]] = {}
+        nics: list[dict[str, int]] = []
         for _job, tr, rp in runners:
             rp.close()
             tr.stop()
             by_host.update(getattr(tr, "tcp", {}))  # per host namespace, counting since it was made: the last read
+            nics += getattr(tr, "roce", {}).values()  # per job and host: each job's agents have their own NIC
         d["tcp"] = {k: sum(c.get(k, 0) for c in by_host.values()) for k in TCP_COUNTERS} if by_host else None
+        if nics:
+            d["roce"] = {k: sum(c[k] for c in nics) for k in nics[0]}
         d["failures"] = injector.log
         d["controller_events"] = net.controller.get("/events") if net.controller else []
         d["timeline"], d["sampler_error"] = sampler.rows, sampler.error
@@ -362,7 +367,11 @@ def _lost_in_emulator(d: dict) -> int:
     were taken for loss). A retransmission the receiver answered with a DSACK was not needed and cost no wait:
     at 64 hosts and D = 8, 190 tail-loss probes fired at the end of paused bursts, every one DSACKed."""
     dropped = d["drops"]["unread"] or any(d["drops"][k] for k in ("high", "lossless", "default"))
-    if not d.get("tcp") or dropped or d["failures"]:
+    if dropped or d["failures"]:
+        return 0
+    if d.get("roce"):  # a frame resent with nothing dropped: lost in the emulator, or a retry timer too short
+        return d["roce"]["resent"]
+    if not d.get("tcp"):
         return 0
     tcp = d["tcp"]
     unexplained = max(0, tcp["RetransSegs"] - tcp.get("TCPDSACKRecv", 0))

@@ -6,7 +6,7 @@
     hashing: asic                    # ovs | asic | asic-seeded (how switches hash ECMP)
     qos: {scale: 20000, pfc: {enabled: true}}
     time: {dilation: 10}             # the emulation runs 10x slower than the fabric (traffic/timebase.py)
-    transport: auto                  # auto | tcp | rdma
+    transport: auto                  # auto | tcp | roce | rdma
     channels: 2                      # connections per peer
     connection_choice: channel       # channel | least-outstanding
     nic_port_choice: hash            # hash | round-robin (under ecmp)
@@ -312,9 +312,10 @@ class Experiment(_Strict):
     qos: QosSpec = Field(default_factory=lambda: QosSpec(scale="auto"),
                          description="shaping, priorities, PFC, ECN and congestion control")
     time: TimeSpec = Field(default_factory=TimeSpec, description="time dilation and compute skipping")
-    transport: Literal["auto", "tcp", "rdma"] = Field(
-        "auto", description="tcp, rdma (soft-RoCE, where the kernel has it), auto: rdma where it works and no "
-                            "failure takes a host link down, else tcp")
+    transport: Literal["auto", "tcp", "roce", "rdma"] = Field(
+        "auto", description="tcp; roce (the agents' queue pairs: RoCEv2 frames, go-back-N, on any kernel); rdma "
+                            "(soft-RoCE, where the kernel has it); auto: rdma where it works and no failure takes a "
+                            "host link down, else tcp")
     channels: int | None = Field(None, ge=1, le=8, description="connections per peer (default: ports per NIC)")
     nic_port_choice: Literal["hash", "round-robin"] = Field(
         "hash", description="under ecmp/shortest, which NIC port a connection leaves on: the host's multipath hash, "
@@ -369,6 +370,12 @@ class Experiment(_Strict):
         if self.routing == "precise-host" and self.transport == "rdma":
             raise InputError("precise-host routing picks TCP source ports; the rdma transport pins ports itself",
                              "use transport: tcp, or routing: precise", field="transport", value=self.transport)
+        if self.transport == "roce" and (self.routing == "precise-host" or self.nic_port_choice == "round-robin"):
+            # the hosts' source-port rules that pin a NIC port are TCP's (testbed/net/static_routes.py): UDP
+            # ones would take soft-RoCE's queue pairs, whose source ports share the range
+            raise InputError("the hosts pin TCP connections to NIC ports, not yet the roce transport's queue pairs",
+                             "use transport: tcp, or routing: ecmp/precise with nic_port_choice: hash",
+                             field="transport", value=self.transport)
         lossless = {c.priority for c in self.qos.lossless}
         for i, j in enumerate(self.jobs):
             if isinstance(j.priority, int) and j.priority not in lossless:

@@ -171,7 +171,7 @@ class Verdict(Record):
 class Run(Record):
     variant: str = Field(description="the variant's label (the experiment's name when it has no variants)")
     repetition: int = Field(description="0, 1, ... within the variant")
-    transport: str = Field(description="tcp or rdma, as chosen for this run")
+    transport: str = Field(description="tcp, roce or rdma, as chosen for this run")
     channels: int = Field(description="connections per peer")
     scale: float = Field(description="the bytes scale: emulated rate = real rate / (scale x dilation)")
     scale_auto: str | None = Field(description="why scale auto chose this scale (null when the scale was given)")
@@ -211,6 +211,9 @@ class Run(Record):
                                                    "(null without ECN)")
     tcp: dict[str, int] | None = Field(description="the hosts' TCP counters over the run: timeouts, loss probes, fast "
                                             "retransmits, DSACKs, reorderings (null: no TCP)")
+    roce: dict[str, int] | None = only("with transport roce: the hosts' RoCE NICs summed: data frames sent and "
+                                       "resent, go-back-N episodes (rewinds), timeouts, frames received and "
+                                       "dropped out of order, NAKs, CNPs sent and received, CE marks, ICRC errors")
     traffic_s: dict[str, float | int] = Field(description="the traffic's time: virtual (the fabric's), wall, and what "
                                                     "compute skipping jumped")
     sampler_error: str | None = Field(description="null, or why the CPU sampler failed (the verdict is then "

@@ -23,3 +23,7 @@ def test_doctor_reports_what_it_finds(hpnlab, no_leftovers):
     assert caps["pfc_kernel_events"] == {"available": True, "why": None}
     assert caps["cc_bpf"] == {"available": True, "why": None}  # bpf_tcp_ca (DESIGN.md): DCTCP and DCQCN
     assert "BPF on the qdisc tracepoints" in table.stdout
+    # tcp and roce run on any kernel, rdma where soft-RoCE works between namespaces (not this one)
+    assert caps["transports"] == {"available": ["tcp", "roce", *(["rdma"] if caps["rxe_in_netns"] else [])],
+                                  "auto": "rdma" if caps["rxe_in_netns"] else "tcp"}
+    assert "tcp, roce" in table.stdout

@@ -136,7 +136,7 @@ def test_retransmissions_nobody_dropped_for_are_the_emulators():
     assert _lost_in_emulator({**d, "tcp": reordered}) == 29
     rows = [{"t": 0.0, "cpu_idle": 0.5, "steal": 0.0}]
     (reason,) = verdict(rows, lost_in_emulator=15)["reasons"]
-    assert reason.startswith("15 TCP segments lost or reordered with no drop in any shaper")
+    assert reason.startswith("15 TCP segments lost or reordered (or RoCE frames resent) with no drop in any shaper")
 
 
 def test_tcp_counters_are_read_from_the_namespaces_proc_files():

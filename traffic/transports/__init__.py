@@ -1,4 +1,5 @@
-"""Transports carry a schedule's flows between the hosts: `tcp` (here) and `rdma` (soft-RoCE, in the VM).
+"""Transports carry a schedule's flows between the hosts: `tcp` and `roce` (the agents, tcp.py: TCP connections,
+or queue pairs of RoCEv2 frames from traffic/rocenic.py) and `rdma` (soft-RoCE, in the VM).
 
 `choose("auto", caps)` takes rdma where the capability probe saw soft-RoCE
 work between two network namespaces, tcp otherwise.
@@ -10,7 +11,14 @@ from collections.abc import Sequence
 
 from topos.errors import InputError
 
-TRANSPORTS = ("auto", "tcp", "rdma")
+TRANSPORTS = ("auto", "tcp", "roce", "rdma")
+NCCL_IB_TIMEOUT_S = 4.096e-6 * 2**18  # NCCL_IB_TIMEOUT 18: a RoCE QP's retry timer, 1.07 s
+
+
+def roce_retry_s(retry_timer_s: float | None) -> float:
+    """The roce transport's retry timer in the fabric's time: the experiment's (resilience.retry_timer_s), else
+    NCCL's."""
+    return NCCL_IB_TIMEOUT_S if retry_timer_s is None else retry_timer_s
 
 
 def choose(name: str, rxe_in_netns: bool | None, servers: int = 1, host_ports_fail: Sequence[str] = (),
@@ -40,13 +48,17 @@ def choose(name: str, rxe_in_netns: bool | None, servers: int = 1, host_ports_fa
     return name
 
 
-def make(kind: str, net, tos: int = 0, index: int = 0, cc: str | None = None):
-    """The transport for a chosen kind; `index` keeps jobs side by side apart (ports, source ports); `cc`: the
-    TCP congestion control its sockets choose (tcp only: rxe has none)."""
+def make(kind: str, net, tos: int = 0, index: int = 0, cc: str | None = None, rto_s: float = NCCL_IB_TIMEOUT_S):
+    """The transport for a chosen kind; `index` keeps jobs side by side apart (ports, source ports, QP numbers);
+    `cc`: the TCP congestion control its sockets choose (tcp only: rxe has none); `rto_s`: roce's retry timer
+    (wall seconds)."""
     if kind == "rdma":
         from .rdma import CTRL_PORT_BASE, RdmaTransport
 
         return RdmaTransport(net, tos=tos, ctrl_base=CTRL_PORT_BASE + 1000 * index)
     from .tcp import AGENT_PORTS, TcpTransport
 
+    if kind == "roce":
+        return TcpTransport(net, tos=tos, port=AGENT_PORTS[index], kind="roce", proto="udp", job=index,
+                            rto_s=rto_s)
     return TcpTransport(net, tos=tos, port=AGENT_PORTS[index], cc=cc)  # the spec allows 16 jobs, the range 216

@@ -83,6 +83,7 @@ class RdmaTransport:
     net: object  # testbed.net.network.Network
     tos: int = 0
     port: int = ROCE_PORT  # what a declared flow's destination port is
+    dport: int = ROCE_PORT
     proto: str = "udp"
     sport_base: int = SPORT_MIN
     sport_span: int = 0x4000

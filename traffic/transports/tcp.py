@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ..roce.frames import ROCE_PORT
+
 AGENT_PORT = 9000
 # Every job's agents listen on AGENT_PORT + its index, ports that share their high byte (0x2300-0x23ff): the
 # shapers put the receivers' one-byte acknowledgements, sent from these ports, beside TCP's own ACKs
@@ -64,10 +66,13 @@ class TcpTransport:
     net: object  # testbed.net.network.Network (duck-typed: .python(), .topo)
     tos: int = 0
     port: int = AGENT_PORT  # each job its own agents and port, so jobs run side by side
-    proto: str = "tcp"
+    proto: str = "tcp"  # "udp" for roce
     sport_base: int = 20000
     sport_span: int = 20000  # up to 39999: 40000-59999 are pinned to NIC ports (controllers/hostpath.py)
     cc: str | None = None  # TCP_CONGESTION of every connection (testbed/qos/cc.py), None: the kernel's default
+    kind: str = "tcp"  # or "roce": the agents' queue pairs (traffic/rocenic.py) instead of TCP connections
+    job: int = 0  # roce: the job's index (its QP numbers' top byte)
+    rto_s: float = 1.07  # roce: the QPs' retry timer, wall seconds (make() gives NCCL's, dilated)
     agents: dict = field(default_factory=dict)
     records: dict[str, FlowRecord] = field(default_factory=dict)
 
@@ -82,13 +87,16 @@ class TcpTransport:
         self.on_computing: Callable[[str, float], None] | None = None  # a rank computes until (traffic/skip.py)
         self.on_finished: Callable[[str], None] | None = None  # a rank's iteration is over (traffic/skip.py)
         self.tcp: dict[str, dict[str, int]] = {}  # host -> its TCP retransmission counters, read at stop
+        self.roce: dict[str, dict[str, int]] = {}  # host -> its RoCE NIC's counters (roce), read at stop
 
     def start(self) -> None:
         import subprocess
 
+        extra = [*(("--cc", self.cc) if self.cc else ())]
+        if self.kind == "roce":
+            extra += ["--transport", "roce", "--job", str(self.job), "--rto", str(self.rto_s)]
         for h in self.net.topo.hosts:
-            cc = ("--cc", self.cc) if self.cc else ()
-            p = self.net.python(h.name, "traffic.agent", "--port", str(self.port), "--tos", str(self.tos), *cc,
+            p = self.net.python(h.name, "traffic.agent", "--port", str(self.port), "--tos", str(self.tos), *extra,
                                 stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, bufsize=1)
             self.agents[h.name] = p
@@ -135,10 +143,15 @@ class TcpTransport:
                         if self.on_finished is not None:  # before the coordinator hears: it may join it again
                             self.on_finished(self.rank_key(ev["rank"]))
                     self._control.notify_all()
-            elif ev.get("event") == "tcp":
-                self.tcp[host] = ev["counters"]
+            elif ev.get("event") in ("tcp", "roce"):
+                getattr(self, ev["event"])[host] = ev["counters"]
             elif ev.get("event") != "batch":
                 self._events.put((host, ev))
+
+    @property
+    def dport(self) -> int:
+        """The destination port of the flows' frames: the agents' (TCP) or RoCEv2's."""
+        return ROCE_PORT if self.kind == "roce" else self.port
 
     def pin(self, view: dict) -> None:
         """Nothing to do: TCP follows the host's policy routing, which Network.steer set for the view."""

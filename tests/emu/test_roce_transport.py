@@ -1,0 +1,129 @@
+"""The roce transport (traffic/rocenic.py): the agents' queue pairs put RoCEv2 frames on the wire that scapy's
+RoCE layers decode with the ICRC it computes, deliver a collective's closed-form bytes, go back N after a lost
+frame, and keep jobs side by side apart by their QP numbers."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.inet import IP, UDP
+from scapy.utils import rdpcap
+
+from testbed.net.network import Network
+from testbed.qos.spec import QosSpec
+from topos import build
+from topos.addressing import nic_address
+from traffic.collectives import build_schedule
+from traffic.replay import Replayer
+from traffic.roce.frames import OP_ACK, OP_SEND_FIRST, OP_SEND_LAST, OP_SEND_MIDDLE, OP_SEND_ONLY, ROCE_PORT
+from traffic.transports import make
+
+DSCP26 = 26 << 2
+SENDS = {OP_SEND_FIRST, OP_SEND_MIDDLE, OP_SEND_LAST, OP_SEND_ONLY}
+
+
+def _capture(net, host: str, ifname: str, path) -> subprocess.Popen:
+    dump = net.popen(host, ["tcpdump", "-i", ifname, "-U", "-w", str(path), "udp", "port", str(ROCE_PORT)],
+                     stderr=subprocess.PIPE, text=True)
+    assert "listening on" in dump.stderr.readline()
+    return dump
+
+
+def _allreduce(net, tr, hosts: list[str], size: int, iters: int = 1) -> list:
+    rp = Replayer(net, tr, channels=2, routing="ecmp")
+    sched = build_schedule("allreduce", [(h, 0) for h in hosts], size, "ring")
+    try:
+        return [rp.run(sched) for _ in range(iters)]
+    finally:
+        rp.close()
+
+
+def test_an_allreduce_over_roce_is_rocev2_on_the_wire_and_delivers_its_bytes(tmp_path, no_leftovers):
+    topo = build("hpn", hosts_per_segment=2)
+    hosts = [h.name for h in topo.hosts]
+    with Network(topo, qos=QosSpec(scale=10000)) as net:
+        tr = make("roce", net, tos=DSCP26)
+        tr.start()
+        dumps = [_capture(net, "h1", net.qos.ports[f"h1:{p}"].ifname, tmp_path / f"h1-{p}.pcap") for p in (0, 1)]
+        try:
+            results = _allreduce(net, tr, hosts, 400_000)
+        finally:
+            for d in dumps:
+                d.terminate()
+                d.wait(timeout=10)
+            tr.stop()
+    r = results[0]
+    assert r.bytes_delivered == r.bytes_expected > 0
+    totals = {k: sum(c[k] for c in tr.roce.values()) for k in ("sent", "resent", "received", "icrc_errors")}
+    # nothing lost, nothing resent; every frame sent arrived and its ICRC held
+    assert totals["resent"] == totals["icrc_errors"] == 0 and totals["sent"] == totals["received"] > 0, tr.roce
+    frames = [p for d in (tmp_path / "h1-0.pcap", tmp_path / "h1-1.pcap") for p in rdpcap(str(d))]
+    assert len(frames) > 100
+    opcodes = {p[BTH].opcode for p in frames}
+    assert SENDS & opcodes and OP_ACK in opcodes, opcodes
+    for p in frames:
+        assert p[UDP].dport == ROCE_PORT and p[IP].tos >> 2 == DSCP26 >> 2 and p[IP].flags == "DF"
+        rebuilt = IP(bytes(p[IP]))
+        rebuilt[BTH].icrc = None  # scapy computes it again: the kernel's IP header is the one we summed
+        assert bytes(rebuilt)[-4:] == bytes(p[IP])[-4:], p.summary()
+    acks = [p for p in frames if p[BTH].opcode == OP_ACK]
+    assert all(p[AETH].syndrome == 0x1F for p in acks)  # ACKs, no NAK: nothing was out of order
+    # each QP's PSNs as h1 sent them: consecutive from 0 (no gap, no resend)
+    sent = [p for p in frames if p[BTH].opcode in SENDS and p[IP].src == nic_address(topo.nodes["h1"], 0).ip]
+    by_qp: dict[int, list[int]] = {}
+    for p in sent:
+        by_qp.setdefault(p[BTH].dqpn, []).append(p[BTH].psn)
+    assert by_qp and all(psns == list(range(len(psns))) for psns in by_qp.values()), by_qp.keys()
+
+
+def test_a_lost_frame_makes_the_queue_pair_go_back_n(no_leftovers):
+    """RoCE's cost of loss: the responder drops everything after a gap until the lost PSN comes again, so each
+    lost frame costs what was in flight behind it (TCP's SACK resends the lost one)."""
+    topo = build("hpn", hosts_per_segment=2)
+    link = topo.find_link("h1:nic0:p0")
+    with Network(topo, qos=QosSpec(scale=10000, pfc={"enabled": False})) as net:
+        net.set_link(topo.find_link("h1:nic0:p1").name, up=False)  # h1's rail-0 frames all cross the lossy link
+        net.gray.set_loss(link.name, 0.01)
+        tr = make("roce", net, tos=DSCP26)
+        tr.start()
+        try:
+            results = _allreduce(net, tr, ["h1", "h3"], 2_000_000)
+        finally:
+            tr.stop()
+        lost = net.gray_counters()[link.name]["errors"]["a_to_b"]
+    r, h1, h3 = results[0], tr.roce["h1"], tr.roce["h3"]
+    assert r.bytes_delivered == r.bytes_expected
+    assert lost > 5, lost  # ~1% of ~2,000 frames
+    assert h1["rewinds"] >= 1 and h1["naks"] >= 1, (h1, h3)
+    # every loss was answered by going back: more frames resent than lost, and the responder threw away what
+    # came after each gap
+    assert h1["resent"] > lost and h3["out_of_order"] > 0, (lost, h1, h3)
+
+
+def test_two_jobs_side_by_side_keep_their_queue_pairs_apart(no_leftovers):
+    """Both jobs' frames go to UDP port 4791 on the same hosts; each job's agent takes only its own QP numbers
+    (the kernel's socket filter on their top byte)."""
+    topo = build("hpn", hosts_per_segment=2)
+    hosts = [h.name for h in topo.hosts]
+    with Network(topo, qos=QosSpec(scale=10000)) as net:
+        trs = [make("roce", net, tos=DSCP26, index=i) for i in range(2)]
+        for tr in trs:
+            tr.start()
+        try:
+            out: dict[int, list] = {}
+            threads = [threading.Thread(target=lambda i=i: out.update({i: _allreduce(net, trs[i], hosts, 200_000)}))
+                       for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+        finally:
+            for tr in trs:
+                tr.stop()
+    for i, tr in enumerate(trs):
+        r = out[i][0]
+        assert r.bytes_delivered == r.bytes_expected, i
+        sent, received = (sum(c[k] for c in tr.roce.values()) for k in ("sent", "received"))
+        assert sent == received > 0 and not any(c["icrc_errors"] for c in tr.roce.values()), (i, tr.roce)
