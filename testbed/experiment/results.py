@@ -14,7 +14,7 @@ from topos.errors import InputError
 from topos.inputs import open_output, read_text, save_figure, write_file
 from traffic.metrics import cluster_utilization
 
-from .sections import campaign_lines, gray_lines, pfc_lines
+from .sections import campaign_lines, gray_lines, pfc_lines, roce_lines
 
 RESULTS = Path("results")
 
@@ -195,6 +195,7 @@ def summary_lines(exp, runs: list[Run]) -> list[str]:
     lines += pfc_lines(runs)
     lines += campaign_lines(runs)
     lines += gray_lines(runs)
+    lines += roce_lines(runs)
     lines += time_lines(runs)
     if exp.paper:
         lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]

@@ -101,10 +101,10 @@ def gray_lines(runs: list[Run]) -> list[str]:
     base = statistics.mean(healthy) if healthy else None
     lines = ["", "Gray failures (a link that keeps running: lossy, dropped by a BPF program; or slower; or one that "
              "flaps): when the detector named the link from the operator's counters (input errors; operational "
-             "speed; carrier changes), the frames it lost each way, the hosts' TCP retransmissions, and the mean "
+             "speed; carrier changes), the frames it lost each way, the hosts' retransmissions, and the mean "
              "op time"
              + (" against the runs without a failure" if base else "") + ":", "",
-             "| variant | failure | named after (s) | frames lost / carried | TCP retransmissions | op time (s) |",
+             "| variant | failure | named after (s) | frames lost / carried | retransmissions | op time (s) |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         ops = [o.seconds for o in r.ops]
@@ -118,9 +118,40 @@ def gray_lines(runs: list[Run]) -> list[str]:
             what = f"flap every {d['value']:g} s" if d["failure"] == "flap" else f"{d['failure']} {d['value']:g}"
             lines.append(f"| {r.variant} #{r.repetition} | {what} on "
                          f"{d['links'][0]} at {d['at']:.2f} s | {named} | {frames} | "
-                         f"{(r.tcp or {}).get('RetransSegs', '-')} | "
+                         f"{_retransmissions(r)} | "
                          f"{'-' if t is None else f'{t:.3f}'}{slow} |")
     return lines
+
+
+def roce_lines(runs: list[Run]) -> list[str]:
+    """What RoCE's transport did per run: go-back-N's cost is the frames resent per frame the fabric lost."""
+    rows = [r for r in runs if r.roce]
+    if not rows:
+        return []
+    lines = ["", "RoCE (transport roce): data frames sent and resent, frames the fabric lost (shaper drops and "
+             "lossy links), frames resent per frame lost (go-back-N resends what followed the lost one), NAKs "
+             "and retry timeouts, frames the responders dropped out of order:", "",
+             "| variant | frames sent | resent | lost | resent per lost | NAKs / timeouts | dropped out of order |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r.roce
+        lost = _frames_lost(r)
+        per = f"{c['resent'] / lost:.1f}" if lost else "-"
+        lines.append(f"| {r.variant} #{r.repetition} | {c['sent']:,} | {c['resent']:,} | {lost:,} | {per} | "
+                     f"{c['naks']:,} / {c['timeouts']:,} | {c['out_of_order']:,} |")
+    return lines
+
+
+def _frames_lost(r: Run) -> int:
+    gray = sum(sum(c.get("errors", {}).values()) for c in ((r.gray or {}).get("counters") or {}).values())
+    return r.drops.high + r.drops.lossless + r.drops.default + gray
+
+
+def _retransmissions(r: Run) -> str:
+    """A gray failure's cost to the transport: TCP's retransmitted segments, or RoCE's resent frames."""
+    if r.roce:
+        return f"{r.roce['resent']:,} frames resent"
+    return str((r.tcp or {}).get("RetransSegs", "-"))
 
 
 def _pct(x: float | None) -> str:
