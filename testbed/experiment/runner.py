@@ -36,7 +36,7 @@ from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
 from testbed.qos.cc import socket_cc
 from testbed.qos.pfc_report import in_fabric_time
-from testbed.qos.ports import switch_ports
+from testbed.qos.ports import deepest_wait_s, switch_ports
 from testbed.qos.scale import load_floor
 from testbed.qos.shaper import ROOT, leaf_handles
 from testbed.schema.results import Run
@@ -174,13 +174,26 @@ def _tcp_timers(net: Network, e: Experiment, rec: RunRecord) -> None:
                         "tcp_rto_max_ms): a repaired link waits for TCP's backoff", rec.label, len(kept))
 
 
+def _roce_rto(net: Network, p: Plan) -> float:
+    """The roce transport's retry timer, wall seconds: the fabric's (NCCL's, or resilience.retry_timer_s),
+    dilated; stretched to twice the longest wait in the emulator's deepest lossless queue where that is longer
+    (its buffers are seconds deep, a switch's a millisecond: a queued frame is not a lost one)."""
+    fabric = roce_retry_s(p.exp.resilience.retry_timer_s) * p.exp.time.dilation
+    if p.transport != "roce" or net.qos is None:
+        return fabric
+    wait = deepest_wait_s(list(net.qos.ports.values()), net.qos_spec)
+    if 2 * wait > fabric:
+        log.info("roce: retry timer %.2f s of wall time, not the fabric's %.2f s: a lossless queue here can hold "
+                 "a frame %.2f s", 2 * wait, fabric, wait)
+    return max(fabric, 2 * wait)
+
+
 def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, object, Replayer]]:
     """Each job's transport and replayer: own agents, port, source ports and traffic class; under Crux, the
     paths placed job by job, the most important first, around those already placed."""
     runners = []
     for i, job in enumerate(p.jobs):
-        tr = make(p.transport, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc),
-                  rto_s=roce_retry_s(p.exp.resilience.retry_timer_s) * p.exp.time.dilation)
+        tr = make(p.transport, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc), rto_s=_roce_rto(net, p))
         tr.start()
         rp = Replayer(net, tr, channels=p.channels, routing=p.exp.routing, connection_choice=p.exp.connection_choice,
                       nic_port_choice=p.exp.nic_port_choice, step_timeout=p.exp.step_timeout_s,
@@ -242,8 +255,9 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
             by_host.update(getattr(tr, "tcp", {}))  # per host namespace, counting since it was made: the last read
             nics += getattr(tr, "roce", {}).values()  # per job and host: each job's agents have their own NIC
         d["tcp"] = {k: sum(c.get(k, 0) for c in by_host.values()) for k in TCP_COUNTERS} if by_host else None
-        if nics:
-            d["roce"] = {k: sum(c[k] for c in nics) for k in nics[0]}
+        if nics:  # and the QPs' retry timer (every job's is the same), wall ms
+            d["roce"] = {k: sum(c[k] for c in nics) for k in nics[0]} | {
+                "retry_timer_ms": round(runners[0][1].rto_s * 1000)}
         d["failures"] = injector.log
         d["controller_events"] = net.controller.get("/events") if net.controller else []
         d["timeline"], d["sampler_error"] = sampler.rows, sampler.error

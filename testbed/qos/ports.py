@@ -146,6 +146,18 @@ def headroom_lines(ports: list[Port], spec: QosSpec) -> tuple[list[str], list[st
     return summary, warnings
 
 
+def deepest_wait_s(ports: list[Port], spec: QosSpec) -> float:
+    """The longest a lossless frame can wait in one switch queue of the emulated fabric, in wall seconds: the
+    deepest lossless queue (XOFF and headroom; under `model: ingress` its switch's buffer) through its port's
+    rate. The emulator's buffers are floored at what its own reaction needs, so this is seconds where a real
+    switch's is a millisecond: a transport's retry timer shorter than it would take a queued frame for lost
+    (traffic/transports: roce)."""
+    if not spec.pfc.enabled:
+        return 0.0
+    return max((p.queue_limit(c.priority, True) * 8 / p.plan.rate_bps for p in ports if not p.is_host
+                for c in spec.lossless), default=0.0)
+
+
 def queue_key(port: str, priority: int) -> str:
     """How a (port, priority) is named in reports: `tor-p0-s0-r0-a:5/p3`."""
     return f"{port}/p{priority}"

@@ -213,7 +213,8 @@ class Run(Record):
                                             "retransmits, DSACKs, reorderings (null: no TCP)")
     roce: dict[str, int] | None = only("with transport roce: the hosts' RoCE NICs summed: data frames sent and "
                                        "resent, go-back-N episodes (rewinds), timeouts, frames received and "
-                                       "dropped out of order, NAKs, CNPs sent and received, CE marks, ICRC errors")
+                                       "dropped out of order, NAKs, CNPs sent and received, CE marks, ICRC errors; and "
+                                       "retry_timer_ms, the QPs' retry timer in wall time")
     traffic_s: dict[str, float | int] = Field(description="the traffic's time: virtual (the fabric's), wall, and what "
                                                     "compute skipping jumped")
     sampler_error: str | None = Field(description="null, or why the CPU sampler failed (the verdict is then "
