@@ -62,6 +62,7 @@ import sys
 import threading
 import time
 
+from .roce.dcqcn import RpParams
 from .rocenic import Nic
 
 HEADER = struct.Struct("!16sQ")  # flow id, bytes
@@ -475,11 +476,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--transport", choices=("tcp", "roce"), default="tcp")
     ap.add_argument("--job", type=int, default=0, help="roce: the job's index, its QP numbers' top byte")
     ap.add_argument("--rto", type=float, default=1.07, help="roce: the QPs' retry timer, wall seconds")
+    ap.add_argument("--dcqcn", default=None, help="roce: DCQCN's reaction point (RpParams as JSON, with "
+                    "cnp_interval_s), in this machine's units")
+    ap.add_argument("--cnp-tos", type=int, default=48 << 2, help="roce: the IP TOS of CNPs")
     a = ap.parse_args(argv)
     global _CC, _NIC
     _CC = a.cc.encode() if a.cc else None
     if a.transport == "roce":
-        _NIC = Nic(a.job, a.tos, on_sent=_roce_sent, on_received=_roce_received, rto_s=a.rto, clock=_now)
+        dcqcn = json.loads(a.dcqcn) if a.dcqcn else None
+        _NIC = Nic(a.job, a.tos, on_sent=_roce_sent, on_received=_roce_received, rto_s=a.rto, clock=_now,
+                   cnp_tos=a.cnp_tos, **({"cnp_interval_s": dcqcn.pop("cnp_interval_s"),
+                                          "dcqcn": RpParams(**dcqcn)} if dcqcn else {}))
         emit({"event": "ready", "port": a.port})
     else:
         threading.Thread(target=serve, args=(a.port, a.tos), daemon=True).start()

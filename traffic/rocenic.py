@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .roce.dcqcn import ReactionPoint, RpParams
 from .roce.frames import (
     BTH_LEN,
     ICRC_LEN,
@@ -54,7 +55,7 @@ RCVBUF = 8 << 20
 _IP, _UDP = struct.Struct("!BBHHHBBH4s4s"), struct.Struct("!HHHH")
 _DF, _TTL = 0x4000, 64
 IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>; not in Python's socket module
-_ECN_CE = 3
+_ECN_CE, _ECT0 = 3, 2
 _ZEROS = bytes(PATH_MTU)
 
 Sent = Callable[[object, int], None]  # (the message's tag, bytes), once acknowledged
@@ -122,13 +123,15 @@ class QueuePair:
 
     def __init__(self, nic: Nic, qpn: int, dst: str, sport: int, tos: int):
         self.nic, self.qpn, self.dst, self.sport = nic, qpn, dst, sport
-        self.sq = SendQueue(first_psn=0, line_bps=nic.line_bps)
+        rp = None if nic.dcqcn is None else ReactionPoint(nic.dcqcn)
+        self.sq = SendQueue(first_psn=0, line_bps=nic.line_bps, rp=rp)
         self.cv = threading.Condition()
         self.tags: list[tuple[object, int, bytes]] = []  # per message: the caller's tag, bytes, its first bytes
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
-        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+        # ECN-capable under DCQCN, as a RoCE NIC marks its frames for the switches' marking
+        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos & ~3 | (_ECT0 if rp is not None else 0))
         self.sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
         self.sock.bind(("0.0.0.0", sport))
         self.src = b""  # this end's address, known once the route is (the first send)
@@ -175,18 +178,18 @@ class QueuePair:
                 if pkt is not None:
                     return pkt, self.tags[pkt.message][2]
                 req = self.sq.req
-                if req.una < req.next:  # frames out, none to send: wait for ACKs, up to the retry timer
+                waits = []
+                if req.next < req.total:  # the pacer holds the next one
+                    waits.append(self.sq.due(now) - now)
+                if req.una < req.next:  # frames out: the retry timer runs
                     left = self._heard + rto - now
                     if left <= 0:
                         self.sq.on_timeout()
                         self.nic.counters.timeouts += 1
                         self._heard = now
                         continue
-                    self.cv.wait(left)
-                elif req.next < req.total:  # the pacer holds it
-                    self.cv.wait(self.sq.due(now) - now)
-                else:
-                    self.cv.wait()
+                    waits.append(left)
+                self.cv.wait(min(waits) if waits else None)
 
     def _run(self) -> None:
         dst = socket.inet_aton(self.dst)
@@ -217,11 +220,16 @@ class _Incoming:
 class Nic:
     """This host's QPs for one job (`job`: 0-255, the top byte of its QP numbers)."""
 
-    def __init__(self, job: int, tos: int, on_sent: Sent, on_received: Received, line_bps: float = float("inf"),
-                 rto_s: float = 1.07, cnp_interval_s: float = 50e-6, clock: Callable[[], float] = time.time):
-        """`clock`: the time a message's start is reported in (the agent's run clock); the NIC's timers run on
-        the monotonic clock."""
-        self.job, self.tos, self.line_bps, self.rto_s, self.clock = job, tos, line_bps, rto_s, clock
+    def __init__(self, job: int, tos: int, on_sent: Sent, on_received: Received, rto_s: float = 1.07,
+                 dcqcn: RpParams | None = None, cnp_interval_s: float = 50e-6, cnp_tos: int = 48 << 2,
+                 clock: Callable[[], float] = time.time):
+        """`dcqcn`: each QP's reaction point (its rates and timers in this machine's units: the emulated line
+        rate, wall seconds), None: no congestion control, frames at the line rate the host's queue gives them.
+        `cnp_interval_s`: the notification point's, wall seconds; `cnp_tos`: CNPs' class (the high one, as
+        NICs send them). `clock`: the time a message's start is reported in (the agent's run clock); the NIC's
+        timers run on the monotonic clock."""
+        self.job, self.tos, self.rto_s, self.clock = job, tos, rto_s, clock
+        self.dcqcn, self.line_bps = dcqcn, dcqcn.line_bps if dcqcn else float("inf")
         self.cnp_interval_s = cnp_interval_s
         self.on_sent, self.on_received = on_sent, on_received
         self.counters = Counters()
@@ -240,7 +248,11 @@ class Nic:
         self.reply.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos & ~3)
         self.reply.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
         self.reply.bind(("0.0.0.0", 0))
-        self.reply_port = self.reply.getsockname()[1]
+        self.notify = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.notify.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cnp_tos)
+        self.notify.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+        self.notify.bind(("0.0.0.0", 0))
+        self._ports = {s: s.getsockname()[1] for s in (self.reply, self.notify)}
         threading.Thread(target=self._receive, daemon=True).start()
 
     def queue_pair(self, dst: str, sport: int) -> QueuePair:
@@ -298,7 +310,7 @@ class Nic:
             if now - inc.np_last >= self.cnp_interval_s:
                 inc.np_last = now
                 c.cnps_sent += 1
-                self._send(src, dst, cnp(h.dqpn))
+                self._send(src, dst, cnp(h.dqpn), self.notify)
         last = h.opcode in (OP_SEND_LAST, OP_SEND_ONLY)
         accepted, reply = inc.resp.on_packet(h.psn, h.ackreq, last_of_message=last)
         if accepted:
@@ -311,11 +323,11 @@ class Nic:
             c.out_of_order += 1
         if reply is not None:
             frame = (nak_sequence(h.dqpn, reply.psn, reply.msn) if reply.nak else ack(h.dqpn, reply.psn, reply.msn))
-            self._send(src, dst, frame)
+            self._send(src, dst, frame, self.reply)
 
-    def _send(self, to: bytes, me: bytes, transport: bytes) -> None:
+    def _send(self, to: bytes, me: bytes, transport: bytes, sock: socket.socket) -> None:
         try:
-            self.reply.sendto(with_icrc(me, to, self.reply_port, transport), (socket.inet_ntoa(to), ROCE_PORT))
+            sock.sendto(with_icrc(me, to, self._ports[sock], transport), (socket.inet_ntoa(to), ROCE_PORT))
         except OSError:
             pass  # no route back (a port down): the requester's retry timer covers it
 

@@ -18,6 +18,7 @@ replay through the same code.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -34,7 +35,7 @@ from controllers.placement import ring_crossings, segments_spanned
 from testbed.campaign import cost
 from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
-from testbed.qos.cc import socket_cc
+from testbed.qos.cc import CNP_INTERVAL_S, DcqcnParams, socket_cc
 from testbed.qos.pfc_report import in_fabric_time
 from testbed.qos.ports import deepest_wait_s, switch_ports
 from testbed.qos.scale import load_floor
@@ -188,12 +189,24 @@ def _roce_rto(net: Network, p: Plan) -> float:
     return max(fabric, 2 * wait)
 
 
+def _roce_dcqcn(net: Network, p: Plan) -> dict | None:
+    """With transport roce and qos.cc dcqcn: the NICs' reaction point and notification interval in this
+    machine's units (the hosts' emulated line rate, the fabric's timers dilated), as the TCP stand-in's."""
+    spec = net.qos_spec
+    if p.transport != "roce" or net.qos is None or spec.cc != "dcqcn":
+        return None
+    line = max(q.plan.rate_bps for q in net.qos.ports.values() if q.is_host)
+    rp = DcqcnParams().reaction_point(line, spec.scale, spec.dilated_by)
+    return dataclasses.asdict(rp) | {"cnp_interval_s": CNP_INTERVAL_S * spec.dilated_by}
+
+
 def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, object, Replayer]]:
     """Each job's transport and replayer: own agents, port, source ports and traffic class; under Crux, the
     paths placed job by job, the most important first, around those already placed."""
     runners = []
     for i, job in enumerate(p.jobs):
-        tr = make(p.transport, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc), rto_s=_roce_rto(net, p))
+        tr = make(p.transport, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc), rto_s=_roce_rto(net, p),
+                  dcqcn=_roce_dcqcn(net, p), cnp_tos=p.exp.qos.high_dscp << 2)
         tr.start()
         rp = Replayer(net, tr, channels=p.channels, routing=p.exp.routing, connection_choice=p.exp.connection_choice,
                       nic_port_choice=p.exp.nic_port_choice, step_timeout=p.exp.step_timeout_s,

@@ -370,6 +370,9 @@ class Experiment(_Strict):
         if self.routing == "precise-host" and self.transport == "rdma":
             raise InputError("precise-host routing picks TCP source ports; the rdma transport pins ports itself",
                              "use transport: tcp, or routing: precise", field="transport", value=self.transport)
+        if self.transport == "roce" and self.qos.cc in ("ecn", "dctcp"):
+            raise InputError(f"cc {self.qos.cc} is TCP's; a RoCE NIC runs DCQCN", "qos.cc: dcqcn or none with "
+                             "transport roce, or transport tcp", field="qos.cc", value=self.qos.cc)
         if self.transport == "roce" and (self.routing == "precise-host" or self.nic_port_choice == "round-robin"):
             # the hosts' source-port rules that pin a NIC port are TCP's (testbed/net/static_routes.py): UDP
             # ones would take soft-RoCE's queue pairs, whose source ports share the range

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.system.bpf import BpfObject, build
+from traffic.roce.dcqcn import RpParams
 
 NAMES = {"dctcp": "hpn_dctcp", "dcqcn": "hpn_dcqcn"}  # what sockets choose with TCP_CONGESTION
 DCTCP_NAME = NAMES["dctcp"]
@@ -63,6 +64,9 @@ class Dctcp:
         self.obj.close()
 
 
+CNP_INTERVAL_S = 50e-6  # a NIC's notification point: at most one CNP per QP this often (the DCQCN paper's N)
+
+
 @dataclass(frozen=True)
 class DcqcnParams:
     """DCQCN's parameters in the fabric's units: the HPCC simulator's `dcqcn_paper` set (its run.py: the
@@ -83,6 +87,15 @@ class DcqcnParams:
         ns = [round(t * 1000 * dilation) for t in (self.t_alpha_us, self.t_dec_us, self.t_inc_us)]
         bps = [line_bps, self.min_bps / scale, line_bps * self.ai_of_line, line_bps * self.hai_of_line]
         return struct.pack("=7Q2I", *(max(1, round(r / 8)) for r in bps), *ns, self.g_shift, self.fast_recovery)
+
+    def reaction_point(self, line_bps: float, scale: float, dilation: float) -> RpParams:
+        """The same parameters for the roce transport's pacer (traffic/roce/dcqcn.py), in its units as `packed`
+        gives the kernel's: the emulated rates, timers in wall seconds."""
+        return RpParams(line_bps=line_bps, t_alpha_s=self.t_alpha_us * 1e-6 * dilation,
+                        t_dec_s=self.t_dec_us * 1e-6 * dilation, t_inc_s=self.t_inc_us * 1e-6 * dilation,
+                        g=1 / (1 << self.g_shift), fast_recovery=self.fast_recovery,
+                        ai_bps=line_bps * self.ai_of_line, hai_bps=line_bps * self.hai_of_line,
+                        min_bps=self.min_bps / scale)
 
 
 class Dcqcn:

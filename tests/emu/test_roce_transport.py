@@ -4,6 +4,7 @@ frame, and keep jobs side by side apart by their QP numbers."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import threading
 
@@ -12,6 +13,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.utils import rdpcap
 
 from testbed.net.network import Network
+from testbed.qos.cc import CNP_INTERVAL_S, DcqcnParams
 from testbed.qos.spec import QosSpec
 from topos import build
 from topos.addressing import nic_address
@@ -127,3 +129,27 @@ def test_two_jobs_side_by_side_keep_their_queue_pairs_apart(no_leftovers):
         assert r.bytes_delivered == r.bytes_expected, i
         sent, received = (sum(c[k] for c in tr.roce.values()) for k in ("sent", "received"))
         assert sent == received > 0 and not any(c["icrc_errors"] for c in tr.roce.values()), (i, tr.roce)
+
+
+def test_dcqcn_answers_ce_marks_with_cnps_and_paces_the_queue_pairs(no_leftovers):
+    """qos.cc dcqcn over roce: the switches mark the ECN-capable frames, the receiving NIC answers with CNPs (at
+    most one per QP per interval), every CNP reaches its sender (they ride the high class) and the paced QPs
+    finish without one retry timeout (a paced QP waits for its pacer, not for an acknowledgement)."""
+    topo = build("hpn")
+    with Network(topo, qos=QosSpec(scale=10000, cc="dcqcn")) as net:
+        line = max(q.plan.rate_bps for q in net.qos.ports.values() if q.is_host)
+        rp = DcqcnParams().reaction_point(line, net.qos_spec.scale, 1.0)
+        tr = make("roce", net, tos=DSCP26, dcqcn=dataclasses.asdict(rp) | {"cnp_interval_s": CNP_INTERVAL_S})
+        tr.start()
+        rp_ = Replayer(net, tr, channels=2, routing="ecmp")
+        try:
+            r = rp_.run(build_schedule("incast", [(h.name, 0) for h in topo.hosts], 1_000_000))
+        finally:
+            rp_.close()
+            tr.stop()
+        marks = sum((net.ecn_marks() or {}).values())
+    c = {k: sum(n[k] for n in tr.roce.values()) for k in ("ce", "cnps_sent", "cnps_received", "timeouts", "resent")}
+    assert r.bytes_delivered == r.bytes_expected
+    assert marks > 0 and c["ce"] == marks, (marks, c)  # every mark reached the receiver: nothing was lost
+    assert 0 < c["cnps_sent"] <= c["ce"] and c["cnps_received"] == c["cnps_sent"], c
+    assert c["timeouts"] == c["resent"] == 0, c

@@ -34,3 +34,15 @@ def test_dcqcn_timers_stretch_with_dilation_and_rates_stay_line_relative(dilatio
     p = struct.unpack("=7Q2I", DcqcnParams().packed(line_bps=8e6, scale=1e4 * dilation, dilation=dilation))
     assert p[4] == 50_000 * dilation and p[6] == 55_000 * dilation
     assert p[2] / p[0] == pytest.approx(2e-4) and p[3] / p[0] == pytest.approx(2e-3)
+
+
+@pytest.mark.parametrize("dilation", [1, 2, 2500])
+def test_the_roce_nics_reaction_point_has_the_kernels_parameters(dilation):
+    """The roce transport's DCQCN (traffic/roce/dcqcn.py) runs on the numbers the TCP stand-in's BPF one gets."""
+    scale = 5_000 * dilation
+    line, low, ai, hai, t_alpha, t_dec, t_inc, g_shift, fast = struct.unpack(
+        "=7Q2I", DcqcnParams().packed(line_bps=20e6, scale=scale, dilation=dilation))
+    rp = DcqcnParams().reaction_point(line_bps=20e6, scale=scale, dilation=dilation)
+    assert [round(r / 8) for r in (rp.line_bps, rp.min_bps, rp.r_ai, rp.r_hai)] == [line, low, ai, hai]
+    assert [round(t * 1e9) for t in (rp.t_alpha_s, rp.t_dec_s, rp.t_inc_s)] == [t_alpha, t_dec, t_inc]
+    assert (rp.g, rp.fast_recovery) == (1 / (1 << g_shift), fast)

@@ -37,6 +37,8 @@ def test_shipped_experiments_validate():
     ("failures: [{at: 1, action: down}]\n", "failures[].link"),
     ("failures: [{at: 1, link: 'h0:nic0:p0', action: flap}]\n", "failures[].period"),
     ("variants: [{routing: warp}]\n", "variants[0].routing"),
+    ("transport: roce\nqos: {cc: dctcp}\n", "qos.cc"),  # TCP's; a RoCE NIC runs DCQCN
+    ("transport: roce\nnic_port_choice: round-robin\n", "transport"),  # the hosts pin TCP's ports only
 ])
 def test_bad_experiments_name_the_field(tmp_path, extra, field):
     with pytest.raises(InputError) as exc:

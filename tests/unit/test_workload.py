@@ -162,6 +162,8 @@ def test_plan_generator():
 
 def test_transport_choice():
     assert choose("auto", False) == "tcp" and choose("auto", True) == "rdma"
+    # roce is the agents' own: any kernel, any number of servers, whatever fails
+    assert choose("roce", False, servers=3, host_ports_fail=["h5:nic0:p0"]) == "roce"
     with pytest.raises(InputError) as exc:
         choose("rdma", False)
     assert "VM" in exc.value.fix and "lacks" in str(exc.value)

@@ -48,10 +48,12 @@ def choose(name: str, rxe_in_netns: bool | None, servers: int = 1, host_ports_fa
     return name
 
 
-def make(kind: str, net, tos: int = 0, index: int = 0, cc: str | None = None, rto_s: float = NCCL_IB_TIMEOUT_S):
+def make(kind: str, net, tos: int = 0, index: int = 0, cc: str | None = None, rto_s: float = NCCL_IB_TIMEOUT_S,
+         dcqcn: dict | None = None, cnp_tos: int = 48 << 2):
     """The transport for a chosen kind; `index` keeps jobs side by side apart (ports, source ports, QP numbers);
-    `cc`: the TCP congestion control its sockets choose (tcp only: rxe has none); `rto_s`: roce's retry timer
-    (wall seconds)."""
+    `cc`: the TCP congestion control its sockets choose (tcp only: rxe has none); roce's retry timer `rto_s`
+    (wall seconds), DCQCN (`dcqcn`: RpParams' fields and cnp_interval_s, wall units; None: off) and the class
+    its CNPs ride."""
     if kind == "rdma":
         from .rdma import CTRL_PORT_BASE, RdmaTransport
 
@@ -60,5 +62,5 @@ def make(kind: str, net, tos: int = 0, index: int = 0, cc: str | None = None, rt
 
     if kind == "roce":
         return TcpTransport(net, tos=tos, port=AGENT_PORTS[index], kind="roce", proto="udp", job=index,
-                            rto_s=rto_s)
+                            rto_s=rto_s, dcqcn=dcqcn, cnp_tos=cnp_tos)
     return TcpTransport(net, tos=tos, port=AGENT_PORTS[index], cc=cc)  # the spec allows 16 jobs, the range 216

@@ -73,6 +73,8 @@ class TcpTransport:
     kind: str = "tcp"  # or "roce": the agents' queue pairs (traffic/rocenic.py) instead of TCP connections
     job: int = 0  # roce: the job's index (its QP numbers' top byte)
     rto_s: float = 1.07  # roce: the QPs' retry timer, wall seconds (make() gives NCCL's, dilated)
+    dcqcn: dict | None = None  # roce: DCQCN's RpParams and cnp_interval_s, this machine's units; None: off
+    cnp_tos: int = 48 << 2  # roce: the class CNPs ride (the high one)
     agents: dict = field(default_factory=dict)
     records: dict[str, FlowRecord] = field(default_factory=dict)
 
@@ -94,7 +96,8 @@ class TcpTransport:
 
         extra = [*(("--cc", self.cc) if self.cc else ())]
         if self.kind == "roce":
-            extra += ["--transport", "roce", "--job", str(self.job), "--rto", str(self.rto_s)]
+            extra += ["--transport", "roce", "--job", str(self.job), "--rto", str(self.rto_s),
+                      "--cnp-tos", str(self.cnp_tos), *(("--dcqcn", json.dumps(self.dcqcn)) if self.dcqcn else ())]
         for h in self.net.topo.hosts:
             p = self.net.python(h.name, "traffic.agent", "--port", str(self.port), "--tos", str(self.tos), *extra,
                                 stdin=subprocess.PIPE,
