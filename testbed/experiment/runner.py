@@ -18,7 +18,6 @@ replay through the same code.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -35,9 +34,9 @@ from controllers.placement import ring_crossings, segments_spanned
 from testbed.campaign import cost
 from testbed.cluster.spec import ClusterSpec
 from testbed.net.network import Network
-from testbed.qos.cc import CNP_INTERVAL_S, DcqcnParams, socket_cc
+from testbed.qos.cc import socket_cc
 from testbed.qos.pfc_report import in_fabric_time
-from testbed.qos.ports import deepest_wait_s, switch_ports
+from testbed.qos.ports import switch_ports
 from testbed.qos.scale import load_floor
 from testbed.qos.shaper import ROOT, leaf_handles
 from testbed.schema.results import Run
@@ -48,13 +47,13 @@ from testbed.system.versions import versions
 from topos.inputs import read_text, write_file
 from topos.model import Topology
 from traffic import closed_form
-from traffic.agent import TCP_COUNTERS
 from traffic.iteration import predict
 from traffic.metrics import busbw_factor
 from traffic.replay import Replayer
 from traffic.skip import Skipper
+from traffic.tcpstats import TCP_COUNTERS
 from traffic.timebase import stamp
-from traffic.transports import make, roce_retry_s
+from traffic.transports import make
 
 from .deadlocks import buffer_cycles
 from .detector import DETECTED, Detector, delays
@@ -65,6 +64,7 @@ from .measure import Sampler, port_delta
 from .planning import Plan, plan, plan_variant
 from .record import RunRecord, bytes_ok
 from .results import RESULTS, write_reports
+from .roce import roce_options
 from .spec import Experiment, load
 from .watch import Watch
 
@@ -175,38 +175,12 @@ def _tcp_timers(net: Network, e: Experiment, rec: RunRecord) -> None:
                         "tcp_rto_max_ms): a repaired link waits for TCP's backoff", rec.label, len(kept))
 
 
-def _roce_rto(net: Network, p: Plan) -> float:
-    """The roce transport's retry timer, wall seconds: the fabric's (NCCL's, or resilience.retry_timer_s),
-    dilated; stretched to twice the longest wait in the emulator's deepest lossless queue where that is longer
-    (its buffers are seconds deep, a switch's a millisecond: a queued frame is not a lost one)."""
-    fabric = roce_retry_s(p.exp.resilience.retry_timer_s) * p.exp.time.dilation
-    if p.transport != "roce" or net.qos is None:
-        return fabric
-    wait = deepest_wait_s(list(net.qos.ports.values()), net.qos_spec)
-    if 2 * wait > fabric:
-        log.info("roce: retry timer %.2f s of wall time, not the fabric's %.2f s: a lossless queue here can hold "
-                 "a frame %.2f s", 2 * wait, fabric, wait)
-    return max(fabric, 2 * wait)
-
-
-def _roce_dcqcn(net: Network, p: Plan) -> dict | None:
-    """With transport roce and qos.cc dcqcn: the NICs' reaction point and notification interval in this
-    machine's units (the hosts' emulated line rate, the fabric's timers dilated), as the TCP stand-in's."""
-    spec = net.qos_spec
-    if p.transport != "roce" or net.qos is None or spec.cc != "dcqcn":
-        return None
-    line = max(q.plan.rate_bps for q in net.qos.ports.values() if q.is_host)
-    rp = DcqcnParams().reaction_point(line, spec.scale, spec.dilated_by)
-    return dataclasses.asdict(rp) | {"cnp_interval_s": CNP_INTERVAL_S * spec.dilated_by}
-
-
 def _start_jobs(net: Network, p: Plan, crux: dict | None) -> list[tuple[Job, object, Replayer]]:
     """Each job's transport and replayer: own agents, port, source ports and traffic class; under Crux, the
     paths placed job by job, the most important first, around those already placed."""
     runners = []
     for i, job in enumerate(p.jobs):
-        tr = make(p.transport, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc), rto_s=_roce_rto(net, p),
-                  dcqcn=_roce_dcqcn(net, p), cnp_tos=p.exp.qos.high_dscp << 2)
+        tr = make(p.transport, net, tos=job.dscp << 2, index=i, cc=socket_cc(p.exp.qos.cc), **roce_options(net, p))
         tr.start()
         rp = Replayer(net, tr, channels=p.channels, routing=p.exp.routing, connection_choice=p.exp.connection_choice,
                       nic_port_choice=p.exp.nic_port_choice, step_timeout=p.exp.step_timeout_s,

@@ -140,7 +140,7 @@ def test_retransmissions_nobody_dropped_for_are_the_emulators():
 
 
 def test_tcp_counters_are_read_from_the_namespaces_proc_files():
-    from traffic.agent import tcp_counters
+    from traffic.tcpstats import tcp_counters
 
     snmp = ("Ip: Forwarding DefaultTTL\nIp: 1 64\n"
             "Tcp: RtoAlgorithm ActiveOpens RetransSegs\nTcp: 1 4 17\n")
