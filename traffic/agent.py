@@ -63,6 +63,7 @@ import threading
 import time
 
 from .roce.dcqcn import RpParams
+from .roce.gbn import NCCL_IB_TIMEOUT_S
 from .rocenic import Nic
 from .tcpstats import tcp_counters
 
@@ -458,7 +459,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cc", default=None, help="TCP congestion control of every socket (default: the kernel's)")
     ap.add_argument("--transport", choices=("tcp", "roce"), default="tcp")
     ap.add_argument("--job", type=int, default=0, help="roce: the job's index, its QP numbers' top byte")
-    ap.add_argument("--rto", type=float, default=1.07, help="roce: the QPs' retry timer, wall seconds")
+    ap.add_argument("--rto", type=float, default=NCCL_IB_TIMEOUT_S, help="roce: the QPs' retry timer, wall seconds")
     ap.add_argument("--dcqcn", default=None, help="roce: DCQCN's reaction point (RpParams as JSON, with "
                     "cnp_interval_s), in this machine's units")
     ap.add_argument("--cnp-tos", type=int, default=48 << 2, help="roce: the IP TOS of CNPs")

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from .frames import PSN_HALF, psn_add, psn_diff
 
+NCCL_IB_TIMEOUT_S = 4.096e-6 * 2**18  # NCCL_IB_TIMEOUT 18: the retry timer NCCL gives its QPs, 1.07 s
+
 
 @dataclass(frozen=True)
 class Reply:

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 
 from topos.errors import InputError
 
+from ..roce.gbn import NCCL_IB_TIMEOUT_S
+
 TRANSPORTS = ("auto", "tcp", "roce", "rdma")
-NCCL_IB_TIMEOUT_S = 4.096e-6 * 2**18  # NCCL_IB_TIMEOUT 18: a RoCE QP's retry timer, 1.07 s
 
 
 def roce_retry_s(retry_timer_s: float | None) -> float:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..roce.frames import ROCE_PORT
+from ..roce.gbn import NCCL_IB_TIMEOUT_S
 
 AGENT_PORT = 9000
 # Every job's agents listen on AGENT_PORT + its index, ports that share their high byte (0x2300-0x23ff): the
@@ -72,7 +73,7 @@ class TcpTransport:
     cc: str | None = None  # TCP_CONGESTION of every connection (testbed/qos/cc.py), None: the kernel's default
     kind: str = "tcp"  # or "roce": the agents' queue pairs (traffic/rocenic.py) instead of TCP connections
     job: int = 0  # roce: the job's index (its QP numbers' top byte)
-    rto_s: float = 1.07  # roce: the QPs' retry timer, wall seconds (make() gives NCCL's, dilated)
+    rto_s: float = NCCL_IB_TIMEOUT_S  # roce: the QPs' retry timer, wall seconds (the runner's: dilated)
     dcqcn: dict | None = None  # roce: DCQCN's RpParams and cnp_interval_s, this machine's units; None: off
     cnp_tos: int = 48 << 2  # roce: the class CNPs ride (the high one)
     agents: dict = field(default_factory=dict)
