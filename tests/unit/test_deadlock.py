@@ -92,3 +92,15 @@ def test_a_run_names_the_failure_after_which_its_lossless_flows_can_deadlock():
     assert buffer_cycles(exp, topo, [lossy], expand(exp, topo)) == []
     off = _experiment(failures, pfc=False)
     assert buffer_cycles(off, topo, [job], expand(off, topo)) == []
+
+
+def test_a_flow_between_two_rails_is_traced_on_the_destinations_rail():
+    """A ring over every NIC has hops from one rail's NIC to another's (failure_campaign's job): the host sends
+    them by the destination rail's NIC, so their queues are that rail's, and nothing is refused."""
+    topo = build("hpn")
+    graph = RoutingGraph(topo)
+    tables = compute_tables(graph)
+    across = dependencies(graph, tables, [("h7", 0, "h0", 1)])
+    same = dependencies(graph, tables, [("h7", 1, "h0", 1)])
+    assert across.number_of_edges() > 0 and set(across.edges) == set(same.edges)
+    assert all("-r1-" in q.switch for e in across.edges for q in e if q.switch.startswith("tor"))
