@@ -272,7 +272,7 @@ class _RoceLane:
         self.qp.post((self, fid, total, start, new), HEADER.size + total, HEADER.pack(fid.encode()[:16], total))
 
 
-def _roce_sent(tag: tuple, _nbytes: int) -> None:
+def _roce_sent(tag: tuple) -> None:
     lane, fid, total, start, new = tag
     with _conns_lock:
         lane.outstanding -= total

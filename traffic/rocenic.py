@@ -58,7 +58,7 @@ IP_MTU_DISCOVER, IP_PMTUDISC_DO = 10, 2  # <linux/in.h>; not in Python's socket 
 _ECN_CE, _ECT0 = 3, 2
 _ZEROS = bytes(PATH_MTU)
 
-Sent = Callable[[object, int], None]  # (the message's tag, bytes), once acknowledged
+Sent = Callable[[object], None]  # (the message's tag), once acknowledged
 Received = Callable[[bytes, int, float], None]  # (the message's first bytes, its length, when it began)
 
 
@@ -101,6 +101,19 @@ def _attach(sock: socket.socket, prog: bytes) -> None:
     sock.setsockopt(socket.SOL_SOCKET, 26, fprog)  # SO_ATTACH_FILTER; the kernel copies the program
 
 
+def _sender(tos: int, sport: int = 0, sndbuf: int | None = None) -> socket.socket:
+    """A UDP socket frames leave by: unconnected, don't-fragment (the kernel's IP ID 0, so the ICRC can be
+    computed), in class `tos`, from `sport` (0: any)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if sndbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+    sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
+    sock.bind(("0.0.0.0", sport))
+    return sock
+
+
 @dataclass
 class Counters:
     """What the NIC saw, reported at the end (go-back-N's cost: resent per lost)."""
@@ -126,14 +139,9 @@ class QueuePair:
         rp = None if nic.dcqcn is None else ReactionPoint(nic.dcqcn)
         self.sq = SendQueue(first_psn=0, line_bps=nic.line_bps, rp=rp)
         self.cv = threading.Condition()
-        self.tags: list[tuple[object, int, bytes]] = []  # per message: the caller's tag, bytes, its first bytes
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SNDBUF)
+        self.tags: list[tuple[object, bytes]] = []  # per message: the caller's tag, its first bytes
         # ECN-capable under DCQCN, as a RoCE NIC marks its frames for the switches' marking
-        self.sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos & ~3 | (_ECT0 if rp is not None else 0))
-        self.sock.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
-        self.sock.bind(("0.0.0.0", sport))
+        self.sock = _sender(tos & ~3 | (_ECT0 if rp is not None else 0), sport, sndbuf=SNDBUF)
         self.src = b""  # this end's address, known once the route is (the first send)
         self._heard = time.monotonic()  # the last ACK that moved the queue, or the last post
         threading.Thread(target=self._run, daemon=True).start()
@@ -142,7 +150,7 @@ class QueuePair:
         """A message of `nbytes` whose first bytes are `head` (the rest zeros)."""
         with self.cv:
             self.sq.post(nbytes)
-            self.tags.append((tag, nbytes, head))
+            self.tags.append((tag, head))
             if self.sq.req.una == self.sq.req.next:
                 self._heard = time.monotonic()
             self.cv.notify()
@@ -165,8 +173,8 @@ class QueuePair:
                 self._heard = now
             tags = [self.tags[k] for k in done]
             self.cv.notify()
-        for tag, nbytes, _head in tags:
-            self.nic.on_sent(tag, nbytes)
+        for tag, _head in tags:
+            self.nic.on_sent(tag)
 
     def _next(self):
         """The next packet to send, once the pacer lets it go; goes back N on the retry timer."""
@@ -176,7 +184,7 @@ class QueuePair:
                 now = time.monotonic()
                 pkt = self.sq.pop(now)
                 if pkt is not None:
-                    return pkt, self.tags[pkt.message][2]
+                    return pkt, self.tags[pkt.message][1]
                 req = self.sq.req
                 waits = []
                 if req.next < req.total:  # the pacer holds the next one
@@ -244,14 +252,7 @@ class Nic:
         self.sink.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         _attach(self.sink, _DROP_ALL)
         self.sink.bind(("0.0.0.0", ROCE_PORT))
-        self.reply = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.reply.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos & ~3)
-        self.reply.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
-        self.reply.bind(("0.0.0.0", 0))
-        self.notify = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.notify.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, cnp_tos)
-        self.notify.setsockopt(socket.IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO)
-        self.notify.bind(("0.0.0.0", 0))
+        self.reply, self.notify = _sender(tos & ~3), _sender(cnp_tos)
         self._ports = {s: s.getsockname()[1] for s in (self.reply, self.notify)}
         threading.Thread(target=self._receive, daemon=True).start()
 

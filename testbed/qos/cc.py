@@ -84,8 +84,9 @@ class DcqcnParams:
     def packed(self, line_bps: float, scale: float, dilation: float) -> bytes:
         """struct dcqcn_params for links emulated at `line_bps`, i.e. the fabric's / `scale` (bytes scale x
         dilation), with time running `dilation` times slower than the fabric's."""
-        ns = [round(t * 1000 * dilation) for t in (self.t_alpha_us, self.t_dec_us, self.t_inc_us)]
-        bps = [line_bps, self.min_bps / scale, line_bps * self.ai_of_line, line_bps * self.hai_of_line]
+        rp = self.reaction_point(line_bps, scale, dilation)  # one conversion for the kernel's and the NIC's
+        ns = [round(t * 1e9) for t in (rp.t_alpha_s, rp.t_dec_s, rp.t_inc_s)]
+        bps = [rp.line_bps, rp.min_bps, rp.r_ai, rp.r_hai]
         return struct.pack("=7Q2I", *(max(1, round(r / 8)) for r in bps), *ns, self.g_shift, self.fast_recovery)
 
     def reaction_point(self, line_bps: float, scale: float, dilation: float) -> RpParams:
