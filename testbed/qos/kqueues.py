@@ -16,7 +16,9 @@ thresholds. A host's queue gets XOFF 0: its depth is kept, it raises no events
 (a host pauses nobody).
 
 With `mark_ecn`, a third program at each switch port's egress marks ECN-capable
-lossless packets CE from the same figures (RED, or DCTCP's step).
+lossless packets CE from the same figures (RED, or DCTCP's step) as they join the
+queue; with `ecn.mark_at: dequeue`, an XDP program at the far end of each switch
+port's link marks them as they leave it, on the queue behind them.
 
 With `pfc.model: ingress` the same tracepoints also count each lossless frame's
 bytes on the switch port it came in by, against the switch's shared buffer, and
@@ -30,11 +32,15 @@ import json
 import logging
 import mmap
 import os
+import socket
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyroute2 import IPRoute
+
 from testbed.system.bpf import BpfObject, BpfUnavailable, RingBuffer, build, mmap_by_id, mmap_fd
+from testbed.system.netns import in_netns
 from topos.inputs import write_file
 
 from .kmmu import IngressAccounts, MmuPlan, account_paused, load_mmu, map_sizes, plan_mmu
@@ -53,10 +59,11 @@ _U32 = struct.Struct("=I")
 _U64 = struct.Struct("=Q")
 XOFF, XON = 1, 2  # event kinds
 LOST, NO_LEAF, DRAINED, UNFOLLOWED, UNNAMED, COUNTED, DISCARDED = range(7)  # counters (queues.bpf.c)
-(_WATCHED, _XOFF, _XON, _ABOVE, _BACKLOG, _MAX, _XOFF_EVENTS, _KMIN, _KMAX, _PMAX, _MARKS, _PAD, _LEAF,
+(_WATCHED, _XOFF, _XON, _ABOVE, _BACKLOG, _MAX, _XOFF_EVENTS, _KMIN, _KMAX, _PMAX, _MARKS, _MARK_AT, _LEAF,
  _READ_NS, _HELD) = range(15)
 PMAX_ONE = 1 << 32  # pmax in 1/2^32
-_FIELDS = {"xoff": _XOFF, "xon": _XON, "kmin": _KMIN, "kmax": _KMAX, "pmax": _PMAX}
+_FIELDS = {"xoff": _XOFF, "xon": _XON, "kmin": _KMIN, "kmax": _KMAX, "pmax": _PMAX, "mark_at": _MARK_AT}
+MARK_ENQUEUE, MARK_DEQUEUE = 0, 1  # where a queue marks (queues.bpf.c)
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,14 @@ def why_unavailable() -> str | None:
     except BpfUnavailable as exc:
         return str(exc)
     return None
+
+
+def ipv4_of(port: Port) -> str:
+    """The IPv4 address on a host port's interface (its NIC's), "" if it has none."""
+    with in_netns(port.netns, IPRoute) as ipr:
+        for a in ipr.get_addr(family=socket.AF_INET, index=port.ifindex):
+            return a.get_attr("IFA_ADDRESS")
+    return ""
 
 
 def netns_inode(netns: str | None) -> int:
@@ -208,8 +223,9 @@ class KernelQueues(QueueMaps):
         self.accounts: IngressAccounts | None = None
         n = max(1, len(ports))
         self.obj = BpfObject(build(SOURCE, {"LOSSLESS_MINOR": LOSSLESS_MINOR}),
-                             {"ports": n, "queues": n * PRIORITIES, "switch_ports": n} | map_sizes(ports, mmu),
-                             tc=("mark_ecn", "switch_egress"))
+                             {"ports": n, "queues": n * PRIORITIES, "switch_ports": n, "far_switch_ends": n,
+                              "far_host_ends": n} | map_sizes(ports, mmu),
+                             tc=("mark_ecn", "switch_egress", "mark_departed", "mark_departed_host"))
         try:
             super().__init__([p.key for p in ports], priorities, self.obj.mmap("queues"), self.obj.map_fd("events"),
                              self.obj.mmap("accounts") if mmu is not None else None)
@@ -251,15 +267,40 @@ class KernelQueues(QueueMaps):
         return {"keys": self.keys, "priorities": self.priorities, "queues_fd": self.obj.map_fd("queues"),
                 "events_fd": self._events_fd} | ({"accounts_fd": self.obj.map_fd("accounts")} if self.mmu else {})
 
-    def mark_ecn(self, red: dict[tuple[str, int], Red]) -> None:
-        """ECN marking at the egress of these (switch) ports, for packets whose DSCP maps to a lossless
-        priority (the DSCPs given at construction); the `tc` program goes on every port named (in this process's
-        namespace: the root one), unless switch_egress, which marks too, is on every switch port already."""
+    def mark_ecn(self, red: dict[tuple[str, int], Red], at_dequeue: bool = False) -> None:
+        """ECN marking at these (switch) ports, for packets whose DSCP maps to a lossless priority (the DSCPs
+        given at construction). At enqueue, the `tc` program goes on every port named (in this process's
+        namespace: the root one), unless switch_egress, which marks too, is on every switch port already. At
+        dequeue (`at_dequeue`), the XDP program goes on the far end of each port's link; a port whose far end is
+        not here (another server's) marks at enqueue."""
+        far = self._far_ends({k for k, _ in red}) if at_dequeue else {}
         for (key, prio), r in red.items():
-            self._set(key, prio, kmin=r.kmin, kmax=r.kmax, pmax=min(PMAX_ONE - 1, int(r.pmax * PMAX_ONE)))
+            self._set(key, prio, kmin=r.kmin, kmax=r.kmax, pmax=min(PMAX_ONE - 1, int(r.pmax * PMAX_ONE)),
+                      mark_at=MARK_DEQUEUE if key in far else MARK_ENQUEUE)
+        for key, (end, daddr) in sorted(far.items()):
+            slot = _U32.pack(self._slot[key])
+            if end.netns is None:
+                self.obj.update("far_switch_ends", _U32.pack(end.ifindex), slot)
+            else:
+                self.obj.update("far_host_ends", _U32.pack(end.ifindex) + socket.inet_aton(daddr), slot)
+            self.obj.attach_xdp("mark_departed" if end.netns is None else "mark_departed_host", end.ifindex,
+                                end.netns)
         if self.mmu is None:
-            for key in sorted({k for k, _ in red}):
+            for key in sorted({k for k, _ in red} - far.keys()):
                 self._egress_program(key, "mark_ecn")
+
+    def _far_ends(self, keys: set[str]) -> dict[str, tuple[Port, str]]:
+        """Port key -> the port at the other end of its link and, for a host's, the address frames to it are
+        for (its NIC's), for those of `keys` whose other end is shaped here (not another server's) and known by
+        those (queues.bpf.c)."""
+        out = {}
+        for key in keys:
+            p = self.ports[key]
+            end = self.ports.get(f"{p.peer}:{p.peer_port}")
+            daddr = "" if end is None or end.netns is None else ipv4_of(end)
+            if end is not None and (end.netns is None or daddr):
+                out[key] = (end, daddr)
+        return out
 
     def counter(self, which: int) -> int:
         """LOST: crossings the ring buffer had no room for; NO_LEAF: lossless classes not found under a
@@ -299,13 +340,14 @@ def watch_queues(shaper: Shaper, detect: str) -> tuple[KernelQueues | None, str]
 
 def mark_ecn(shaper: Shaper, spec: QosSpec) -> KernelQueues:
     """The shaper's lossless queues watched in the kernel, with ECN marking at every switch port (spec.ecn):
-    RED on each lossless queue's backlog, its thresholds from the port's XOFF unless given."""
+    RED on each lossless queue's backlog, its thresholds the port's plan (testbed/qos/ecn.py, or as given), as
+    packets join it or as they leave it (spec.ecn.mark_at)."""
     kq, _ = watch_queues(shaper, "kernel")
     try:
-        step = spec.cc == "dctcp" and spec.ecn.kmax_bytes is None
-        red = {(p.key, c.priority): Red(*spec.ecn.red(p.plan.lossless[c.priority].xoff, step), spec.ecn.pmax)
+        red = {(p.key, c.priority): Red(p.plan.lossless[c.priority].kmin, p.plan.lossless[c.priority].kmax,
+                                        spec.ecn.pmax)
                for p in shaper.ports.values() if not p.is_host for c in spec.lossless}
-        kq.mark_ecn(red)
+        kq.mark_ecn(red, at_dequeue=spec.ecn.mark_at == "dequeue")
     except BaseException:
         kq.close()
         raise

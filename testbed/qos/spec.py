@@ -59,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from topos.errors import InputError
 
+from . import ecn as marking
 from .mmu import MmuSpec
 from .pfc_watchdog import Action, WatchdogConfig
 
@@ -198,19 +199,22 @@ class PfcSpec(BaseModel):
 class EcnSpec(BaseModel):
     """ECN marking at switch egress per lossless priority, RED-style as DCQCN's switches (testbed/qos/kqueues.py).
 
-    The published thresholds (HPCC's DCQCN runs: Kmin 100 KB, Kmax 400 KB per 25 Gbit/s, Pmax 0.2) are tens of
-    microseconds of a port's drain; at emulated rates a single 1514-byte frame takes milliseconds, so they cannot
-    be kept in bytes or in time here. The defaults keep their shape against the port's own XOFF instead: marking
-    starts at a quarter of XOFF and reaches every packet at XOFF, so end-to-end congestion control acts before
-    PFC pauses, as it does on a tuned RoCE fabric. With cc dctcp (and no thresholds given) marking is DCTCP's
-    step at K = XOFF / 4: with the RED ramp the queue settled near the middle of it (56-57 KB of a 97 KB XOFF in
-    an 8-host incast), where the ramp's probability matched what DCTCP needs."""
+    The default thresholds are HPCC's and SimAI's per link speed (Kmin 600 KB, Kmax 2,400 KB at 200 Gbit/s, Pmax
+    0.2), in the fabric's bytes: divided by the bytes scale, floored at the emulator's burst (testbed/qos/ecn.py).
+    With time dilated to keep the bytes near the fabric's (cc_incast: 1/10) they are the published ones; at an
+    undilated run's scale (1/10,000) they are a fraction of a frame, and the floor gives Kmin a quarter of XOFF,
+    Kmax at XOFF. With cc dctcp (and no thresholds given) marking is DCTCP's step at K = Kmin: with the RED ramp
+    the queue settled near the middle of it (56-57 KB of a 97 KB XOFF in an 8-host incast), where the ramp's
+    probability matched what DCTCP needs."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)  # "5" or true is no number
     enabled: bool = Field(False, description="mark ECN-capable lossless packets CE at switch egress")
-    kmin_bytes: int | None = Field(None, ge=0, le=1 << 30, description="default: XOFF / 4 of the port")
-    kmax_bytes: int | None = Field(None, gt=0, le=1 << 30, description="default: XOFF of the port")
-    pmax: float = Field(0.2, gt=0, le=1, description="marking probability just below kmax")
+    kmin_bytes: int | None = Field(None, ge=0, le=1 << 30, description="default: HPCC's per link speed, scaled")
+    kmax_bytes: int | None = Field(None, gt=0, le=1 << 30, description="default: HPCC's per link speed, scaled")
+    pmax: float = Field(marking.PMAX, gt=0, le=1, description="marking probability just below kmax")
+    mark_at: Literal["enqueue", "dequeue"] = Field(
+        "enqueue", description="judge a packet on the queue it joins (enqueue) or on the queue it leaves behind "
+                               "(dequeue, as the HPCC simulator's switches)")
 
     @model_validator(mode="after")
     def _check(self) -> EcnSpec:
@@ -219,13 +223,13 @@ class EcnSpec(BaseModel):
                              field="qos.ecn.kmin_bytes", value=self.kmin_bytes)
         return self
 
-    def red(self, xoff: int, step: bool = False) -> tuple[int, int]:
-        """(kmin, kmax) bytes for a queue whose XOFF is `xoff`; `step`: DCTCP's marking (every packet above one
-        threshold K, RFC 8257), K at a quarter of XOFF unless given."""
-        kmin = xoff // 4 if self.kmin_bytes is None else self.kmin_bytes
-        if step:
+    def red(self, defaults: tuple[int, int], step: bool = False) -> tuple[int, int]:
+        """(kmin, kmax) bytes: as given, else the port's `defaults`; `step`: DCTCP's marking (every packet above one
+        threshold K, RFC 8257), K at kmin unless kmax is given."""
+        kmin = defaults[0] if self.kmin_bytes is None else self.kmin_bytes
+        if step and self.kmax_bytes is None:
             return kmin, kmin
-        return kmin, xoff if self.kmax_bytes is None else self.kmax_bytes
+        return kmin, max(kmin, defaults[1]) if self.kmax_bytes is None else self.kmax_bytes
 
 
 class LosslessPriority(BaseModel):
@@ -363,6 +367,8 @@ class PfcPlan:
     ingress: int = 0  # bytes/s the port's device takes in on its other links: what arrives while a pause acts
     ingress_links: int = 1  # those links
     needed: int = 0  # the headroom the reaction and the ingress call for (the default); a given one may be less
+    kmin: int = 0  # ECN marking, where qos.ecn turns it on (testbed/qos/ecn.py): none at or below kmin bytes,
+    kmax: int = 0  # every ECN-capable packet at or above kmax
 
     def covers_ms(self) -> float | None:
         """How long of the port's full ingress the headroom takes past its fixed part (module docstring), in ms;
@@ -396,20 +402,24 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
     t, react = spec.pfc.poll_ms / 1000, spec.pfc.reaction_s()
     late = remote_ingress_gbps * 1e9 / spec.scale / 8 * spec.pfc.remote_ms / 1000
     buffer_bytes = max(spec.min_buffer_bytes, int(r * spec.buffer_ms / 1000))
+    bytes_scale = spec.scale / spec.dilated_by  # the fabric's bytes per emulated byte
     pfc = spec.pfc
     lossless = {}
     for c in spec.lossless:
         derived = int(r_in * react + late) + fixed_headroom(ingress_links)
         headroom = next(v for v in (c.headroom_bytes, pfc.headroom_bytes, derived) if v is not None)
-        xoff_default = max(OVS_BURST_FRAMES * MTU, int(4 * r * t))
+        floor = max(OVS_BURST_FRAMES * MTU, int(4 * r * t))
+        # XOFF one OVS batch above the published Kmax: ECN's marks act before pauses
+        xoff_default = max(floor, marking.scaled(rate_gbps, bytes_scale)[1] + OVS_BATCH * MTU)
         xoff = next(v for v in (c.xoff_bytes, pfc.xoff_bytes, xoff_default) if v is not None)
+        kmin, kmax = spec.ecn.red(marking.thresholds(rate_gbps, bytes_scale, floor, xoff), spec.cc == "dctcp")
         xon = next(v for v in (c.xon_bytes, pfc.xon_bytes, xoff // 2) if v is not None)
         if xon >= xoff:
             raise InputError("XON must be below XOFF", f"use an xon_bytes below {xoff}",
                              field=f"qos.lossless[priority {c.priority}].xon_bytes", value=xon)
         # Without PFC a lossless class is an ordinary queue: it drops when the buffer is full.
         lossless[c.priority] = PfcPlan(xoff + headroom + 2 * MTU if pfc.enabled else buffer_bytes, xoff, xon, headroom,
-                                       int(r_in), ingress_links, derived)
+                                       int(r_in), ingress_links, derived, kmin, kmax)
     classes = spec.class_minors()
     if spec.scheduling == "strict":
         # A 1% floor each; the rest of the link is borrowed in priority order (HTB lends by prio).

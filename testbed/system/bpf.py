@@ -153,6 +153,7 @@ _CLSACT: dict[tuple[int, int], int] = {}
 _CLSACT_LOCK = threading.Lock()
 PROG_STRUCT_OPS, ATTACH_STRUCT_OPS, F_LINK = 27, 44, 1 << 13  # the kernel's enum and flag values (uapi bpf.h)
 ATTACH_TCX_EGRESS = 47  # enum bpf_attach_type (Linux 6.6): a tc program on a link owned by a file descriptor
+ATTACH_XDP = 37  # enum bpf_attach_type (Linux 5.9): an XDP program on a link owned by a file descriptor
 
 
 class BpfObject:
@@ -246,6 +247,19 @@ class BpfObject:
             if -fd != errno.EINVAL:  # EINVAL: no tcx in this kernel (an attach type it does not know)
                 raise BpfUnavailable(f"attaching {program} on interface {ifindex}: {os.strerror(-fd)}")
         self._attach_clsact(prog, program, ifindex, netns)
+
+    def attach_xdp(self, program: str, ifindex: int, netns: str | None = None) -> None:
+        """The `xdp` program on the receive side of interface `ifindex` of namespace `netns`, on a link whose
+        descriptor this process holds: `close()` or the process's death takes it off (native mode where the
+        driver has it, veth does)."""
+        prog = self._lib.bpf_object__find_program_by_name(self._obj, program.encode())
+        if not prog:
+            raise KeyError(f"no program {program!r} in the BPF object")
+        fd = in_netns(netns, lambda: self._lib.bpf_link_create(self._lib.bpf_program__fd(prog), ifindex,
+                                                               ATTACH_XDP, None))
+        if fd < 0:
+            raise BpfUnavailable(f"attaching {program} (XDP) on interface {ifindex}: {os.strerror(-fd)}")
+        self._fds.append(fd)
 
     def _attach_clsact(self, prog: int, program: str, ifindex: int, netns: str | None) -> None:
         """attach_tc on a kernel without tcx: a filter on a clsact qdisc this process made."""

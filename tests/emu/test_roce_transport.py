@@ -5,9 +5,11 @@ frame, and keep jobs side by side apart by their QP numbers."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import threading
 
+import pytest
 from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP, UDP
 from scapy.utils import rdpcap
@@ -131,12 +133,23 @@ def test_two_jobs_side_by_side_keep_their_queue_pairs_apart(no_leftovers):
         assert sent == received > 0 and not any(c["icrc_errors"] for c in tr.roce.values()), (i, tr.roce)
 
 
-def test_dcqcn_answers_ce_marks_with_cnps_and_paces_the_queue_pairs(no_leftovers):
+def _xdp_links() -> int:
+    links = json.loads(subprocess.run(["bpftool", "-j", "link", "show"], capture_output=True, text=True,
+                                      check=True).stdout or "[]")
+    return sum(1 for link in links if link.get("type") == "xdp")
+
+
+@pytest.mark.parametrize("mark_at", ["enqueue", "dequeue"])
+def test_dcqcn_answers_ce_marks_with_cnps_and_paces_the_queue_pairs(mark_at, no_leftovers):
     """qos.cc dcqcn over roce: the switches mark the ECN-capable frames, the receiving NIC answers with CNPs (at
     most one per QP per interval), every CNP reaches its sender (they ride the high class) and the paced QPs
-    finish without one retry timeout (a paced QP waits for its pacer, not for an acknowledgement)."""
+    finish without one retry timeout (a paced QP waits for its pacer, not for an acknowledgement). Marking at
+    dequeue: an XDP program at the far end of every switch port's link, gone with the network."""
     topo = build("hpn")
-    with Network(topo, qos=QosSpec(scale=10000, cc="dcqcn")) as net:
+    before = _xdp_links()
+    with Network(topo, qos=QosSpec(scale=10000, cc="dcqcn", ecn={"mark_at": mark_at})) as net:
+        far_ends = _xdp_links() - before
+        switch_ports = sum(1 for p in net.qos.ports.values() if not p.is_host)
         line = max(q.plan.rate_bps for q in net.qos.ports.values() if q.is_host)
         rp = DcqcnParams().reaction_point(line, net.qos_spec.scale, 1.0)
         tr = make("roce", net, tos=DSCP26, dcqcn=dataclasses.asdict(rp) | {"cnp_interval_s": CNP_INTERVAL_S})
@@ -153,3 +166,4 @@ def test_dcqcn_answers_ce_marks_with_cnps_and_paces_the_queue_pairs(no_leftovers
     assert marks > 0 and c["ce"] == marks, (marks, c)  # every mark reached the receiver: nothing was lost
     assert 0 < c["cnps_sent"] <= c["ce"] and c["cnps_received"] == c["cnps_sent"], c
     assert c["timeouts"] == c["resent"] == 0, c
+    assert far_ends == (switch_ports if mark_at == "dequeue" else 0) and _xdp_links() == before, far_ends

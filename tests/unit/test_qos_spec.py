@@ -196,12 +196,29 @@ def test_a_congestion_control_turns_ecn_marking_on_unless_told_not_to():
     assert e.value.field == "qos.ecn.kmin_bytes"
 
 
-def test_marking_thresholds_follow_xoff_unless_given():
-    from testbed.qos.spec import EcnSpec
+def test_marking_thresholds_are_hpccs_per_link_speed_in_the_fabrics_bytes():
+    from testbed.qos import ecn
 
-    assert EcnSpec().red(96_896) == (24_224, 96_896)  # RED from a quarter of XOFF to XOFF (DCQCN's shape)
-    assert EcnSpec().red(96_896, step=True) == (24_224, 24_224)  # DCTCP's step at K
-    assert EcnSpec(kmin_bytes=10_000, kmax_bytes=50_000).red(96_896) == (10_000, 50_000)
+    # the published maps: the row of the fastest speed at or below the port's
+    assert ecn.published(200) == (600_000, 2_400_000) and ecn.published(400) == (800_000, 3_200_000)
+    assert ecn.published(150) == ecn.published(100) == (400_000, 1_600_000) and ecn.published(10) == (100_000, 400_000)
+    # cc_incast's fabric (bytes 1/10, time x2,500): a 200 Gbit/s port marks from 60 KB to 240 KB and pauses one
+    # OVS batch above Kmax, so DCQCN's marks act before PFC
+    dilated = QosSpec(cc="dcqcn", scale=10, pfc={"poll_ms": 5}).dilated(2500)
+    p = port_plan(200, dilated).lossless[3]
+    assert (p.kmin, p.kmax, p.xoff) == (60_000, 240_000, 240_000 + 32 * MTU)
+    assert port_plan(400, dilated).lossless[3].kmax == 320_000
+    # the same port at 1/10,000 undilated: the published values are a fraction of a frame; the floor of two OVS
+    # batches gives Kmin a quarter of XOFF and Kmax at XOFF
+    p = port_plan(200, QosSpec(cc="dcqcn", scale=10_000, pfc={"poll_ms": 5})).lossless[3]
+    assert (p.kmin, p.kmax, p.xoff) == (64 * MTU // 4, 64 * MTU, 64 * MTU)
+    # DCTCP's step at K = Kmin; thresholds as given win; marking never starts above a given XOFF
+    assert port_plan(200, dilated.model_copy(update={"cc": "dctcp"})).lossless[3].kmax == 60_000
+    given = QosSpec(cc="dcqcn", scale=10, ecn={"kmin_bytes": 10_000, "kmax_bytes": 50_000}, pfc={"poll_ms": 5})
+    assert (port_plan(200, given.dilated(2500)).lossless[3].kmin, port_plan(200, given).lossless[3].kmax) == (
+        10_000, 50_000)
+    low = QosSpec(cc="dcqcn", scale=10, pfc={"poll_ms": 5, "xoff_bytes": 100_000}).dilated(2500)
+    assert (port_plan(200, low).lossless[3].kmin, port_plan(200, low).lossless[3].kmax) == (60_000, 100_000)
 
 
 def test_headroom_is_stated_per_tier_and_a_short_one_is_named_before_the_run():

@@ -37,6 +37,8 @@
 #define MAX_CHAIN 16  /* classes followed in one bucket of HTB's class hash */
 #define EV_XOFF 1
 #define EV_XON 2
+#define MARK_ENQUEUE 0
+#define MARK_DEQUEUE 1
 
 struct port_key {
 	__u32 netns;   /* inode of the port's network namespace */
@@ -56,7 +58,8 @@ struct lossless_queue {
 	__u32 kmax;         /* bytes; 0: this queue marks nothing. At or above kmax every ECN-capable packet */
 	__u32 pmax;         /* the probability just below kmax, in 1/2^32 */
 	__u32 marks;        /* packets marked CE */
-	__u32 pad;
+	__u32 mark_at;      /* MARK_ENQUEUE: at the port's egress, on the queue a packet joins; MARK_DEQUEUE: as it
+	                     * leaves, on the queue behind it (mark_departed, at the far end of the port's link) */
 	__u64 leaf;         /* the leaf qdisc, once found */
 	__u64 last_ns;      /* bpf_ktime_get_ns (CLOCK_MONOTONIC) of the last read */
 	__u64 held;         /* bytes of frames counted on ingress ports (pfc.model ingress, mmu.bpf.h) */
@@ -297,9 +300,34 @@ int BPF_PROG(on_destroy, struct Qdisc *q)
 #define GO_ON (-1)
 #define ECN_MASK 3
 
-/* An ECN-capable IPv4 packet of a lossless priority is marked Congestion Experienced with RED's probability on
- * the backlog the tracepoints above last read (the queue it is about to join), as DCQCN's switches mark (Kmin,
- * Kmax, Pmax). */
+/* The queue of `port` whose marking (`mark_at`) an IPv4 packet with this TOS meets, if RED's probability on the
+ * backlog the tracepoints above last read marks it Congestion Experienced, as DCQCN's switches mark (Kmin, Kmax,
+ * Pmax); else NULL. Only ECN-capable packets of a lossless priority, not marked yet. */
+static __always_inline struct lossless_queue *to_mark(__u8 tos, __u32 port, __u32 mark_at)
+{
+	if ((tos & ECN_MASK) == 0 || (tos & ECN_MASK) == ECN_MASK)
+		return NULL; /* not ECN-capable, or marked already */
+	__u32 dscp = tos >> 2;
+	__u32 *prio = bpf_map_lookup_elem(&dscp_priority, &dscp);
+	if (!prio || !*prio)
+		return NULL;
+	__u32 index = port * PRIORITIES + (*prio - 1);
+	struct lossless_queue *q = bpf_map_lookup_elem(&queues, &index);
+	if (!q || !q->kmax || q->mark_at != mark_at)
+		return NULL;
+	__u32 backlog = q->backlog, kmin = q->kmin, kmax = q->kmax;
+	if (backlog <= kmin)
+		return NULL; /* kmin == kmax: DCTCP's step, every packet above K */
+	if (backlog < kmax) {
+		__u64 p = (__u64)q->pmax * (backlog - kmin) / (kmax - kmin);
+		if (bpf_get_prandom_u32() >= p)
+			return NULL;
+	}
+	__sync_fetch_and_add(&q->marks, 1);
+	return q;
+}
+
+/* Enqueue marking: at the port's egress, before its qdisc, on the queue the packet is about to join. */
 static __always_inline int ecn(struct __sk_buff *skb, __u32 *port)
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
@@ -308,31 +336,14 @@ static __always_inline int ecn(struct __sk_buff *skb, __u32 *port)
 	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
 		return GO_ON;
 	__u8 tos = ip->tos;
-	if ((tos & ECN_MASK) == 0 || (tos & ECN_MASK) == ECN_MASK)
-		return GO_ON; /* not ECN-capable, or marked already */
-	__u32 dscp = tos >> 2;
-	__u32 *prio = bpf_map_lookup_elem(&dscp_priority, &dscp);
-	if (!prio || !*prio)
+	if (!to_mark(tos, *port, MARK_ENQUEUE))
 		return GO_ON;
-	__u32 index = *port * PRIORITIES + (*prio - 1);
-	struct lossless_queue *q = bpf_map_lookup_elem(&queues, &index);
-	if (!q || !q->kmax)
-		return GO_ON;
-	__u32 backlog = q->backlog, kmin = q->kmin, kmax = q->kmax;
-	if (backlog <= kmin)
-		return GO_ON; /* kmin == kmax: DCTCP's step, every packet above K */
-	if (backlog < kmax) {
-		__u64 p = (__u64)q->pmax * (backlog - kmin) / (kmax - kmin);
-		if (bpf_get_prandom_u32() >= p)
-			return GO_ON;
-	}
 	__u16 old = *(__u16 *)ip; /* version, header length and TOS: the checksum's 16-bit word */
 	__u16 new = old;
 	((__u8 *)&new)[1] = tos | ECN_MASK;
 	__u8 marked = tos | ECN_MASK;
 	bpf_l3_csum_replace(skb, ETH_HLEN + offsetof(struct iphdr, check), old, new, 2);
 	bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct iphdr, tos), &marked, 1, 0);
-	__sync_fetch_and_add(&q->marks, 1);
 	return GO_ON;
 }
 
@@ -360,3 +371,73 @@ int switch_egress(struct __sk_buff *skb)
 }
 
 char LICENSE[] SEC("license") = "GPL";
+
+/* Dequeue marking, as the HPCC simulator's switches mark (on the egress queue as a packet leaves it): an XDP
+ * program at the far end of a switch port's link (the next switch's port, or a host's NIC) runs as the frame
+ * arrives, right after the port's qdisc let it go, and marks it on the backlog its dequeue left behind (the
+ * tracepoints above read it then). Userspace OVS and a host's stack see the frame after this program.
+ *
+ * An XDP program knows the interface a frame came in by only by its index, which is unique in one network
+ * namespace: a switch's far end (the root namespace) is named by it, a host's by it and the address the frame
+ * is for (each host NIC's own), each kind by its own program and map. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* set to the port count by the loader */
+	__type(key, __u32);     /* ifindex, in the root namespace */
+	__type(value, __u32);   /* the switch port whose link ends there */
+} far_switch_ends SEC(".maps");
+
+struct host_end {
+	__u32 ifindex; /* in the host's namespace */
+	__u32 daddr;   /* the NIC's IPv4 address, network order */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* set to the port count by the loader */
+	__type(key, struct host_end);
+	__type(value, __u32);   /* the switch port whose link ends there */
+} far_host_ends SEC(".maps");
+
+static __always_inline int departed(struct xdp_md *ctx, bool host)
+{
+	void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *ip = data + ETH_HLEN;
+	if ((void *)(ip + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP))
+		return XDP_PASS;
+	__u32 *port;
+	if (host) {
+		struct host_end key = {.ifindex = ctx->ingress_ifindex, .daddr = ip->daddr};
+		port = bpf_map_lookup_elem(&far_host_ends, &key);
+	} else {
+		__u32 ifindex = ctx->ingress_ifindex;
+		port = bpf_map_lookup_elem(&far_switch_ends, &ifindex);
+	}
+	__u8 tos = ip->tos;
+	if (!port || !to_mark(tos, *port, MARK_DEQUEUE))
+		return XDP_PASS;
+	/* RFC 1624's incremental update of the header checksum for its first 16-bit word (the new word made as
+	 * the tc path makes it: re-reading it through the header after the store gave the old one) */
+	__u16 old = *(__u16 *)ip;
+	__u16 new = old;
+	((__u8 *)&new)[1] = tos | ECN_MASK;
+	ip->tos = tos | ECN_MASK;
+	__u32 sum = (__u16)~ip->check + (__u16)~old + new;
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	ip->check = ~sum;
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int mark_departed(struct xdp_md *ctx)
+{
+	return departed(ctx, false);
+}
+
+SEC("xdp")
+int mark_departed_host(struct xdp_md *ctx)
+{
+	return departed(ctx, true);
+}
