@@ -83,10 +83,11 @@ class _Run:
                 continue
             self.credit[i] += (rp.rate(t) if p.dcqcn else p.rate_bps) * STEP_S / 8
             while self.credit[i] >= p.frame and self.sent[i] < p.bytes_each:
-                self.credit[i] -= p.frame
-                self.sent[i] += p.frame
-                self.fifo.append([p.frame, i, not p.dequeue and self.marked()])
-                self.backlog += p.frame
+                size = min(p.frame, p.bytes_each - self.sent[i])  # the message's last frame may be short
+                self.credit[i] -= size
+                self.sent[i] += size
+                self.fifo.append([size, i, not p.dequeue and self.marked()])
+                self.backlog += size
 
     def drain(self, t: float) -> None:
         budget = self.p.rate_bps * STEP_S / 8

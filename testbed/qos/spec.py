@@ -39,11 +39,13 @@ agent's poll period T and its reaction time A (`pfc.reaction_ms`):
                machine); polling: 5 T, the agent's longest gap between polls,
                measured at 2.4-4.2 T in quiet runs on 2 cores (two T, one to notice
                and one to act, let a crux run drop 2 lossless packets at a 2.6 T gap)
-    XOFF     = max(64 x MTU, 4 x r x T)  (userspace OVS forwards in batches of up to 32
-                                         frames, and what piled up while its thread was
+    XOFF     = max(64 x MTU, 4 x r x T,  (userspace OVS forwards in batches of up to 32
+                   Kmax + 32 x MTU)      frames, and what piled up while its thread was
                                          away leaves in batches back to back: one flow at
                                          a port's own rate built 54 frames at the next
-                                         port; a burst, not congestion)
+                                         port; a burst, not congestion. Kmax: ECN's, the
+                                         published one for the port's speed in emulated
+                                         bytes (testbed/qos/ecn.py): marks act first)
     XON      = XOFF / 2
     lossless queue limit = XOFF + headroom + 2 x MTU  (never reached while PFC works)
 A priority's own xoff_bytes / xon_bytes / headroom_bytes override pfc's.
@@ -412,7 +414,9 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
         # XOFF one OVS batch above the published Kmax: ECN's marks act before pauses
         xoff_default = max(floor, marking.scaled(rate_gbps, bytes_scale)[1] + OVS_BATCH * MTU)
         xoff = next(v for v in (c.xoff_bytes, pfc.xoff_bytes, xoff_default) if v is not None)
-        kmin, kmax = spec.ecn.red(marking.thresholds(rate_gbps, bytes_scale, floor, xoff), spec.cc == "dctcp")
+        # marking reaches every packet by the time the queue pauses (or, lossy, drops)
+        top = xoff if pfc.enabled else buffer_bytes
+        kmin, kmax = spec.ecn.red(marking.thresholds(rate_gbps, bytes_scale, floor, top), spec.cc == "dctcp")
         xon = next(v for v in (c.xon_bytes, pfc.xon_bytes, xoff // 2) if v is not None)
         if xon >= xoff:
             raise InputError("XON must be below XOFF", f"use an xon_bytes below {xoff}",
