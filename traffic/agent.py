@@ -20,7 +20,8 @@ and writes JSON events, one per line:
     {"event": "loaded", "ranks": n}              (a `program` read, every connection it sends on opened)
     {"event": "program", "rank": "h0:0", "released": {k: t}, "end": t}  (a rank's iteration done)
     {"event": "computing", "rank": "h0:0", "until": t}   (computing, nothing of its own in flight)
-    {"event": "tcp", "counters": {"RetransSegs": n, "TCPTimeouts": n, ...}}   (at quit: this host's TCP)
+    {"event": "roce", "counters": {...}}, {"event": "tcp", "counters": {"RetransSegs": n, ...}},
+    {"event": "cpu", "seconds": s}     (at quit: the roce NIC's, this host's TCP, this agent's CPU time)
 
 A sender keeps one connection per (destination, port, source port) and reuses
 it for later flows, as NCCL keeps its connections for the life of a
@@ -62,15 +63,14 @@ import sys
 import threading
 import time
 
+from .agent_out import emit, emit_final, flush, flush_forever, report
 from .roce.dcqcn import RpParams
 from .roce.gbn import NCCL_IB_TIMEOUT_S
 from .rocenic import Nic
-from .tcpstats import tcp_counters
 
 HEADER = struct.Struct("!16sQ")  # flow id, bytes
 CHUNK = 256 * 1024
 _PAYLOAD = memoryview(bytes(CHUNK))
-_out_lock = threading.Lock()
 _arrived: dict[str, float] = {}  # flow id -> when its last byte was received here: what planned flows wait for
 _acked: dict[str, float] = {}  # flow id sent from here -> when its receiver acknowledged it
 _failed: set[str] = set()  # flow ids sent from here that failed: a program waiting on one ends
@@ -98,45 +98,6 @@ def _skip(total: float) -> None:
     with _clock_cv:
         _skipped = total
         _clock_cv.notify_all()
-
-
-_batch: list[dict] = []
-_pending = threading.Event()  # something is in `_batch`: the flusher sleeps on it, so an idle agent costs nothing
-FLUSH_S = 0.02  # the coordinator starts a job's next op on these reports: their lag is dead time
-
-
-def emit(event: dict) -> None:
-    with _out_lock:
-        sys.stdout.write(json.dumps(event) + "\n")
-        sys.stdout.flush()
-
-
-def report(event: dict) -> None:
-    """A flow's `sent` or `recv`: batched, at most FLUSH_S late, as one `batch` line.
-
-    A 64-rank ring all-reduce is 16,000 flows an op; a line each kept the coordinator's readers and
-    the agents' output busy. The timestamps inside say when things happened, not the line's arrival."""
-    with _out_lock:
-        _batch.append(event)
-    _pending.set()
-
-
-def flush() -> None:
-    with _out_lock:
-        _pending.clear()
-        if _batch:
-            sys.stdout.write(json.dumps({"event": "batch", "events": _batch}) + "\n")
-            sys.stdout.flush()
-            _batch.clear()
-
-
-def _flush_forever() -> None:
-    """Every FLUSH_S while there are reports; asleep while there are none (a 128-host run has 128 agents, and
-    waking each 50 times a second for nothing was CPU the emulated fabric needed)."""
-    while True:
-        _pending.wait()
-        time.sleep(FLUSH_S)
-        flush()
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes:
@@ -444,14 +405,6 @@ def go(at: float) -> None:
         threading.Thread(target=_run_program, args=(prog, at), daemon=True).start()
 
 
-def _emit_tcp_counters() -> None:
-    try:
-        with open("/proc/net/snmp") as a, open("/proc/net/netstat") as b:
-            emit({"event": "tcp", "counters": tcp_counters(a.read(), b.read())})
-    except (OSError, ValueError) as exc:
-        emit({"event": "error", "id": None, "error": f"tcp counters: {exc}"})
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m traffic.agent")
     ap.add_argument("--port", type=int, default=9000)
@@ -474,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
         emit({"event": "ready", "port": a.port})
     else:
         threading.Thread(target=serve, args=(a.port, a.tos), daemon=True).start()
-    threading.Thread(target=_flush_forever, daemon=True).start()
+    threading.Thread(target=flush_forever, daemon=True).start()
     for line in sys.stdin:
         try:
             cmd = json.loads(line)
@@ -482,9 +435,7 @@ def main(argv: list[str] | None = None) -> None:
             emit({"event": "error", "id": None, "error": f"bad command: {line.strip()[:80]}"})
             continue
         if cmd.get("cmd") == "quit":
-            if _NIC is not None:
-                emit({"event": "roce", "counters": dataclasses.asdict(_NIC.totals())})
-            _emit_tcp_counters()
+            emit_final(None if _NIC is None else dataclasses.asdict(_NIC.totals()))
             break
         if cmd.get("cmd") == "plan":
             plan(cmd)

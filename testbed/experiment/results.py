@@ -14,7 +14,7 @@ from topos.errors import InputError
 from topos.inputs import open_output, read_text, save_figure, write_file
 from traffic.metrics import cluster_utilization
 
-from .sections import campaign_lines, gray_lines, pfc_lines, roce_lines
+from .sections import campaign_lines, gray_lines, pfc_lines, roce_lines, time_lines
 
 RESULTS = Path("results")
 
@@ -224,19 +224,6 @@ def _plot_campaign(outdir: Path, runs: list[Run]) -> None:
     fig.tight_layout()
     save_figure(fig, outdir / "campaign.png", "campaign.png", dpi=100)
     plt.close(fig)
-
-
-def time_lines(runs: list[Run]) -> list[str]:
-    """What each run's traffic cost in wall time against the fabric's time it stands for (traffic/timebase.py)."""
-    rows = [r for r in runs if r.traffic_s]
-    if not rows:
-        return []
-    d = sorted({r.dilation for r in rows})
-    head = (f"Time dilated {', '.join(f'{x:g}' for x in d)}x: every time here is the fabric's; the emulation ran "
-            "that many times slower." if d != [1.0] else "Time not dilated: the fabric's time is the wall clock's.")
-    cost = "; ".join(f"{r.variant} #{r.repetition} {r.traffic_s['virtual']:.3f} s in "
-                     f"{r.traffic_s['wall']:.1f} s of wall time" for r in rows)
-    return ["", f"{head} Traffic: {cost}."]
 
 
 def _faithful_cell(rs: list[Run]) -> str:

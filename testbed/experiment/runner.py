@@ -38,7 +38,6 @@ from testbed.qos.cc import socket_cc
 from testbed.qos.pfc_report import in_fabric_time
 from testbed.qos.ports import switch_ports
 from testbed.qos.scale import load_floor
-from testbed.qos.shaper import ROOT, leaf_handles
 from testbed.schema.results import Run
 from testbed.system import stages
 from testbed.system.capabilities import probe
@@ -51,16 +50,16 @@ from traffic.iteration import predict
 from traffic.metrics import busbw_factor
 from traffic.replay import Replayer
 from traffic.skip import Skipper
-from traffic.tcpstats import TCP_COUNTERS
 from traffic.timebase import stamp
 from traffic.transports import make
 
+from .counters import ecn_record, queue_records, transport_records
 from .deadlocks import buffer_cycles
 from .detector import DETECTED, Detector, delays
 from .failures import Injector, campaign_outages
 from .fidelity import verdict
 from .jobs import Job, demand, fabric_budget, job_gpus, offered
-from .measure import Sampler, port_delta
+from .measure import Sampler
 from .planning import Plan, plan, plan_variant
 from .record import RunRecord, bytes_ok
 from .results import RESULTS, write_reports
@@ -71,43 +70,6 @@ from .watch import Watch
 log = logging.getLogger(__name__)
 
 SPORT_STRIDE = 2500  # jobs side by side take disjoint source ports (4 per pinned NIC-port range, 8 in ECMP's)
-
-
-def _queue_records(net: Network, counters_before: dict) -> dict:
-    """Drops per class anywhere (lossless priorities summed; the PFC report has each); the bytes each ToR sent
-    down to each host port and that port's queue (a NIC's two-ToR balance); the bytes every switch-to-switch
-    link carried each way, from OVS's counters."""
-    drops = {"high": 0, "lossless": 0, "default": 0, "unread": 0}  # unread: ports whose counters were gone
-    for cls, handle in leaf_handles(net.qos.spec).items():
-        stats = net.qos.stats(handle).values()
-        drops["lossless" if cls.startswith("lossless") else cls] += sum(q[0].drops for q in stats if q)
-        drops["unread"] += sum(1 for q in stats if not q)
-    down = [p for p in net.qos.ports.values() if not p.is_host and net.topo.nodes[p.peer].role == "host"]
-    stats = net.qos.stats(ROOT, down).values()
-    rx = {f"{p.peer}:{p.peer_port}": q[0].bytes for p, q in zip(down, stats, strict=True) if q}
-    after = net.port_counters()
-    delta = port_delta(counters_before, after)
-    # frames Open vSwitch itself failed to send or take in: the emulator's loss, not a shaper's
-    drops["switch"] = sum(sum(port_delta(counters_before, after, f).values()) for f in ("tx_dropped", "rx_dropped"))
-    fabric = [{"from": a, "to": b, "kind": l.kind, "bytes": delta.get((a, port), 0)}
-              for l in net.topo.links if l.kind != "host-tor"
-              for a, port, b in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a))]
-    return {"drops": drops, "host_port_rx": rx, "host_port_tor": {f"{p.peer}:{p.peer_port}": p.key for p in down},
-            "fabric_links": fabric, "links": _link_load(net.topo, counters_before, after)}
-
-
-def _link_load(topo: Topology, before: dict, after: dict) -> list[dict]:
-    """Bytes and frames every link carried each way over the run, from OVS's counters at the switch end (a host's
-    sending is its ToR port's intake), with the link's real rate: what the verdict weighs a job's time against."""
-    fields = [f"{side}_{k}" for side in ("tx", "rx") for k in ("bytes", "packets")]
-    delta = {f: port_delta(before, after, f) for f in fields}
-    out = []
-    for l in topo.links:
-        for a, a_port, b, b_port in ((l.a, l.a_port, l.b, l.b_port), (l.b, l.b_port, l.a, l.a_port)):
-            sw, port, side = (a, a_port, "tx") if a in after else (b, b_port, "rx")
-            count = {k: delta[f"{side}_{k}"].get((sw, port), 0) for k in ("bytes", "packets")}
-            out.append({"from": a, "to": b, **count, "gbps": l.rate_gbps})
-    return out
 
 
 def run_one(label: str, exp: Experiment, base: Path, log_dir: Path | None, rep: int,
@@ -234,32 +196,17 @@ def _replay(net: Network, p: Plan, runners: list, rec: RunRecord) -> None:
                         rec.label, rec.rep, len(d["failures_not_fired"]), rec.now(),
                         d["failures_not_fired"][0]["planned_t"])
         sampler.stop()
-        by_host: dict[str, dict[str, int]] = {}
-        nics: list[dict[str, int]] = []
         for _job, tr, rp in runners:
             rp.close()
             tr.stop()
-            by_host.update(getattr(tr, "tcp", {}))  # per host namespace, counting since it was made: the last read
-            nics += getattr(tr, "roce", {}).values()  # per job and host: each job's agents have their own NIC
-        d["tcp"] = {k: sum(c.get(k, 0) for c in by_host.values()) for k in TCP_COUNTERS} if by_host else None
-        if nics:  # and the QPs' retry timer (every job's is the same), wall ms
-            d["roce"] = {k: sum(c[k] for c in nics) for k in nics[0]} | {
-                "retry_timer_ms": round(runners[0][1].rto_s * 1000)}
+        d.update(transport_records([tr for _job, tr, _rp in runners]))
         d["failures"] = injector.log
         d["controller_events"] = net.controller.get("/events") if net.controller else []
         d["timeline"], d["sampler_error"] = sampler.rows, sampler.error
-        d.update(_queue_records(net, counters0))
+        d.update(queue_records(net, counters0))
         rec.watch.network_down(net)
-        d["ecn"] = _ecn_record(net)
+        d["ecn"] = ecn_record(net)
         d["pfc"] = in_fabric_time(net.stop_qos(since=t0_mono), rec.clock.timebase)
-
-
-def _ecn_record(net: Network) -> dict | None:
-    """CE marks per queue and, with DCTCP or DCQCN, what the senders' control did (None without ECN)."""
-    marks = net.ecn_marks()
-    if marks is None:
-        return None
-    return {"marks": marks, "total": sum(marks.values()), "cc": net.cc.stats() if net.cc else None}
 
 
 def _skipper(p: Plan, runners: list, rec: RunRecord, injector: Injector) -> Skipper | None:

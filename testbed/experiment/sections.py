@@ -160,3 +160,30 @@ def _pct(x: float | None) -> str:
 
 def _mean_or_dash(xs: list[float], fmt: str) -> str:
     return format(statistics.mean(xs), fmt) if xs else "-"
+
+
+def time_lines(runs: list[Run]) -> list[str]:
+    """What each run's traffic cost in wall time against the fabric's time it stands for (traffic/timebase.py),
+    and in CPU: the traffic agents' seconds, per emulated Gbit the hosts sent."""
+    rows = [r for r in runs if r.traffic_s]
+    if not rows:
+        return []
+    d = sorted({r.dilation for r in rows})
+    head = (f"Time dilated {', '.join(f'{x:g}' for x in d)}x: every time here is the fabric's; the emulation ran "
+            "that many times slower." if d != [1.0] else "Time not dilated: the fabric's time is the wall clock's.")
+    cost = "; ".join(f"{r.variant} #{r.repetition} {r.traffic_s['virtual']:.3f} s in "
+                     f"{r.traffic_s['wall']:.1f} s of wall time" + _cpu_text(r) for r in rows)
+    return ["", f"{head} Traffic: {cost}."]
+
+
+def cpu_per_gbit(r: Run) -> float | None:
+    """The traffic agents' CPU seconds per emulated Gbit the hosts sent (frames and headers, as the switches
+    counted them); None without the figure or the traffic."""
+    hosts = {k.split(":")[0] for k in r.host_port_rx}
+    sent = sum(link["bytes"] for link in r.links if link["from"] in hosts) * 8 / 1e9
+    return r.agents_cpu_s / sent if r.agents_cpu_s is not None and sent else None
+
+
+def _cpu_text(r: Run) -> str:
+    per = cpu_per_gbit(r)
+    return "" if per is None else f" (agents: {r.agents_cpu_s:,.1f} CPU-s, {per:.2f} per emulated Gbit sent)"

@@ -215,6 +215,9 @@ class Run(Record):
                                        "resent, go-back-N episodes (rewinds), timeouts, frames received and "
                                        "dropped out of order, NAKs, CNPs sent and received, CE marks, ICRC errors; and "
                                        "retry_timer_ms, the QPs' retry timer in wall time")
+    agents_cpu_s: float | None = only("with the tcp or roce transport: the CPU seconds (user and system) the "
+                                      "hosts' traffic agents used, from start to stop: what the transport cost "
+                                      "this machine")
     traffic_s: dict[str, float | int] = Field(description="the traffic's time: virtual (the fabric's), wall, and what "
                                                     "compute skipping jumped")
     sampler_error: str | None = Field(description="null, or why the CPU sampler failed (the verdict is then "

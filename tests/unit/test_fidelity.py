@@ -182,7 +182,7 @@ def test_a_job_far_from_its_closed_form_needs_a_cause_in_the_fabric():
 def test_each_link_direction_is_read_at_its_switch_end():
     """A switch's port counts what it sends on the link (tx) and, where the other end is a host, what the host
     sent (rx): every direction of every link once, with the link's real rate."""
-    from testbed.experiment.runner import _link_load
+    from testbed.experiment.counters import link_load
     from topos import build
 
     topo = build("hpn")
@@ -193,7 +193,7 @@ def test_each_link_direction_is_read_at_its_switch_end():
     after = {sw.name: {p: dict(zero) for p in range(1, 80)} for sw in topo.switches}
     after[host_link.b][host_link.b_port] = {"rx_bytes": 3000, "rx_packets": 2, "tx_bytes": 1500, "tx_packets": 1}
     after[up.a][up.a_port]["tx_bytes"] = 9000
-    loads = {(x["from"], x["to"]): x for x in _link_load(topo, before, after)}
+    loads = {(x["from"], x["to"]): x for x in link_load(topo, before, after)}
     assert len(loads) == 2 * len(topo.links)
     assert loads[host_link.a, host_link.b] == {"from": host_link.a, "to": host_link.b, "bytes": 3000, "packets": 2,
                                                "gbps": host_link.rate_gbps}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from testbed.experiment.sections import gray_lines, roce_lines
+from testbed.experiment.sections import cpu_per_gbit, gray_lines, roce_lines, time_lines
 from testbed.schema.results import Run
 from tests.labwork import RECORDED
 
@@ -27,3 +27,13 @@ def test_roce_runs_get_a_row_of_resent_per_lost_and_tcp_runs_none():
     row = roce_lines([roce])[-1]
     assert lost > 0 and row == (f"| {roce.variant} #0 | 12,000 | 620 | {lost:,} | {620 / lost:.1f} | 8 / 1 | 580 |")
     assert "620 frames resent" in "\n".join(gray_lines([roce]))  # the gray table reads RoCE's resends, not TCP's
+
+
+def test_the_agents_cpu_is_read_per_emulated_gbit_the_hosts_sent():
+    run = _runs()[0]
+    hosts = {k.split(":")[0] for k in run.host_port_rx}
+    sent = sum(link["bytes"] for link in run.links if link["from"] in hosts)
+    assert sent > 0 and time_lines([run])[-1].count("CPU-s") == 0  # recorded before agents reported CPU
+    timed = run.model_copy(update={"agents_cpu_s": 12.5})
+    assert cpu_per_gbit(timed) == 12.5 / (sent * 8 / 1e9)
+    assert f"agents: 12.5 CPU-s, {12.5 / (sent * 8 / 1e9):.2f} per emulated Gbit sent" in time_lines([timed])[-1]

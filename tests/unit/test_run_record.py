@@ -110,7 +110,7 @@ def test_a_ctrl_c_while_the_replay_starts_stops_every_thread_it_started(monkeypa
         net.port_counters = interrupt
     else:
         monkeypatch.setattr(runner.Injector, "start", interrupt)
-    monkeypatch.setattr(runner, "_queue_records", lambda *_a: {})
+    monkeypatch.setattr(runner, "queue_records", lambda *_a: {})
     p = SimpleNamespace(events=[], exp=SimpleNamespace(time=SimpleNamespace(skip_compute=False)))
     rec = RunRecord("v", 0, Watch())
     with pytest.raises(_Interrupted):

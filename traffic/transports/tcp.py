@@ -91,6 +91,7 @@ class TcpTransport:
         self.on_finished: Callable[[str], None] | None = None  # a rank's iteration is over (traffic/skip.py)
         self.tcp: dict[str, dict[str, int]] = {}  # host -> its TCP retransmission counters, read at stop
         self.roce: dict[str, dict[str, int]] = {}  # host -> its RoCE NIC's counters (roce), read at stop
+        self.cpu_s: dict[str, float] = {}  # host -> its agent's CPU seconds (user + system), read at stop
 
     def start(self) -> None:
         import subprocess
@@ -149,6 +150,8 @@ class TcpTransport:
                     self._control.notify_all()
             elif ev.get("event") in ("tcp", "roce"):
                 getattr(self, ev["event"])[host] = ev["counters"]
+            elif ev.get("event") == "cpu":
+                self.cpu_s[host] = ev["seconds"]
             elif ev.get("event") != "batch":
                 self._events.put((host, ev))
 
