@@ -129,6 +129,7 @@ class Counters:
     cnps_received: int = 0
     ce: int = 0
     icrc_errors: int = 0  # and malformed frames: dropped as a NIC drops them
+    rate_cuts: int = 0  # DCQCN's (the QPs' reaction points)
 
 
 class QueuePair:
@@ -336,11 +337,13 @@ class Nic:
             pass  # no route back (a port down): the requester's retry timer covers it
 
     def totals(self) -> Counters:
-        """The counters, with the QPs' own (frames sent and resent, go-back-N episodes) summed in."""
+        """The counters, with the QPs' own (frames sent and resent, go-back-N episodes, DCQCN's rate cuts) summed
+        in."""
         c = Counters(**vars(self.counters))
         with self._lock:
             for qp in self.qps.values():
                 with qp.cv:
                     c.sent, c.resent, c.rewinds = (c.sent + qp.sq.req.sent, c.resent + qp.sq.req.resent,
                                                    c.rewinds + qp.sq.req.rewinds)
+                    c.rate_cuts += qp.sq.rp.cuts if qp.sq.rp is not None else 0
         return c

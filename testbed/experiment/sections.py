@@ -130,15 +130,19 @@ def roce_lines(runs: list[Run]) -> list[str]:
         return []
     lines = ["", "RoCE (transport roce): data frames sent and resent, frames the fabric lost (shaper drops and "
              "lossy links), frames resent per frame lost (go-back-N resends what followed the lost one), NAKs "
-             "and retry timeouts, frames the responders dropped out of order:", "",
-             "| variant | frames sent | resent | lost | resent per lost | NAKs / timeouts | dropped out of order |",
-             "|---|---|---|---|---|---|---|"]
+             "and retry timeouts, frames the responders dropped out of order; with DCQCN, the frames that came "
+             "CE-marked, the CNPs the receivers sent and the senders' rate cuts:", "",
+             "| variant | frames sent | resent | lost | resent per lost | NAKs / timeouts | dropped out of order | "
+             "CE / CNPs / rate cuts |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r.roce
         lost = _frames_lost(r)
         per = f"{c['resent'] / lost:.1f}" if lost else "-"
+        # runs recorded before the NICs counted their cuts lack the key
+        dcqcn = f"{c['ce']:,} / {c['cnps_sent']:,} / {c.get('rate_cuts', 0):,}" if c["ce"] else "-"
         lines.append(f"| {r.variant} #{r.repetition} | {c['sent']:,} | {c['resent']:,} | {lost:,} | {per} | "
-                     f"{c['naks']:,} / {c['timeouts']:,} | {c['out_of_order']:,} |")
+                     f"{c['naks']:,} / {c['timeouts']:,} | {c['out_of_order']:,} | {dcqcn} |")
     return lines
 
 

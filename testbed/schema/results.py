@@ -213,7 +213,8 @@ class Run(Record):
                                             "retransmits, DSACKs, reorderings (null: no TCP)")
     roce: dict[str, int] | None = only("with transport roce: the hosts' RoCE NICs summed: data frames sent and "
                                        "resent, go-back-N episodes (rewinds), timeouts, frames received and "
-                                       "dropped out of order, NAKs, CNPs sent and received, CE marks, ICRC errors; and "
+                                       "dropped out of order, NAKs, CNPs sent and received, CE marks, ICRC errors, "
+                                       "DCQCN's rate cuts; and "
                                        "retry_timer_ms, the QPs' retry timer in wall time")
     agents_cpu_s: float | None = only("with the tcp or roce transport: the CPU seconds (user and system) the "
                                       "hosts' traffic agents used, from start to stop: what the transport cost "

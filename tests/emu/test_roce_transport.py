@@ -161,9 +161,11 @@ def test_dcqcn_answers_ce_marks_with_cnps_and_paces_the_queue_pairs(mark_at, no_
             rp_.close()
             tr.stop()
         marks = sum((net.ecn_marks() or {}).values())
-    c = {k: sum(n[k] for n in tr.roce.values()) for k in ("ce", "cnps_sent", "cnps_received", "timeouts", "resent")}
+    c = {k: sum(n[k] for n in tr.roce.values())
+         for k in ("ce", "cnps_sent", "cnps_received", "timeouts", "resent", "rate_cuts")}
     assert r.bytes_delivered == r.bytes_expected
     assert marks > 0 and c["ce"] == marks, (marks, c)  # every mark reached the receiver: nothing was lost
     assert 0 < c["cnps_sent"] <= c["ce"] and c["cnps_received"] == c["cnps_sent"], c
+    assert 0 < c["rate_cuts"] <= c["cnps_received"], c  # the senders' reaction points cut on them
     assert c["timeouts"] == c["resent"] == 0, c
     assert far_ends == (switch_ports if mark_at == "dequeue" else 0) and _xdp_links() == before, far_ends

@@ -25,7 +25,9 @@ def test_roce_runs_get_a_row_of_resent_per_lost_and_tcp_runs_none():
     lost = sum(sum(c.get("errors", {}).values()) for c in lossy.gray["counters"].values())
     roce = lossy.model_copy(update={"roce": NIC, "transport": "roce"})
     row = roce_lines([roce])[-1]
-    assert lost > 0 and row == (f"| {roce.variant} #0 | 12,000 | 620 | {lost:,} | {620 / lost:.1f} | 8 / 1 | 580 |")
+    assert lost > 0 and row == (f"| {roce.variant} #0 | 12,000 | 620 | {lost:,} | {620 / lost:.1f} | 8 / 1 | 580 | - |")
+    marked = roce.model_copy(update={"roce": NIC | {"ce": 300, "cnps_sent": 40, "rate_cuts": 35}})
+    assert roce_lines([marked])[-1].endswith("| 300 / 40 / 35 |")  # DCQCN's notifications and what they cut
     assert "620 frames resent" in "\n".join(gray_lines([roce]))  # the gray table reads RoCE's resends, not TCP's
 
 
