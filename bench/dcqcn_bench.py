@@ -1,6 +1,7 @@
 """DCQCN in the emulation against DCQCN on an ideal fabric: experiments/cc_incast.yaml's RoCE variants beside
 bench/dcqcn_model.py's model of the same incast (the same reaction point, thresholds, frames, XOFF and the
-same split of the senders over the receiver's two ToR ports as the run's hashing made it).
+same split of the senders over the receiver's two ToR ports as the run's hashing made it) and beside DCQCN's
+fluid model (bench/dcqcn_fluid.py: the published equations, no PFC, no hyper increase).
 
     sudo .venv/bin/python -m bench.dcqcn_bench            (runs cc_incast at full size, then the table)
     .venv/bin/python -m bench.dcqcn_bench --from RESULTS_DIR   (the table from a finished cc_incast run)
@@ -12,6 +13,7 @@ import argparse
 import statistics
 from pathlib import Path
 
+from bench import dcqcn_fluid
 from bench.dcqcn_model import Port, incast
 from bench.tables import BENCHMARKS, replace_block, stamp, stamp_of_results, table
 from testbed.net.balance import nic_balance, nic_port_queue
@@ -19,6 +21,7 @@ from testbed.qos import ecn
 from testbed.qos.spec import MTU, OVS_BURST_FRAMES
 from testbed.schema.results import Results, Run, load
 from topos import build
+from traffic.roce.dcqcn import RpParams
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = 5
@@ -50,6 +53,17 @@ def _modelled(run: Run, rate_gbps: float, kind: dict) -> tuple[float, float, flo
             statistics.mean(o[2] for o in outs) / run.scale / 1e3)
 
 
+def _fluid(run: Run, rate_gbps: float) -> tuple[float, float, float]:
+    """The fluid model's (fraction of ideal, median and p90 queue in emulated KB) for the same ports (DCQCN's:
+    it has no PFC and marks only one way)."""
+    op, ports = run.ops[0], _ports(run, rate_gbps, {})
+    fluids = [dcqcn_fluid.Fluid(flows=p.senders, bytes_each=p.bytes_each, rate_bps=p.rate_bps, frame=p.frame,
+                                kmin=p.kmin, kmax=p.kmax, pmax=p.pmax, feedback_s=p.feedback_s) for p in ports]
+    seconds, p50, p90 = dcqcn_fluid.incast(fluids, RpParams(line_bps=rate_gbps * 1e9))
+    ideal = op.size * run.scale * 8 / (2 * rate_gbps * 1e9)
+    return ideal / seconds, p50 / run.scale / 1e3, p90 / run.scale / 1e3
+
+
 def rows(data: Results) -> list[list[str]]:
     rate = min(l.rate_gbps for l in build(data.experiment["topology"]["name"]).links if l.kind == "host-tor")
     out = []
@@ -62,9 +76,11 @@ def rows(data: Results) -> list[list[str]]:
         frac = statistics.mean(o.fraction_of_ideal for x in runs for o in x.ops)
         m = _modelled(r, rate, kind)
         roce = r.roce or {}
+        fl = _fluid(r, rate) if kind.get("dcqcn", True) else None
         out.append([variant, f"{frac:.1%}", f"{q.p50 / 1e3:.0f} / {q.p90 / 1e3:.0f}" if q else "not sampled",
                     f"{roce.get('ce', 0):,} / {roce.get('cnps_sent', 0):,}", f"{m[0]:.1%}",
-                    f"{m[1]:.0f} / {m[2]:.0f}", r.fidelity.status])
+                    f"{m[1]:.0f} / {m[2]:.0f}", f"{fl[0]:.1%}, {fl[1]:.0f} / {fl[2]:.0f}" if fl else "-",
+                    r.fidelity.status])
     return out
 
 
@@ -74,7 +90,7 @@ def render(data: Results, folder: str) -> str:
         "the receiver's ToR ports, emulated KB (x the bytes scale for the fabric's), median / 90th percentile over "
         "the run; of ideal: against both ports at line rate.", "",
         table(["variant", "emulated: of ideal", "queue (KB)", "CE marks / CNPs", "model: of ideal",
-               "model: queue (KB)", "fidelity"], rows(data))])
+               "model: queue (KB)", "fluid model: of ideal, queue (KB)", "fidelity"], rows(data))])
 
 
 def main() -> None:
