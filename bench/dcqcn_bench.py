@@ -56,10 +56,8 @@ def _modelled(run: Run, rate_gbps: float, kind: dict) -> tuple[float, float, flo
 def _fluid(run: Run, rate_gbps: float) -> tuple[float, float, float]:
     """The fluid model's (fraction of ideal, median and p90 queue in emulated KB) for the same ports (DCQCN's:
     it has no PFC and marks only one way)."""
-    op, ports = run.ops[0], _ports(run, rate_gbps, {})
-    fluids = [dcqcn_fluid.Fluid(flows=p.senders, bytes_each=p.bytes_each, rate_bps=p.rate_bps, frame=p.frame,
-                                kmin=p.kmin, kmax=p.kmax, pmax=p.pmax, feedback_s=p.feedback_s) for p in ports]
-    seconds, p50, p90 = dcqcn_fluid.incast(fluids, RpParams(line_bps=rate_gbps * 1e9))
+    op = run.ops[0]
+    seconds, p50, p90 = dcqcn_fluid.incast(_ports(run, rate_gbps, {}), RpParams(line_bps=rate_gbps * 1e9))
     ideal = op.size * run.scale * 8 / (2 * rate_gbps * 1e9)
     return ideal / seconds, p50 / run.scale / 1e3, p90 / run.scale / 1e3
 

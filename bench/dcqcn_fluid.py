@@ -24,25 +24,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from bench.dcqcn_model import CNP_INTERVAL_S, Port
 from traffic.roce.dcqcn import RpParams
 
 STEP_S = 0.1e-6
-
-
-@dataclass(frozen=True)
-class Fluid:
-    """N flows into one port; bytes and seconds of the fabric."""
-
-    flows: int
-    bytes_each: float
-    rate_bps: float
-    frame: int
-    kmin: float
-    kmax: float
-    pmax: float
-    feedback_s: float  # tau*: from a mark to its CNP at the sender
-    cnp_interval_s: float = 50e-6  # tau
-    byte_counter: float = math.inf  # B, bytes (the reaction point here has none)
 
 
 @dataclass(frozen=True)
@@ -73,14 +58,16 @@ def _terms(p: float, rc: float, tau: float, b_frames: float, timer: float, f: in
     return a, b, c, d, e
 
 
-def _marking(m: Fluid, q: float) -> float:
+def _marking(m: Port, q: float) -> float:
     if q <= m.kmin:
         return 0.0
     return 1.0 if q > m.kmax else m.pmax * (q - m.kmin) / (m.kmax - m.kmin)
 
 
-def run(m: Fluid, rp: RpParams, limit_s: float = 0.1) -> Trace:
-    """Every flow starting at the line rate with alpha 1, as the NICs do; Euler steps of STEP_S."""
+def run(m: Port, rp: RpParams, limit_s: float = 0.1, byte_counter: float = math.inf) -> Trace:
+    """The port's senders as the model's N identical flows (its PFC and marking point are not in the model),
+    every flow starting at the line rate with alpha 1, as the NICs do; Euler steps of STEP_S. `byte_counter`:
+    DCQCN's B in bytes (the reaction point here has none)."""
     to_frames = 1 / (8 * m.frame)
     c = m.rate_bps * to_frames
     rc = rt = c  # frames/s
@@ -92,14 +79,13 @@ def run(m: Fluid, rp: RpParams, limit_s: float = 0.1) -> Trace:
     while (sent < frames_each or q > 0) and t < limit_s:
         i = len(queue) % lag
         p, rc_then = _marking(m, past_q[i] * m.frame), past_rc[i]
-        a, b, cc, d, e = _terms(p, rc_then, m.cnp_interval_s, m.byte_counter / m.frame, rp.t_inc_s,
-                                rp.fast_recovery)
+        a, b, cc, d, e = _terms(p, rc_then, CNP_INTERVAL_S, byte_counter / m.frame, rp.t_inc_s, rp.fast_recovery)
         sending = rc if sent < frames_each else 0.0
-        d_rc = -rc * alpha * a / (2 * m.cnp_interval_s) + (rt - rc) * rc_then * (b + d) / 2
-        d_rt = -(rt - rc) * a / m.cnp_interval_s + ai * rc_then * (cc + e)
+        d_rc = -rc * alpha * a / (2 * CNP_INTERVAL_S) + (rt - rc) * rc_then * (b + d) / 2
+        d_rt = -(rt - rc) * a / CNP_INTERVAL_S + ai * rc_then * (cc + e)
         d_alpha = rp.g * (-math.expm1(rp.t_alpha_s * rc_then * math.log1p(-min(p, 1 - 1e-12))) - alpha) / rp.t_alpha_s
         past_q[i], past_rc[i] = q, rc
-        q = max(0.0, q + (m.flows * sending - c) * STEP_S)
+        q = max(0.0, q + (m.senders * sending - c) * STEP_S)
         floor = rp.min_bps * to_frames
         rc, rt = min(c, max(floor, rc + d_rc * STEP_S)), min(c, max(floor, rt + d_rt * STEP_S))
         alpha = min(1.0, max(0.0, alpha + d_alpha * STEP_S))
@@ -110,7 +96,7 @@ def run(m: Fluid, rp: RpParams, limit_s: float = 0.1) -> Trace:
     return Trace(t, queue, rate)
 
 
-def incast(ports: list[Fluid], rp: RpParams) -> tuple[float, float, float]:
+def incast(ports: list[Port], rp: RpParams) -> tuple[float, float, float]:
     """Several ports side by side (the receiver's NIC ports): (seconds until the last one finished, median and
     90th percentile of the deepest port's queue over that time), as bench/dcqcn_model.py's `incast`."""
     traces = [run(m, rp) for m in ports]

@@ -8,7 +8,8 @@ import statistics
 
 import pytest
 
-from bench.dcqcn_fluid import STEP_S, Fluid, _terms, run
+from bench.dcqcn_fluid import STEP_S, _terms, run
+from bench.dcqcn_model import Port
 from testbed.qos.ecn import PMAX, published
 from traffic.roce.dcqcn import RpParams
 
@@ -25,8 +26,8 @@ def test_the_terms_are_continuous_into_their_limits():
 
 
 def test_sixteen_flows_settle_just_past_kmin_with_the_link_full():
-    m = Fluid(flows=16, bytes_each=1e12, rate_bps=200e9, frame=1000, kmin=KMIN, kmax=KMAX, pmax=PMAX,
-              feedback_s=4e-6)
+    m = Port(senders=16, bytes_each=1e12, rate_bps=200e9, frame=1000, kmin=KMIN, kmax=KMAX, pmax=PMAX, xoff=0,
+             xon=0)  # no PFC in the fluid model
     tr = run(m, RpParams(line_bps=200e9), limit_s=0.03)
     last = int(0.005 / STEP_S)  # the last 5 ms
     q, rate = tr.queue[-last:], tr.rate[-last:]
