@@ -103,11 +103,11 @@ def test_dcqcn_cuts_the_senders_rate_on_marks_and_holds_the_queue_below_kmin(no_
     assert cc["notifications"] >= cc["cuts"] > 0 and cc["increase_periods"] > 0, cc
     assert cc["lowest_rate"] <= 0.25, cc  # four senders into one port: each at most a quarter of its line rate
     # RED marking from Kmin up (HPCC's 600 KB at 200 Gbit/s, 60 KB at this bytes scale; XOFF one batch above
-    # Kmax): the rates hold the queue below Kmin, where plain TCP stands deeper (its windows, not XOFF, bound it
-    # here, and swing from run to run). Measured: 41 KB median against 77 KB (with the former thresholds, Kmin a
-    # quarter of a 97 KB XOFF: 7.6-16.7 KB against 62-74 KB in four runs). Pauses are not compared: every sender
-    # starts at its line rate, as a RoCE NIC does, and PFC holds that first burst before any mark is back
-    assert dcqcn["median_depth"] <= dcqcn["kmin"] and dcqcn["median_depth"] < plain["median_depth"], (dcqcn, plain)
+    # Kmax): the rates hold the queue at or below Kmin (medians 41 and 48 KB in two runs). Plain TCP is reported,
+    # not compared: with XOFF at 288 KB its windows, not PFC, bound its queue, and that swings from run to run
+    # (medians 77 and 48 KB: once as low as DCQCN's). Pauses are not compared either: every sender starts at its
+    # line rate, as a RoCE NIC does, and PFC holds that first burst before any mark is back
+    assert dcqcn["median_depth"] <= dcqcn["kmin"], (dcqcn, plain)
     assert dcqcn["drops"] == plain["drops"] == 0
     # the price DCQCN is known for: capacity left idle while the rates climb back (measured 75-87%)
     assert dcqcn["goodput_bps"] >= 0.6 * dcqcn["bottleneck_bps"]
