@@ -5,7 +5,7 @@ VENV := .venv
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: bootstrap ryu-venv browser lint docs docs-images test test-slow test-all test-unit test-emu vm-image vm-test cluster-test vagrant-box vagrant-test demo clean bench
+.PHONY: bootstrap ryu-venv ns3-venv browser lint docs docs-images test test-slow test-all test-unit test-emu vm-image vm-test cluster-test vagrant-box vagrant-test demo clean bench
 
 bootstrap:
 	$(SUDO) bash scripts/bootstrap.sh
@@ -13,6 +13,10 @@ bootstrap:
 # The same controller app under ryu-manager, in .venv-ryu (tests/emu/test_controller.py runs it).
 ryu-venv: bootstrap
 	$(SUDO) bash scripts/ryu_venv.sh
+
+# Mainline ns-3 from PyPI in .venv-ns3, for bench/dctcp_bench.py only.
+ns3-venv: bootstrap
+	$(SUDO) bash scripts/ns3_venv.sh
 
 # Debian's Chromium and Playwright for the web view's browser tests (tests/emu/test_web.py).
 browser: bootstrap

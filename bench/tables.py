@@ -43,6 +43,16 @@ def write_saved(path: Path, name: str, render: Callable[[dict | list], str]) -> 
     replace_block(BENCHMARKS, name, render(saved), stamp_of(saved))
 
 
+def write_new(path: str | Path, name: str, saved: dict, render: Callable[[dict], str]) -> None:
+    """A bench's fresh record (with its "stamp") saved to `path`, and its table written into the docs' block
+    `name` and printed."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(saved, indent=1))
+    replace_block(BENCHMARKS, name, render(saved), saved["stamp"])
+    print(render(saved))
+
+
 def stamp_line(s: dict) -> str:
     return f"Measured on {s['machine']}; commit {s['commit']}; {s['date']}."
 

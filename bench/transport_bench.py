@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 
 from bench.scale_bench import _experiment
-from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
+from bench.tables import stamp, table, write_new, write_saved
 from testbed.experiment.runner import run_one
 from testbed.experiment.sections import cpu_per_gbit
 from testbed.system.ownership import exit_cleanly_on_signals
@@ -63,12 +63,7 @@ def main() -> None:
         for t in TRANSPORTS:
             rows.append(allreduce(n, t, a.iters))
             print(json.dumps(rows[-1]), flush=True)
-    saved = {"stamp": measured, "iters": a.iters, "rows": rows}
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(saved, indent=1))
-    replace_block(BENCHMARKS, "transport", render(saved), measured)
-    print(render(saved))
+    write_new(a.out, "transport", {"stamp": measured, "iters": a.iters, "rows": rows}, render)
 
 
 if __name__ == "__main__":
