@@ -38,16 +38,20 @@ def _ports(run: Run, rate_gbps: float, kind: dict) -> list[Port]:
     s = run.scale
     facing = set(run.host_port_tor.values())  # the ToR ports facing the NICs: where the incast queues
     xoff = max(q["xoff"] for k, q in run.pfc["queues"].items() if k.split("/")[0] in facing)
-    kmin, kmax = ecn.thresholds(rate_gbps, s, OVS_BURST_FRAMES * MTU, xoff)
+    kmin, kmax = ecn.thresholds(ecn.scaled(rate_gbps, s), OVS_BURST_FRAMES * MTU, xoff)
     common = dict(bytes_each=op.size * s / senders, rate_bps=rate_gbps * 1e9, frame=MTU * s, kmin=kmin * s,
                   kmax=kmax * s, pmax=ecn.PMAX, xoff=xoff * s, xon=xoff * s / 2)
     return [Port(senders=n, **common, **kind) for n in (more, senders - more) if n]
 
 
+def _ideal_s(run: Run, rate_gbps: float) -> float:
+    """The incast's time with both of the receiver's ports at line rate, in the fabric's time."""
+    return run.ops[0].size * run.scale * 8 / (2 * rate_gbps * 1e9)
+
+
 def _modelled(run: Run, rate_gbps: float, kind: dict) -> tuple[float, float, float]:
     """(fraction of ideal, median and p90 queue in emulated KB), the mean over SEEDS seeds."""
-    op, ports = run.ops[0], _ports(run, rate_gbps, kind)
-    ideal = op.size * run.scale * 8 / (2 * rate_gbps * 1e9)
+    ports, ideal = _ports(run, rate_gbps, kind), _ideal_s(run, rate_gbps)
     outs = [incast(ports, seed) for seed in range(1, SEEDS + 1)]
     return (statistics.mean(ideal / o[0] for o in outs), statistics.mean(o[1] for o in outs) / run.scale / 1e3,
             statistics.mean(o[2] for o in outs) / run.scale / 1e3)
@@ -56,10 +60,8 @@ def _modelled(run: Run, rate_gbps: float, kind: dict) -> tuple[float, float, flo
 def _fluid(run: Run, rate_gbps: float) -> tuple[float, float, float]:
     """The fluid model's (fraction of ideal, median and p90 queue in emulated KB) for the same ports (DCQCN's:
     it has no PFC and marks only one way)."""
-    op = run.ops[0]
     seconds, p50, p90 = dcqcn_fluid.incast(_ports(run, rate_gbps, {}), RpParams(line_bps=rate_gbps * 1e9))
-    ideal = op.size * run.scale * 8 / (2 * rate_gbps * 1e9)
-    return ideal / seconds, p50 / run.scale / 1e3, p90 / run.scale / 1e3
+    return _ideal_s(run, rate_gbps) / seconds, p50 / run.scale / 1e3, p90 / run.scale / 1e3
 
 
 def rows(data: Results) -> list[list[str]]:

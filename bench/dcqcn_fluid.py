@@ -58,12 +58,6 @@ def _terms(p: float, rc: float, tau: float, b_frames: float, timer: float, f: in
     return a, b, c, d, e
 
 
-def _marking(m: Port, q: float) -> float:
-    if q <= m.kmin:
-        return 0.0
-    return 1.0 if q > m.kmax else m.pmax * (q - m.kmin) / (m.kmax - m.kmin)
-
-
 def run(m: Port, rp: RpParams, limit_s: float = 0.1, byte_counter: float = math.inf) -> Trace:
     """The port's senders as the model's N identical flows (its PFC and marking point are not in the model),
     every flow starting at the line rate with alpha 1, as the NICs do; Euler steps of STEP_S. `byte_counter`:
@@ -78,7 +72,7 @@ def run(m: Port, rp: RpParams, limit_s: float = 0.1, byte_counter: float = math.
     ai, frames_each = rp.r_ai * to_frames, m.bytes_each / m.frame
     while (sent < frames_each or q > 0) and t < limit_s:
         i = len(queue) % lag
-        p, rc_then = _marking(m, past_q[i] * m.frame), past_rc[i]
+        p, rc_then = m.mark_probability(past_q[i] * m.frame), past_rc[i]
         a, b, cc, d, e = _terms(p, rc_then, CNP_INTERVAL_S, byte_counter / m.frame, rp.t_inc_s, rp.fast_recovery)
         sending = rc if sent < frames_each else 0.0
         d_rc = -rc * alpha * a / (2 * CNP_INTERVAL_S) + (rt - rc) * rc_then * (b + d) / 2

@@ -40,6 +40,13 @@ class Port:
     dequeue: bool = False
     feedback_s: float = 4e-6  # from the mark to the CNP at the sender, past the queue itself
 
+    def mark_probability(self, backlog: float) -> float:
+        """RED as the switches mark (queues.bpf.c): none at or below kmin, rising to pmax just below kmax, every
+        frame from kmax on."""
+        if backlog <= self.kmin:
+            return 0.0
+        return 1.0 if backlog >= self.kmax else self.pmax * (backlog - self.kmin) / (self.kmax - self.kmin)
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -67,10 +74,8 @@ class _Run:
         self.np_last = [float("-inf")] * port.senders
 
     def marked(self) -> bool:
-        p, q = self.p, self.backlog
-        if not p.dcqcn or q <= p.kmin:
-            return False
-        return q >= p.kmax or self.rng.random() < p.pmax * (q - p.kmin) / (p.kmax - p.kmin)
+        prob = self.p.mark_probability(self.backlog) if self.p.dcqcn else 0.0
+        return prob >= 1 or (prob > 0 and self.rng.random() < prob)  # a draw only where the ramp is
 
     def send(self, t: float) -> None:
         p = self.p

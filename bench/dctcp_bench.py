@@ -19,7 +19,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from bench.tables import stamp, table, write_new, write_saved
+from bench.tables import args_or_saved, stamp, table, write_new
 from testbed.system.ownership import exit_cleanly_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,11 +113,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--senders", type=int, nargs="+", default=[4, 16])
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--out", default="results/bench/dctcp.json")
-    ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
-    a = ap.parse_args()
-    if a.saved:
-        write_saved(a.saved, "dctcp", render)
+    a = args_or_saved(ap, "dctcp", render, "results/bench/dctcp.json")
+    if a is None:
         return
     if not NS3_PYTHON.exists():
         raise SystemExit("no .venv-ns3: run 'sudo make ns3-venv' first (mainline ns-3 from PyPI)")

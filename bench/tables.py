@@ -8,6 +8,7 @@ experiments/README.md the shipped experiments' (the docs site includes it).
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable
@@ -41,6 +42,19 @@ def write_saved(path: Path, name: str, render: Callable[[dict | list], str]) -> 
     """The docs' table `name` rewritten from a run saved earlier (a bench's `--from FILE`), under its own stamp."""
     saved = json.loads(path.read_text())
     replace_block(BENCHMARKS, name, render(saved), stamp_of(saved))
+
+
+def args_or_saved(ap: argparse.ArgumentParser, name: str, render: Callable[[dict], str],
+                  out: str) -> argparse.Namespace | None:
+    """A bench's arguments with `--out` (default `out`) and `--from`; with `--from FILE` the docs' table `name` is
+    written from that saved run and None returned: nothing is to run."""
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
+    a = ap.parse_args()
+    if a.saved:
+        write_saved(a.saved, name, render)
+        return None
+    return a
 
 
 def write_new(path: str | Path, name: str, saved: dict, render: Callable[[dict], str]) -> None:

@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 
 from bench.scale_bench import _experiment
-from bench.tables import stamp, table, write_new, write_saved
+from bench.tables import args_or_saved, stamp, table, write_new
 from testbed.experiment.runner import run_one
 from testbed.experiment.sections import cpu_per_gbit
 from testbed.system.ownership import exit_cleanly_on_signals
@@ -50,11 +50,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, nargs="+", default=[8, 16])
     ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--out", default="results/bench/transport.json")
-    ap.add_argument("--from", dest="saved", type=Path, help="Write the docs' table from this saved run; run nothing.")
-    a = ap.parse_args()
-    if a.saved:
-        write_saved(a.saved, "transport", render)
+    a = args_or_saved(ap, "transport", render, "results/bench/transport.json")
+    if a is None:
         return
     measured = stamp()
     exit_cleanly_on_signals()

@@ -31,10 +31,10 @@ def scaled(rate_gbps: float, bytes_scale: float) -> tuple[int, int]:
     return int(kmin / bytes_scale), int(kmax / bytes_scale)
 
 
-def thresholds(rate_gbps: float, bytes_scale: float, floor: int, xoff: int) -> tuple[int, int]:
-    """(Kmin, Kmax) emulated bytes for a lossless queue: the published ones scaled, at least a quarter of `floor`
-    and `floor` (the port's burst floor), and at most the queue's `xoff` (marking reaches every packet by the time
-    PFC pauses, also where XOFF was given lower)."""
-    kmin, kmax = scaled(rate_gbps, bytes_scale)
+def thresholds(published_scaled: tuple[int, int], floor: int, xoff: int) -> tuple[int, int]:
+    """(Kmin, Kmax) emulated bytes for a lossless queue: the published ones scaled (`scaled`), at least a quarter
+    of `floor` and `floor` (the port's burst floor), and at most the queue's `xoff` (marking reaches every packet by
+    the time PFC pauses, also where XOFF was given lower)."""
+    kmin, kmax = published_scaled
     kmax = min(max(kmax, floor), xoff)
     return min(max(kmin, floor // 4), kmax), kmax

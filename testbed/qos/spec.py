@@ -404,19 +404,19 @@ def port_plan(rate_gbps: float, spec: QosSpec, ingress_gbps: float | None = None
     t, react = spec.pfc.poll_ms / 1000, spec.pfc.reaction_s()
     late = remote_ingress_gbps * 1e9 / spec.scale / 8 * spec.pfc.remote_ms / 1000
     buffer_bytes = max(spec.min_buffer_bytes, int(r * spec.buffer_ms / 1000))
-    bytes_scale = spec.scale / spec.dilated_by  # the fabric's bytes per emulated byte
     pfc = spec.pfc
+    floor = max(OVS_BURST_FRAMES * MTU, int(4 * r * t))
+    published = marking.scaled(rate_gbps, spec.scale / spec.dilated_by)  # in emulated bytes: / the bytes scale
+    # XOFF one OVS batch above the published Kmax: ECN's marks act before pauses
+    xoff_default = max(floor, published[1] + OVS_BATCH * MTU)
     lossless = {}
     for c in spec.lossless:
         derived = int(r_in * react + late) + fixed_headroom(ingress_links)
         headroom = next(v for v in (c.headroom_bytes, pfc.headroom_bytes, derived) if v is not None)
-        floor = max(OVS_BURST_FRAMES * MTU, int(4 * r * t))
-        # XOFF one OVS batch above the published Kmax: ECN's marks act before pauses
-        xoff_default = max(floor, marking.scaled(rate_gbps, bytes_scale)[1] + OVS_BATCH * MTU)
         xoff = next(v for v in (c.xoff_bytes, pfc.xoff_bytes, xoff_default) if v is not None)
         # marking reaches every packet by the time the queue pauses (or, lossy, drops)
         top = xoff if pfc.enabled else buffer_bytes
-        kmin, kmax = spec.ecn.red(marking.thresholds(rate_gbps, bytes_scale, floor, top), spec.cc == "dctcp")
+        kmin, kmax = spec.ecn.red(marking.thresholds(published, floor, top), spec.cc == "dctcp")
         xon = next(v for v in (c.xon_bytes, pfc.xon_bytes, xoff // 2) if v is not None)
         if xon >= xoff:
             raise InputError("XON must be below XOFF", f"use an xon_bytes below {xoff}",
