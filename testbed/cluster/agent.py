@@ -44,6 +44,7 @@ from testbed.qos.shaper import Shaper
 from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import probe
 from testbed.system.ownership import RUN_DIR, RUN_ID, Ownership, exit_cleanly_on_signals
+from testbed.system.poll import json_lines
 from testbed.system.site import LocalSite
 from testbed.system.versions import versions
 
@@ -150,8 +151,7 @@ def serve(run_id: str, inp=sys.stdin, out=sys.stdout) -> None:
         out.flush()
 
     try:
-        for line in inp:
-            req = json.loads(line)
+        for req in json_lines(inp):
             if req.get("op") == "stop":
                 break
             try:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed.system.ownership import exit_cleanly_on_signals
-from testbed.system.poll import readable
+from testbed.system.poll import json_lines, readable
 
 from .kqueues import (
     COUNTED,
@@ -83,6 +83,7 @@ class PfcProcess:
         self.detect_why = ""
         self._owed = 0  # answers the process still owes (one per request sent)
         self._buf = b""  # what it said beyond the last answer taken
+        self._torn = False  # a request was cut mid-line: nothing more may be written to the pipe
 
     def start(self) -> None:
         spec = self.shaper.spec
@@ -113,11 +114,17 @@ class PfcProcess:
         """One request and its answer; None when the process is gone or does not answer in time (the report
         is then missing, and the verdict says "unknown"). An answer still owed to a request cut short (a Ctrl-C
         while the process started) is read first, so each answer meets its own request."""
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None or self._torn or self.proc.poll() is not None:
             return None
         try:
-            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
-            self.proc.stdin.flush()
+            try:
+                self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+                self.proc.stdin.flush()
+            except BaseException:
+                # Cut mid-line (a Ctrl-C in a 100 KB configuration): a request after it would run on from the
+                # cut and the process would read one garbled line. The pipe now only closes (close()).
+                self._torn = True
+                raise
             self._owed += 1
             while self._owed:
                 line = self._answer(request.get("op", "start"), timeout)
@@ -215,8 +222,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s hpnlab PFC agent: %(message)s")
     answers = os.fdopen(os.dup(1), "w")  # the protocol's own descriptor: a library's print goes to stderr
     os.dup2(2, 1)
-    requests = sys.stdin
-    conf = json.loads(requests.readline() or "null")
+    requests = json_lines(sys.stdin)
+    conf = next(requests, None)
     if conf is None:
         return
     agent, shaper, maps = _agent(conf)
@@ -230,8 +237,7 @@ def main() -> None:
         if conf["detect_why"]:
             agent.detect_why = conf["detect_why"]
         _say(answers, {"pid": os.getpid(), "detect": agent.detect})
-        for line in requests:
-            req = json.loads(line)
+        for req in requests:
             if req["op"] == "report":
                 _say(answers, agent.report(req["since"]))
             elif req["op"] == "storm":

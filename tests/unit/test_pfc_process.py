@@ -4,8 +4,11 @@ the verdict takes as "unknown"."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 from testbed.experiment.fidelity import verdict
@@ -131,3 +134,41 @@ def test_two_answers_that_arrived_together_are_both_read_at_once():
         assert agent._answer("stop", 5) == b""  # its end
     finally:
         agent.proc.stdout.close()
+
+
+def test_a_configuration_cut_off_by_its_interrupted_parent_ends_the_agent_without_a_traceback():
+    """A Ctrl-C while `up` wrote the agent's configuration (100 KB on a large fabric) left the agent the pipe's
+    first 64 KB and end of input: it exited 1 with a JSONDecodeError's traceback on the terminal (CI's interrupt
+    sweep). A line without its newline is the parent gone, as an empty input is."""
+    cut = json.dumps({"spec": {}, "ports": ["x" * 70_000]})[:65_536]
+    done = subprocess.run([sys.executable, "-m", "testbed.qos.pfc_process"], input=cut, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_a_request_cut_mid_line_is_the_last_thing_written_to_the_agent():
+    """The Ctrl-C of the sweep above landed in the parent's write of the configuration: its stop() then wrote
+    on from the cut, and the agent read one garbled line (JSONDecodeError, exit 1). Now nothing follows a cut
+    request: the agent sees a line without its end, ends quietly, and exits 0."""
+    agent, _ = _started()
+    proc = agent.proc
+    real = proc.stdin
+
+    class _CutWriter:
+        def write(self, data: bytes) -> int:
+            real.write(data[: len(data) // 2])
+            real.flush()
+            raise KeyboardInterrupt
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    proc.stdin = _CutWriter()
+    try:
+        agent.report()
+    except KeyboardInterrupt:
+        pass
+    proc.stdin = real
+    assert agent.stop() is None and agent.report() is None  # nothing written after the cut
+    agent.close()
+    assert proc.returncode == 0
