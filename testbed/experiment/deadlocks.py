@@ -3,15 +3,18 @@
 
 A run states them before it starts (a plan note) and keeps them in its record (`pfc.buffer_cycles`): a
 researcher injecting failures learns which failure made PFC able to deadlock, and which flows tie the cycle.
+Afterwards the PFC agent's samples say whether one closed: every queue on it paused at once (`pfc.deadlocks`),
+how often, for how long, and whether it still held when the traffic ended (a deadlock the watchdog did not
+break).
 The controller's precise modes pin each flow to one of the ECMP paths taken here, so for them a cycle found is
 one that *can* form, depending on the pins.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from controllers.deadlock import Cycle, cycles, dependencies
+from controllers.deadlock import Cycle, Queue, cycles, dependencies
 from controllers.routing import RoutingGraph, compute_tables
 from topos.model import Topology
 
@@ -87,3 +90,64 @@ def buffer_cycles(exp: Experiment, topo: Topology, jobs: list, events: list[Even
             found.append(RouteCycles(t, tuple(sorted(down)), tuple(closed)))
     return found
 
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A cyclic buffer dependency the PFC agent's samples saw closed: every queue on it paused at once."""
+
+    cycle: str
+    closed: int  # stretches of consecutive samples in which it was
+    first_s: float  # when it first closed (the samples' clock: fabric seconds from the agent's start)
+    longest_s: float  # the longest, first to last sample in it (fabric time)
+    to_end: bool  # closed in the last sample: held when the traffic ended, nothing broke it
+
+    def record(self) -> dict:
+        return asdict(self)
+
+    def line(self, label: str) -> str:
+        end = ("still held when the traffic ended: a PFC deadlock" if self.to_end
+               else "broken each time (open at the end)")
+        return (f"PFC deadlock, {label}: {self.cycle} closed (every queue on it paused) {self.closed} time(s) from "
+                f"t={self.first_s:g} s, for {self.longest_s:g} s at most (fabric time), {end}")
+
+
+def holds(routes: list[RouteCycles], topo: Topology, samples: list[dict], priorities: list[int]) -> list[Hold]:
+    """Which of the cycles `routes` predicted the samples (the PFC agent's: `t`, `paused` queue keys) saw
+    closed in one of the lossless `priorities`. A queue toward a neighbour is paused when one of the switch's
+    ports to it is (parallel links: the cycle's flows may take any of them)."""
+    found: dict[str, Hold] = {}
+    paused = [(s["t"], set(s["paused"])) for s in samples]
+    for cycle in {c for r in routes for c in r.cycles}:
+        names = [queue_ports(topo, q) for q in cycle.queues]
+        closed = [any(all(any(f"{p}/p{prio}" in now for p in ports) for ports in names) for prio in priorities)
+                  for _t, now in paused]
+        stretches = _stretches([t for t, _ in paused], closed)
+        if stretches:
+            found[str(cycle)] = Hold(str(cycle), len(stretches), stretches[0][0],
+                                     round(max(b - a for a, b in stretches), 4), closed[-1])
+    return sorted(found.values(), key=lambda h: (not h.to_end, -h.longest_s, h.cycle))
+
+
+def queue_ports(topo: Topology, q: Queue) -> list[str]:
+    """The switch's ports toward the neighbour, as queue keys name them (`switch:ofport`)."""
+    return [f"{q.switch}:{l.port_of(q.switch)}" for l in topo.links_of(q.switch) if l.other(q.switch) == q.toward]
+
+
+def _stretches(times: list[float], on: list[bool]) -> list[tuple[float, float]]:
+    """(first, last) time of each run of consecutive True."""
+    out: list[tuple[float, float]] = []
+    start = None
+    for i, (t, now) in enumerate(zip(times, on, strict=True)):
+        if now and start is None:
+            start = t
+        if start is not None and (not now or i == len(times) - 1):
+            out.append((start, t if now else times[i - 1]))
+            start = None
+    return out
+
+
+def recorded(routes: list[RouteCycles], topo: Topology, pfc: dict) -> dict:
+    """What the run's PFC record gets: the predicted cycles and those its samples saw closed."""
+    seen = holds(routes, topo, pfc.get("samples") or [], pfc.get("priorities") or [])
+    return {"buffer_cycles": [r.record() for r in routes], "deadlocks": [h.record() for h in seen]}

@@ -54,7 +54,7 @@ from traffic.timebase import stamp
 from traffic.transports import make
 
 from .counters import ecn_record, queue_records, transport_records
-from .deadlocks import buffer_cycles
+from .deadlocks import buffer_cycles, recorded
 from .detector import DETECTED, Detector, delays
 from .failures import Injector, campaign_outages
 from .fidelity import verdict
@@ -117,7 +117,7 @@ def execute(p: Plan, log_dir: Path | None, progress: Callable[[], None] | None =
     if p.exp.campaign is not None:
         rec.data["campaign"] = _campaign(p, rec.data)
     if rec.data.get("pfc") is not None:
-        rec.data["pfc"]["buffer_cycles"] = [r.record() for r in routes]
+        rec.data["pfc"] |= recorded(routes, p.topo, rec.data["pfc"])
     rec.data["fidelity"] = _fidelity(p, rec.data)
     return Run.model_validate(rec.data)  # the record checked key by key against results.json's schema
 

@@ -7,6 +7,8 @@ import statistics
 
 from testbed.schema.results import Run
 
+from .deadlocks import Hold
+
 TIERS = ("host", "tor", "agg", "core")
 
 
@@ -29,7 +31,20 @@ def pfc_lines(runs: list[Run]) -> list[str]:
                      + " | ".join(cells) + " |")
     lines += ["", *(reaction_line(r) for r in rows)]
     lines += [watchdog_line(r) for r in rows if "watchdog" in r.pfc]
+    lines += [line for r in rows for line in deadlock_lines(r)]
     return lines
+
+
+def deadlock_lines(r: Run) -> list[str]:
+    """The cyclic buffer dependencies the run's routes could close, and those its PFC samples saw closed."""
+    predicted = sum(c["count"] for c in r.pfc.get("buffer_cycles") or [])
+    if not predicted:
+        return []
+    label = f"{r.variant} #{r.repetition}"
+    seen = [Hold(**h) for h in r.pfc.get("deadlocks") or []]
+    if not seen:
+        return [f"PFC deadlock, {label}: none of the {predicted} predicted cyclic buffer dependencies closed"]
+    return [h.line(label) for h in seen[:2]] + ([f"... and {len(seen) - 2} more"] if len(seen) > 2 else [])
 
 
 def watchdog_line(r: Run) -> str:

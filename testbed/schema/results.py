@@ -206,7 +206,9 @@ class Run(Record):
                                                    "figures, headroom_covers_ms, the agent's CPU share, and "
                                                    "buffer_cycles: the route states (after which failure, links "
                                                    "down) whose lossless flows close a cyclic buffer dependency, "
-                                                   "where PFC can deadlock")
+                                                   "where PFC can deadlock, and deadlocks: those the agent's "
+                                                   "samples saw closed (every queue on the cycle paused): how "
+                                                   "often, the longest (s), held at the end")
     ecn: dict[str, Any] | None = Field(description="marks per queue and the hosts' congestion-control counters "
                                                    "(null without ECN)")
     tcp: dict[str, int] | None = Field(description="the hosts' TCP counters over the run: timeouts, loss probes, fast "

@@ -104,3 +104,32 @@ def test_a_flow_between_two_rails_is_traced_on_the_destinations_rail():
     same = dependencies(graph, tables, [("h7", 1, "h0", 1)])
     assert across.number_of_edges() > 0 and set(across.edges) == set(same.edges)
     assert all("-r1-" in q.switch for e in across.edges for q in e if q.switch.startswith("tor"))
+
+
+def _sample(t: float, *queues: Queue, prio: int = 3) -> dict:
+    topo = _leaf_spine()[0]
+    from testbed.experiment.deadlocks import queue_ports
+
+    return {"t": t, "paused": [f"{p}/p{prio}" for q in queues for p in queue_ports(topo, q)]}
+
+
+def test_the_samples_say_when_a_predicted_cycle_closed_how_long_and_whether_it_held_to_the_end():
+    """The ring of the test above, seen paused in the PFC agent's samples: closed twice, the second time to the
+    end (a deadlock nothing broke); a sample with one queue of it running, or the ring paused in a priority that
+    is not lossless, is not closed."""
+    from testbed.experiment.deadlocks import RouteCycles, holds
+
+    topo, graph = _leaf_spine()
+    ring = (Queue(S[0], L[1]), Queue(L[1], S[1]), Queue(S[1], L[3]), Queue(L[3], S[0]))
+    cycle = next(c for c in cycles(dependencies(graph, compute_tables(
+        graph, [_link(topo, L[0], S[1]), _link(topo, L[2], S[0])]), _all_pairs(topo))) if c.queues == ring)
+    routes = [RouteCycles(0.5, ("a", "b"), (cycle,))]
+    samples = [_sample(0.0), _sample(0.1, *ring), _sample(0.2, *ring), _sample(0.3, *ring[:3]),
+               _sample(0.4, *ring, prio=4), _sample(0.5, *ring), _sample(0.6, *ring), _sample(0.9, *ring)]
+    (held,) = holds(routes, topo, samples, [3])
+    assert (held.closed, held.first_s, held.longest_s, held.to_end) == (2, 0.1, 0.4, True)
+    assert "still held when the traffic ended" in held.line("x #0") and str(cycle) in held.line("x #0")
+    (broken,) = holds(routes, topo, samples[:5], [3])
+    assert (broken.closed, broken.longest_s, broken.to_end) == (1, 0.1, False)
+    assert "broken each time" in broken.line("x #0")
+    assert holds(routes, topo, samples[3:5], [3]) == [] and holds(routes, topo, samples, []) == []
