@@ -67,13 +67,15 @@ def lab3_halted(dual_tor_failover: dict) -> dict:
             "single_tor_halted": "yes" if halted["single-tor-rail"] else "no"}
 
 
-def lab4_answers(pfc_incast: dict, pfc_storm: dict) -> dict:
-    v, storm = by_variant(pfc_incast), by_variant(pfc_storm)
+def lab4_answers(pfc_incast: dict, pfc_storm: dict, pfc_deadlock: dict) -> dict:
+    v, storm, dead = by_variant(pfc_incast), by_variant(pfc_storm), by_variant(pfc_deadlock)
     wd = [r["pfc"]["watchdog"] for r in storm["storm-watchdog"]]
     return {"drops_pfc_off": sum(r["drops"]["lossless"] for r in v["pfc-off"]),
             "pause_events_pfc_on": sum(t["pause_events"] for r in v["pfc-on"]
                                        for t in r["pfc"]["pauses_by_tier"].values()),
-            "watchdog_storms": sum(w["storms"] for w in wd), "watchdog_drops": sum(w["drops"] for w in wd)}
+            "watchdog_storms": sum(w["storms"] for w in wd), "watchdog_drops": sum(w["drops"] for w in wd),
+            "deadlock_held_s": max(h["longest_s"] for r in dead["deadlock"] for h in r["pfc"]["deadlocks"]),
+            "deadlock_closed": sum(h["closed"] for r in dead["watchdog"] for h in r["pfc"]["deadlocks"])}
 
 
 def lab6_answers(crux_multi_job: dict, placement: dict) -> dict:

@@ -108,7 +108,31 @@ def lab3(ev: Evidence) -> list[Check]:
 
 
 def lab4(ev: Evidence) -> list[Check]:
-    return _lab4_incast(ev) + _lab4_storm(ev)
+    return _lab4_incast(ev) + _lab4_storm(ev) + _lab4_deadlock(ev)
+
+
+def _lab4_deadlock(ev: Evidence) -> list[Check]:
+    run = ev.latest_run("pfc_deadlock")
+    if run is None:
+        return [_run_missing("pfc_deadlock")]
+    v = run.variants()
+    if not (v.get("deadlock") and v.get("watchdog") and all(r.pfc for k in ("deadlock", "watchdog") for r in v[k])):
+        return [Check("the run has the deadlock and watchdog variants", False,
+                      "run the shipped experiments/pfc_deadlock.yaml, unchanged")]
+    held = [h for r in v["deadlock"] for h in r.pfc.get("deadlocks") or []]
+    broken = [h for r in v["watchdog"] for h in r.pfc.get("deadlocks") or []]
+    a = ev.answers(4)
+    how = f"read the PFC deadlock lines in 'hpnlab results show {run.name}'"
+    return [
+        Check("without the watchdog the cycle closed and held until the job halted",
+              any(h["to_end"] for h in held) and all(r.halted for r in v["deadlock"]),
+              "not in your run: did both failures fire? see its failures and PFC deadlock lines"),
+        Check("the watchdog broke every deadlock and the jobs finished",
+              bool(broken) and not any(h["to_end"] for h in broken) and not any(r.halted for r in v["watchdog"]),
+              "not in your run: see the watchdog variant's PFC watchdog and deadlock lines"),
+        answer_check(a, "deadlock_held_s", max((h["longest_s"] for h in held), default=0.0), close=0.05, how=how),
+        answer_check(a, "deadlock_closed", sum(h["closed"] for h in broken), close=0, how=how),
+    ]
 
 
 def _lab4_storm(ev: Evidence) -> list[Check]:

@@ -45,11 +45,15 @@ LABS = {lab.number: lab for lab in (
                    "paths_after": "paths from h5 to h0 after failing h5:nic0:p0",
                    "dual_tor_halted": "did the dual-ToR job halt (yes/no)",
                    "single_tor_halted": "did the single-ToR job halt (yes/no)"}),
-    Lab(4, "Lossless queues: incast with and without PFC", 45, "04-lossless-queues.md", qos=True,
+    Lab(4, "Lossless queues: incast with and without PFC", 55, "04-lossless-queues.md", qos=True,
         questions={"drops_pfc_off": "lossless-class drops without PFC",
                    "pause_events_pfc_on": "pause events with PFC on (all tiers)",
                    "watchdog_storms": "pfc_storm, storm-watchdog: the storms the PFC watchdog found",
-                   "watchdog_drops": "pfc_storm, storm-watchdog: the frames the PFC watchdog dropped"}),
+                   "watchdog_drops": "pfc_storm, storm-watchdog: the frames the PFC watchdog dropped",
+                   "deadlock_held_s": "pfc_deadlock, deadlock: how long the cycle stayed closed, in seconds (its "
+                                      "PFC deadlock line, e.g. 4.7)",
+                   "deadlock_closed": "pfc_deadlock, watchdog: how many times the cycles closed (added over its "
+                                      "PFC deadlock lines)"}),
     Lab(5, "Write a routing policy", 45, "05-routing-policy.md", mode="precise",
         files=("lab5_policy.py",)),
     Lab(6, "Several training jobs: Crux priorities and placement", 45, "06-multi-job.md", qos=True,

@@ -82,7 +82,8 @@ def test_lab4_steps_pass(tmp_path, quick_results, no_leftovers):
     prepare(LABS[4], work)
     run = student_copy(tmp_path, quick_results, "pfc_incast")
     storm = student_copy(tmp_path, quick_results, "pfc_storm")
-    a = lab4_answers(run, storm)
+    dead = student_copy(tmp_path, quick_results, "pfc_deadlock")
+    a = lab4_answers(run, storm, dead)
     assert a["drops_pfc_off"] > 0 and a["pause_events_pfc_on"] > 0
     assert a["watchdog_storms"] >= 1 and a["watchdog_drops"] > 0, a
     answer(work, 4, **a)
@@ -93,12 +94,12 @@ def test_lab4_steps_pass(tmp_path, quick_results, no_leftovers):
         # past the 3 ms the headroom covers, and 2 frames of 472 pauses were lost). Then the run's verdict and the
         # checker must say so, and every other check still pass; lost frames without the steal are a defect.
         assert all(f["steal_mean"] > STEAL_MAX and f["status"] == "not faithful" for f in lost), lost
-        assert r.returncode == 1 and "7 of 8 checks passed" in r.stdout, r.stdout
+        assert r.returncode == 1 and "11 of 12 checks passed" in r.stdout, r.stdout
         assert "FAIL PFC on kept the lossless class lossless: the pfc-on variant dropped packets: was the run " \
                "CPU-bound? see its fidelity line" in r.stdout, r.stdout
         return
     assert r.returncode == 0, r.stdout
-    assert "8 of 8 checks passed" in r.stdout
+    assert "12 of 12 checks passed" in r.stdout
 
 
 def test_lab4_cli_shows_queues_and_flows_of_a_switch(tmp_path, no_leftovers):

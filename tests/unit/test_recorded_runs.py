@@ -29,8 +29,9 @@ from tests.labwork import (
     recorded_run,
 )
 
-READ_BY_LABS = {2: ("precise_vs_ecmp", "hash_polarization"), 3: ("dual_tor_failover",), 4: ("pfc_incast", "pfc_storm"),
-                6: ("crux_multi_job", "placement"), 7: ("failure_campaign", "gray_failures")}
+READ_BY_LABS = {2: ("precise_vs_ecmp", "hash_polarization"), 3: ("dual_tor_failover",),
+                4: ("pfc_incast", "pfc_storm", "pfc_deadlock"), 6: ("crux_multi_job", "placement"),
+                7: ("failure_campaign", "gray_failures")}
 READ = sorted({name for names in READ_BY_LABS.values() for name in names})
 
 
@@ -95,11 +96,13 @@ def test_lab4_passes_and_a_missing_answer_is_named(tmp_path):
     assert r.returncode == 1
     assert "FAIL answer 'drops_pfc_off': fill in 'drops_pfc_off' in your answers file" in r.stdout
     assert "FAIL answer 'watchdog_drops': fill in 'watchdog_drops' in your answers file" in r.stdout
-    assert "4 of 8 checks passed" in r.stdout
+    assert "6 of 12 checks passed" in r.stdout
     r = checked(tmp_path, 4, {**a, "watchdog_drops": a["watchdog_drops"] + 1})  # one frame off
     assert r.returncode == 1 and "FAIL answer 'watchdog_drops'" in r.stdout, r.stdout
+    r = checked(tmp_path, 4, {**a, "deadlock_closed": a["deadlock_closed"] + 1})  # one deadlock off
+    assert r.returncode == 1 and "FAIL answer 'deadlock_closed'" in r.stdout, r.stdout
     r = checked(tmp_path, 4, a)
-    assert r.returncode == 0 and "8 of 8 checks passed" in r.stdout, r.stdout
+    assert r.returncode == 0 and "12 of 12 checks passed" in r.stdout, r.stdout
 
 
 def test_lab6_passes_and_a_wrong_crossing_ratio_fails(tmp_path):
@@ -157,7 +160,8 @@ def test_the_summary_has_every_variant_with_its_share_of_ideal(name):
     for variant, runs in by_variant(data).items():
         ops = [o["fraction_of_ideal"] for r in runs for o in r["ops"]]
         assert variant in rows, (variant, out[:3000])
-        assert rows[variant][1] == str(len(ops)) and rows[variant][3].startswith(f"{statistics.mean(ops):.1%} ±"), \
+        share = statistics.mean(ops) if ops else 0.0  # a run halted before its first op ended: none of it
+        assert rows[variant][1] == str(len(ops)) and rows[variant][3].startswith(f"{share:.1%} ±"), \
             rows[variant]
 
 
@@ -173,7 +177,12 @@ def test_the_summary_prints_the_figures_the_labs_send_students_to():
     assert re.search(r"\| single-tor-rail \|.*\| 1 of 1 \(first at", summary("dual_tor_failover")[1])
     data, out = summary("pfc_incast")
     storm, storm_out = summary("pfc_storm")
-    a4 = lab4_answers(data, storm)
+    dead, dead_out = summary("pfc_deadlock")
+    a4 = lab4_answers(data, storm, dead)
+    assert f"for {a4['deadlock_held_s']:g} s at most (fabric time), still held when the traffic ended" in dead_out
+    closed = re.findall(r"PFC deadlock, watchdog #0: .*? closed \(every queue on it paused\) (\d+) time", dead_out,
+                        re.S)
+    assert sum(int(c) for c in closed) == a4["deadlock_closed"], (closed, dead_out)
     assert (f"PFC watchdog (drop), storm-watchdog #0: {a4['watchdog_storms']} storm(s)" in storm_out
             and f", {a4['watchdog_drops']:,} frames dropped: " in storm_out), storm_out
     assert re.search(rf"\| pfc-off \|.*\| {a4['drops_pfc_off']}/0 \|", out), out

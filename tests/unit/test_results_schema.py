@@ -23,7 +23,7 @@ def recorded(path: Path) -> dict:
 def test_every_recorded_run_is_what_the_schema_says(path):
     data = recorded(path)
     typed = Results.model_validate(data)  # extra keys are refused, required ones must be there
-    assert typed.runs and all(r.ops for r in typed.runs)
+    assert typed.runs and all(r.ops or r.halted for r in typed.runs)  # pfc_deadlock: halted before its first op
     assert [r.dump() for r in typed.runs] == data["runs"]  # read back and written again: the same record
 
 
