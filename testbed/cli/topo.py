@@ -59,13 +59,19 @@ def topo_show(name: str, params: tuple[str, ...], preset: str | None, png: str |
 @click.argument("params", nargs=-1)
 @preset_opt
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default="-", help="File (default stdout).")
-@click.option("--format", "fmt", type=click.Choice(["json", "graphml"]), default="json",
-              help="json: what the controller reads; graphml: from networkx.")
+@click.option("--format", "fmt", type=click.Choice(["json", "graphml", "simai"]), default="json",
+              help="json: what the controller reads; graphml: from networkx; simai: SimAI's topology file.")
 def topo_export(name: str, params: tuple[str, ...], preset: str | None, output: str, fmt: str) -> None:
-    """Write a topology as JSON (what the controller reads) or GraphML (networkx)."""
+    """Write a topology as JSON (what the controller reads), GraphML (networkx) or SimAI's topology file (GPUs,
+    NVSwitches, switches, links with rate and latency; an experiment reads it back with topology: {file: F,
+    format: simai})."""
     tp = topology_from_args(name, preset, params)
     if fmt == "json":
         text = tp.to_json()
+    elif fmt == "simai":
+        from topos.simai_topo import export
+
+        text = export(tp).rstrip("\n")
     else:
         import io
 

@@ -82,11 +82,36 @@ class TopologySpec(_Strict):
                                                                 "or paper (default: mini)")
     params: dict[str, Any] = Field(default_factory=dict, description="builder parameters over the preset, e.g. "
                                                                      "{hosts_per_segment: 8, rails: 2}")
+    file: str | None = Field(None, max_length=255, description="instead of name, preset and params: a topology "
+                             "file beside the experiment file, read into the hpn builder's parameters it amounts "
+                             "to (`hpnlab topo export NAME --format simai` writes one)")
+    format: Literal["simai"] = Field("simai", description="the file's format: simai (SimAI's topology file)")
+    source: str | None = Field(None, max_length=300, description="the file the parameters were read from (set "
+                                                                 "when the experiment is loaded)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TopologySpec:
+        if self.file is not None and (self.preset is not None or self.params or self.name != "hpn"):
+            raise InputError("a topology file gives the whole topology", "leave name, preset and params out",
+                             field="topology.file", value=self.file)
+        return self
 
     def build(self):
         from topos import build_from
 
+        if self.file is not None:
+            raise InputError("a topology file is read when the experiment is loaded from its file",
+                             "run the experiment file (hpnlab run FILE)", field="topology.file", value=self.file)
         return build_from(self.name, self.preset, self.params)
+
+    def read_file(self, base: Path) -> TopologySpec:
+        """The spec with the file's parameters in place of the file (an experiment file's folder: `base`)."""
+        from topos.simai_topo import load_params
+
+        if self.file is None:
+            return self
+        params = load_params(confined(self.file, base, "topology.file"), "topology.file")
+        return TopologySpec(name="hpn", params=params, source=f"{self.file} ({self.format})")
 
 
 class CollectiveSpec(_Strict):
@@ -513,6 +538,7 @@ def load(path: str | Path) -> Experiment:
     if not isinstance(data, dict):
         raise InputError("an experiment file is a mapping", "start with 'name: ...'", field="file", value=str(path))
     exp = from_dict(data)
+    exp.topology = exp.topology.read_file(p.parent)
     for where, wl in workloads(exp):
         for attr in ("yaml_file", "simai"):
             if getattr(wl, attr) is not None:

@@ -26,6 +26,12 @@ def test_topo_export_json_and_graphml(hpnlab, tmp_path):
     assert len([n for n in d["nodes"] if n["role"] == "host"]) == 16
     r = hpnlab("topo", "export", "hpn", "--format", "graphml")
     assert r.returncode == 0 and r.stdout.count("<edge ") == 64
+    r = hpnlab("topo", "export", "hpn", "--format", "simai", "-o", str(tmp_path / "hpn.topo"))
+    assert r.returncode == 0, r.stderr
+    lines = (tmp_path / "hpn.topo").read_text().splitlines()  # 16 GPUs, 8 NVSwitches, 16 switches; 80 links
+    assert lines[0] == "40 2 8 16 80 H100" and len(lines) == 2 + 80
+    r = hpnlab("topo", "export", "hpn", "gpus_per_host=4", "--format", "simai")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "gpus_per_host" in r.stderr
 
 
 @pytest.mark.parametrize("args,field", [
