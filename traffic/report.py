@@ -16,8 +16,12 @@ the 4-byte elements that did not arrive.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import statistics
+from collections import Counter
+from dataclasses import dataclass
 
 from .metrics import busbw_factor
 
@@ -41,11 +45,60 @@ def rows(ops: list[dict], scale: float) -> list[dict]:
         t = statistics.mean(o["seconds"] for o in os)
         algbw = real / t / 1e9
         missing = sum(o["bytes_expected"] - o["bytes_delivered"] for o in os)
-        # the op's own bus factor (its record's busbw over algbw): a hierarchical or grouped schedule counts
-        # the ranks of one group, as traffic.metrics does
-        factor = os[0]["busbw_bps"] / os[0]["algbw_bps"] if os[0]["algbw_bps"] else busbw_factor(op, os[0]["ranks"])
         out.append({"op": op, "size": real, "count": real // WORD, "time_us": t * 1e6, "algbw": algbw,
-                    "busbw": algbw * factor, "wrong": math.ceil(missing / WORD), "iters": len(os)})
+                    "busbw": algbw * bus_factor(os[0]), "wrong": math.ceil(missing / WORD), "iters": len(os)})
+    return out
+
+
+def bus_factor(o: dict) -> float:
+    """The op's own bus factor (its record's busbw over algbw): a hierarchical or grouped schedule counts the
+    ranks of one group, as traffic.metrics does."""
+    return o["busbw_bps"] / o["algbw_bps"] if o["algbw_bps"] else busbw_factor(o["op"], o["ranks"])
+
+
+# NCCL's names for its collectives; alltoall, sendrecv and incast NCCL runs as grouped sends and receives
+NCCL_COLL = {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
+             "broadcast": "Broadcast", "reduce": "Reduce", "alltoall": "AllToAll", "sendrecv": "SendRecv",
+             "incast": "Incast"}
+
+
+@dataclass(frozen=True)
+class Dump:
+    """Who wrote the records, as the NCCL inspector plugin's metadata says it."""
+
+    git_rev: str
+    hostname: str
+    pid: int
+    timestamp_us: int
+
+
+def inspector_lines(ops: list[dict], scale: float, dilation: float, nodes: dict[str, int], dump: Dump,
+                    run: dict) -> list[str]:
+    """One JSON line per op in the NCCL inspector plugin's form (header, metadata, coll_perf: format v4.0),
+    in the real fabric's units as nccl_tests() prints them, with ours beside it under `hpnlab`: the job, the
+    fabric's and the wall's seconds, the ideal and its fraction. One record stands for the op as a whole (the
+    inspector writes one per rank: here rank 0, the op's time being its last rank's). `nodes`: hosts per job;
+    `run`: the run's variant and repetition."""
+    out, seq = [], Counter()
+    for o in ops:
+        real = round(o["size"] * scale)
+        algbw = real / o["seconds"] / 1e9 if o["seconds"] else 0.0
+        comm = hashlib.sha1(f"{run['variant']}/{run['repetition']}/{o['job']}".encode()).hexdigest()[:14]
+        seq[o["job"]] += 1
+        out.append(json.dumps({
+            "header": {"id": f"0x{comm}", "rank": 0, "n_ranks": o["ranks"], "nnodes": nodes.get(o["job"], 0)},
+            "metadata": {"inspector_output_format_version": "v4.0", "git_rev": dump.git_rev,
+                         "rec_mechanism": "hpnlab_emulation", "dump_timestamp_us": dump.timestamp_us,
+                         "hostname": dump.hostname, "pid": dump.pid},
+            "coll_perf": {"coll": NCCL_COLL.get(o["op"], o["op"]), "coll_sn": seq[o["job"]],
+                          "coll_msg_size_bytes": real, "coll_exec_time_us": round(o["seconds"] * 1e6, 3),
+                          "coll_timing_source": "hpnlab_emulation", "coll_algobw_gbs": round(algbw, 6),
+                          "coll_busbw_gbs": round(algbw * bus_factor(o), 6)},
+            "hpnlab": {**run, "job": o["job"], "op": o["label"], "fabric_s": o["seconds"],
+                       "wall_s": round(o["seconds"] * dilation, 6),
+                       "ideal_busbw_gbs": round(o["ideal_busbw_bps"] * scale / 8e9, 6),
+                       "fraction_of_ideal": o["fraction_of_ideal"],
+                       "bytes_ok": o.get("bytes_ok", o["bytes_delivered"] == o["bytes_expected"])}}))
     return out
 
 

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
+import socket
 import statistics
+import time
 from pathlib import Path
 
 from testbed.net.balance import cross_segment_bytes, links_used, nic_balance, ratio_text
 from testbed.schema.results import Results, Run, load
+from testbed.system.versions import git_revision, revision_text
 from topos.errors import InputError
 from topos.inputs import open_output, read_text, save_figure, write_file
 from traffic.metrics import cluster_utilization
+from traffic.report import Dump, inspector_lines
 
 from .sections import campaign_lines, gray_lines, pfc_lines, roce_lines, time_lines
 
@@ -96,6 +101,7 @@ def _write_csvs(outdir: Path, runs: list[Run]) -> None:
                 w.writerow([r.variant, r.repetition, o.label, o.op, o.algorithm, o.ranks, o.size,
                             o.start, o.seconds, round(o.algbw_bps), round(o.busbw_bps),
                             round(o.ideal_busbw_bps), round(o.fraction_of_ideal, 4), o.bytes_ok])
+    _write_inspector(outdir, runs)
     with _csv(outdir / "timeline.csv") as f:
         w = csv.writer(f)
         # t: the fabric's (virtual) time; wall_t and host_tx_bps: this machine's clock (D x slower when dilated)
@@ -103,6 +109,17 @@ def _write_csvs(outdir: Path, runs: list[Run]) -> None:
         for r in runs:
             for row in r.timeline:
                 w.writerow([r.variant, r.repetition, row.t, row.wall_t, row.cpu_idle, row.host_tx_bps])
+
+
+def _write_inspector(outdir: Path, runs: list[Run]) -> None:
+    """nccl_inspector.jsonl: every op in the NCCL inspector plugin's records (traffic/report.py)."""
+    rev = revision_text(*git_revision())
+    dump = Dump(rev, socket.gethostname(), os.getpid(), int(time.time() * 1e6))
+    lines = [line for r in runs for line in inspector_lines(
+        [o.model_dump() | {"bytes_ok": o.bytes_ok} for o in r.ops], r.scale, r.dilation,
+        {j: len(d.get("hosts") or []) for j, d in r.jobs.items()}, dump,
+        {"variant": r.variant, "repetition": r.repetition})]
+    write_file(outdir / "nccl_inspector.jsonl", "".join(f"{line}\n" for line in lines), "nccl_inspector.jsonl")
 
 
 def _by_variant(runs: list[Run]) -> tuple[list[str], dict[str, list[float]], dict[str, list[float]]]:
@@ -200,7 +217,8 @@ def summary_lines(exp, runs: list[Run]) -> list[str]:
     if exp.paper:
         lines += ["", "The paper's figure, beside ours: " + ", ".join(f"{k}: {v}" for k, v in exp.paper.items())]
     return lines + _fidelity_lines(runs) + [
-        "", "Files: ops.csv, timeline.csv, results.json, busbw.png, throughput.png, queues.png, environment.json"
+        "", "Files: ops.csv, nccl_inspector.jsonl (NCCL inspector records), timeline.csv, results.json, busbw.png, "
+        "throughput.png, queues.png, environment.json"
         + (", campaign.png." if any(r.campaign for r in runs) else ".")]
 
 

@@ -49,7 +49,8 @@ class Op(Record):
     start: float = Field(description="virtual seconds from the traffic's start")
     seconds: float = Field(description="how long it took, in the fabric's time")
     step_seconds: list[float] = Field(description="each step's time, from the pieces' own timestamps")
-    algbw_bps: float = Field(description="size / seconds, in the real fabric's bits per second")
+    algbw_bps: float = Field(description="size / seconds, in emulated bits per second (times the scale: the real "
+                                         "fabric's)")
     busbw_bps: float = Field(description="algbw times nccl-tests' bus factor for the op")
     ideal_busbw_bps: float = Field(description="the busbw the ranks' NIC ports allow at their rate")
     fraction_of_ideal: float = Field(description="busbw_bps / ideal_busbw_bps")

@@ -197,3 +197,25 @@ def test_the_summary_prints_the_figures_the_labs_send_students_to():
     assert f"| {a7['dual_tor_slowdown']:.2f} |" in campaign, campaign
     gray = summary("gray_failures")[1]
     assert f"on {a7['lossy_link']} at" in gray and f"| {a7['named_after_s']:.3f} |" in gray, gray
+
+
+def test_every_op_of_a_run_is_one_nccl_inspector_record(tmp_path):
+    """nccl_inspector.jsonl beside results.json: one record per op, numbered per job, whose bus bandwidth is the
+    op's own (emulated bits per second times the scale, in GB/s)."""
+    from testbed.experiment.results import _write_inspector
+
+    data = json.loads((RECORDED / "crux_multi_job.json").read_text())
+    runs = [Run.model_validate(r) for r in data["runs"]]
+    _write_inspector(tmp_path, runs)
+    recs = [json.loads(line) for line in (tmp_path / "nccl_inspector.jsonl").read_text().splitlines()]
+    ops = [(r, o) for r in runs for o in r.ops]
+    assert len(recs) == len(ops) > 0
+    for rec, (run, o) in zip(recs, ops, strict=True):
+        assert (rec["hpnlab"]["variant"], rec["hpnlab"]["job"]) == (run.variant, o.job)
+        assert rec["coll_perf"]["coll_busbw_gbs"] == pytest.approx(o.busbw_bps * run.scale / 8e9, rel=1e-4)
+        assert rec["header"]["nnodes"] == len(run.jobs[o.job]["hosts"])
+    sn = [((r["hpnlab"]["variant"], r["hpnlab"]["repetition"], r["hpnlab"]["job"]), r["coll_perf"]["coll_sn"])
+          for r in recs]
+    for key in {k for k, _ in sn}:
+        numbers = [n for k, n in sn if k == key]
+        assert numbers == list(range(1, len(numbers) + 1)), (key, numbers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 
 import pytest
 
@@ -59,3 +60,39 @@ def test_size_sweep_as_nccl_tests_b_e_f():
         with pytest.raises(InputError) as exc:
             size_sweep(bad)
         assert exc.value.field == "sizes"
+
+
+def test_inspector_records_carry_the_plugins_fields_and_the_nccl_tests_figures():
+    """One JSON line per op with the NCCL inspector plugin's header, metadata and coll_perf (format v4.0), whose
+    size, time and bandwidths are the ones nccl-tests' table prints for the same ops; numbered per job."""
+    import json
+
+    from traffic.report import Dump, inspector_lines, rows
+
+    ops = [op(50_000, 0.040) | {"job": "A", "label": "allreduce/ring", "ideal_busbw_bps": 1e7,
+                                "fraction_of_ideal": 0.5},
+           op(50_000, 0.060) | {"job": "A", "label": "allreduce/ring", "ideal_busbw_bps": 1e7,
+                                "fraction_of_ideal": 0.4},
+           op(100_000, 0.100, ranks=4) | {"job": "B", "label": "allreduce/ring", "ideal_busbw_bps": 1e7,
+                                          "fraction_of_ideal": 0.3}]
+    dump = Dump("abc1234", "lab-vm", 42, 1_700_000_000_000_000)
+    recs = [json.loads(line) for line in inspector_lines(ops, 20_000, 2.5, {"A": 8, "B": 4}, dump,
+                                                         {"variant": "v", "repetition": 0})]
+    assert [set(r) for r in recs] == [{"header", "metadata", "coll_perf", "hpnlab"}] * 3
+    first = recs[0]
+    assert first["header"] == {"id": first["header"]["id"], "rank": 0, "n_ranks": 8, "nnodes": 8}
+    assert first["metadata"] == {"inspector_output_format_version": "v4.0", "git_rev": "abc1234",
+                                 "rec_mechanism": "hpnlab_emulation", "dump_timestamp_us": 1_700_000_000_000_000,
+                                 "hostname": "lab-vm", "pid": 42}
+    perf = first["coll_perf"]
+    assert (perf["coll"], perf["coll_sn"], perf["coll_msg_size_bytes"], perf["coll_exec_time_us"]) == \
+        ("AllReduce", 1, 1_000_000_000, 40_000)
+    assert perf["coll_algobw_gbs"] == pytest.approx(25.0) and perf["coll_busbw_gbs"] == pytest.approx(43.75)
+    assert [r["coll_perf"]["coll_sn"] for r in recs] == [1, 2, 1]  # per communicator (job)
+    assert recs[0]["header"]["id"] == recs[1]["header"]["id"] != recs[2]["header"]["id"]
+    assert first["hpnlab"] == {"variant": "v", "repetition": 0, "job": "A", "op": "allreduce/ring",
+                               "fabric_s": 0.04, "wall_s": 0.1, "ideal_busbw_gbs": 25.0,
+                               "fraction_of_ideal": 0.5, "bytes_ok": True}
+    table = rows(ops[:2], 20_000)[0]  # nccl-tests' row of size 1 GB: the mean of the two records
+    mean = statistics.mean(r["coll_perf"]["coll_exec_time_us"] for r in recs[:2])
+    assert table["time_us"] == pytest.approx(mean) and table["size"] == perf["coll_msg_size_bytes"]
