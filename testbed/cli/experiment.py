@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from .common import cluster_opt, console, load_cluster_arg
-from .web import live_view, serve_results, web_opts
+from .web import live_view, metrics_opt, serve_results, web_opts
 
 
 @click.command()
@@ -40,8 +40,10 @@ def validate(file: str, quick: bool, cluster_file: str | None) -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--quick", is_flag=True, help="Reduced size: 1 repetition, 1/4 of the sizes, at most 2 iterations.")
 @web_opts()
+@metrics_opt
 @cluster_opt
-def run_cmd(file: str, quick: bool, web: bool, web_port: int, cluster_file: str | None) -> None:
+def run_cmd(file: str, quick: bool, web: bool, web_port: int, metrics_port: int | None,
+            cluster_file: str | None) -> None:
     """Run an experiment file; writes results/<date>-<name>-<hash>/."""
     from testbed.experiment.planning import plan
     from testbed.experiment.runner import run
@@ -49,7 +51,7 @@ def run_cmd(file: str, quick: bool, web: bool, web_port: int, cluster_file: str 
 
     cluster = load_cluster_arg(cluster_file)
     plans = plan(load(file), Path(file).parent, quick, cluster)  # a bad file is refused before anything starts
-    with live_view(web, web_port) as hub:
+    with live_view(web, web_port, metrics_port) as hub:
         out = run(file, reduced=quick, watch=hub, cluster=cluster, plans=plans)
     console.print((out / "summary.md").read_text())
     console.print(f"results: {out}")

@@ -9,13 +9,13 @@ import click
 
 from .common import SCALE, cluster_opt, console, hashing_opt, load_cluster_arg, preset_opt, topology_from_args
 from .tables import figures_table, placement_table
-from .web import live_view, web_opts
+from .web import live_view, metrics_opt, web_opts
 
 
 def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ovs", pingall: bool = False,
           fail_links=(), no_cli: bool = False, delay_ms: float | None = None, qos: bool = False, pfc: bool = True,
           scale: float | str = "auto", controller_runtime: str = "os-ken", web: bool = False,
-          web_port: int = 0, cluster=None) -> None:
+          web_port: int = 0, cluster=None, metrics_port: int | None = None) -> None:
     """Start `tp`, fail the given links, ping all pairs if asked, then hand the network to the CLI (and, with
     `web`, show it live in the browser meanwhile)."""
     from testbed.experiment.watch import Watch
@@ -27,7 +27,7 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ov
         tp.find_link(link)  # a bad name is refused before anything starts
     exit_cleanly_on_signals()
     qos_spec = QosSpec(scale=scale, pfc={"enabled": pfc}) if qos else None
-    with live_view(web, web_port) as hub, starting() as progress, \
+    with live_view(web, web_port, metrics_port) as hub, starting() as progress, \
             Network(tp, routing=routing, mode=mode, hashing=hashing, delay_ms=delay_ms, log_dir="results/logs",
                     qos=qos_spec, controller_runtime=controller_runtime, progress=progress, cluster=cluster) as net:
         progress.done()
@@ -126,14 +126,16 @@ def _session(net, fail_links, pingall: bool, no_cli: bool) -> None:
               show_default=True, help="With --routing controller: the same app under os-ken (the project's launcher) "
               "or Ryu's own ryu-manager (from .venv-ryu).")
 @web_opts()
+@metrics_opt
 @cluster_opt
 def up(name, params, preset, routing, mode, hashing, pingall, fail_links, no_cli, delay_ms, qos, pfc, scale,
-       controller_runtime, web, web_port, cluster_file) -> None:
+       controller_runtime, web, web_port, metrics_port, cluster_file) -> None:
     """Start a topology in Mininet + OVS, route it, and open the Mininet CLI."""
     cluster = load_cluster_arg(cluster_file)
     serve(topology_from_args(name, preset, params), routing=routing, mode=mode, hashing=hashing, pingall=pingall,
           fail_links=fail_links, no_cli=no_cli, delay_ms=delay_ms, qos=qos, pfc=pfc, scale=scale,
-          controller_runtime=controller_runtime, web=web, web_port=web_port, cluster=cluster)
+          controller_runtime=controller_runtime, web=web, web_port=web_port, cluster=cluster,
+          metrics_port=metrics_port)
 
 
 @click.command()

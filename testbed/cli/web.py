@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import click
 
@@ -23,18 +23,35 @@ def web_opts(what: str = LIVE):
     return add
 
 
+def metrics_opt(f):
+    return click.option("--metrics-port", type=click.IntRange(1, 65535), default=None,
+                        help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics while it runs (link utilization, "
+                             "queue depths, pauses, ECN marks, op busbw).")(f)
+
+
 @contextmanager
-def live_view(enabled: bool, port: int) -> Iterator:
-    """The web view's Hub (the runner's Watch) while the block runs, or None without --web. The port is bound
-    before the block starts, so a taken port stops the command before any network exists."""
-    if not enabled:
+def live_view(enabled: bool, port: int, metrics_port: int | None = None) -> Iterator:
+    """The web view's Hub (the runner's Watch) while the block runs, or None without --web or --metrics-port.
+    The ports are bound before the block starts, so a taken port stops the command before any network exists."""
+    if not enabled and metrics_port is None:
         yield None
         return
     from testbed.web import Hub, WebServer
 
-    with WebServer(hub=Hub(), port=port) as web:
-        console.print(f"web view: {web.url}", soft_wrap=True, highlight=False)
-        yield web.hub
+    with ExitStack() as stack:
+        if enabled:
+            web = stack.enter_context(WebServer(hub=Hub(), port=port))
+            console.print(f"web view: {web.url}", soft_wrap=True, highlight=False)
+            hub = web.hub
+        else:
+            hub = Hub().start()
+            stack.callback(hub.stop)
+        if metrics_port is not None:
+            from testbed.web.metrics import MetricsServer
+
+            metrics = stack.enter_context(MetricsServer(hub, metrics_port))
+            console.print(f"metrics: {metrics.url}", soft_wrap=True, highlight=False)
+        yield hub
 
 
 def serve_results(run_dir, port: int) -> None:
