@@ -98,7 +98,7 @@ fi
 
 # The venv sees the system site-packages because Debian's Mininet lives there.
 stamp="$venv/.hpnlab-installed"
-want="$(cat "$here/requirements.txt" "$here/pyproject.toml" | sha256sum | cut -c1-16)"
+want="$(cat "$here/requirements.txt" "$here/requirements-nodeps.txt" "$here/pyproject.toml" | sha256sum | cut -c1-16)"
 if [ ! -x "$venv/bin/python" ]; then
   log "creating $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
@@ -106,6 +106,8 @@ fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "installing Python dependencies (pinned in requirements.txt)"
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$here/requirements.txt"
+  # packages whose declared dependencies we do not need (requirements-nodeps.txt says why)
+  "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -r "$here/requirements-nodeps.txt"
   "$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e "$here"
   echo "$want" >"$stamp"
 else

@@ -435,6 +435,8 @@ def map_groups(op: Op, hosts: list[str], rails: int, plan: dict[str, int] | None
                gpus: int | None = None) -> list[list[Rank]]:
     """Concrete rank groups for an op: several groups run concurrently (one per rail for DP/EP). `gpus`: GPUs
     per host (default: one per rail); a TP group of at most that many stays inside its server."""
+    if isinstance(op.group, tuple) and op.group and isinstance(op.group[0], int):
+        return trace_ranks(op, hosts, gpus or rails)
     if isinstance(op.group, tuple):
         return [list(op.group)]
     if op.group == "tp":
@@ -454,3 +456,19 @@ def map_groups(op: Op, hosts: list[str], rails: int, plan: dict[str, int] | None
         pairs = [(h, 0) for h in hosts[: len(hosts) // 2 * 2]]
         return [pairs]
     raise InputError("unknown group", f"use one of {', '.join(GROUPS)}", field="group", value=op.group)
+
+
+def trace_ranks(op: Op, hosts: list[str], per_host: int) -> list[list[Rank]]:
+    """A trace's ranks (traffic/chakra.py: ints) as the job's GPUs in order, GPU g of a host on its NIC g: none
+    when they all sit in one server (NVLink). A send/recv step's pairs inside one server go over NVLink and are
+    left out of the fabric's flows."""
+    need = max(op.group) + 1
+    if need > len(hosts) * per_host:
+        raise InputError(f"the trace has {need} ranks, the job {len(hosts) * per_host} GPUs ({len(hosts)} hosts x "
+                         f"{per_host})", "give the job as many GPUs as the trace has ranks", field="chakra",
+                         value=need)
+    gpu = [(hosts[r // per_host], r % per_host) for r in op.group]
+    if op.op == "sendrecv":
+        pairs = [(a, b) for a, b in zip(gpu[::2], gpu[1::2], strict=True) if a[0] != b[0]]
+        return [[r for pair in pairs for r in pair]] if pairs else []
+    return [gpu] if len({h for h, _ in gpu}) > 1 else []

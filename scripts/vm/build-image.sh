@@ -17,7 +17,7 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "vm-image: must run as root (debootstrap, chroot); fix: sudo make vm-image" >&2; exit 2
 fi
 inputs=(scripts/bootstrap.sh scripts/vm/kernel.sh scripts/vm/common.sh scripts/vm/build-image.sh
-        scripts/vm/guest-init.sh requirements.txt pyproject.toml)
+        scripts/vm/guest-init.sh requirements.txt requirements-nodeps.txt pyproject.toml)
 key=$(cd "$here" && cat "${inputs[@]}" | sha256sum | cut -c1-16)
 out="$cache/$key"
 if [ -s "$out/disk.img" ] && [ -s "$out/vmlinuz" ] && [ -s "$out/initrd.img" ] && [ -s "$out/manifest.json" ]; then
