@@ -91,6 +91,11 @@ def _files(prefix: Path) -> list[Path]:
                          "give every rank's file", field="chakra", value=f"{prefix}.{missing[0]}.et")
     if len(found) > MAX_RANKS:
         raise InputError(f"more than {MAX_RANKS} ranks", "trace fewer ranks", field="chakra", value=str(prefix))
+    home = prefix.parent.resolve()
+    for p in found.values():  # read as root: a link out of the folder, or a FIFO, is not a trace
+        if p.resolve().parent != home or not p.is_file():
+            raise InputError("not a regular file in the prefix's folder", "copy the traces into the folder",
+                             field="chakra", value=str(p))
     return [found[r] for r in range(len(found))]
 
 

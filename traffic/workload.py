@@ -468,7 +468,6 @@ def trace_ranks(op: Op, hosts: list[str], per_host: int) -> list[list[Rank]]:
                          f"{per_host})", "give the job as many GPUs as the trace has ranks", field="chakra",
                          value=need)
     gpu = [(hosts[r // per_host], r % per_host) for r in op.group]
-    if op.op == "sendrecv":
-        pairs = [(a, b) for a, b in zip(gpu[::2], gpu[1::2], strict=True) if a[0] != b[0]]
-        return [[r for pair in pairs for r in pair]] if pairs else []
+    if op.op == "sendrecv":  # one group per pair, all at once: a rank may send and receive in one step
+        return [[a, b] for a, b in zip(gpu[::2], gpu[1::2], strict=True) if a[0] != b[0]]
     return [gpu] if len({h for h, _ in gpu}) > 1 else []

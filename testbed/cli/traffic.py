@@ -68,13 +68,15 @@ def _fmt(bps: float) -> str:
                    "switches.")
 @click.option("--workload", "workload_file", default=None, help="A YAML workload (replaces --op/--size).")
 @click.option("--simai", "simai_file", default=None, help="A SimAI/AICB workload file (replaces --op/--size).")
+@click.option("--chakra", "chakra_prefix", default=None,
+              help="Chakra execution traces PREFIX.0.et, PREFIX.1.et, ... (replaces --op/--size).")
 @click.option("--format", "fmt", type=click.Choice(["table", "nccl", "json"]), default="table", show_default=True,
               help="nccl: nccl-tests' output (header, a row per size, '# Avg bus bandwidth'); json: the run's record.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @cluster_opt
 def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spec, iters, routing, hashing, transport,
-                channels, connection_choice, scale, dilation, max_wall, pfc, cc, workload_file, simai_file, fmt,
-                as_json, cluster_file) -> None:
+                channels, connection_choice, scale, dilation, max_wall, pfc, cc, workload_file, simai_file,
+                chakra_prefix, fmt, as_json, cluster_file) -> None:
     """Replay a collective (or a workload) and report algbw/busbw as nccl-tests does."""
     from testbed.experiment.planning import plan_variant
     from testbed.experiment.runner import execute
@@ -84,7 +86,8 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
     cluster = load_cluster_arg(cluster_file)
     if iters is not None and iters < 1:
         raise InputError("iters must be at least 1", "e.g. --iters 3", field="iters", value=iters)
-    base, workload = _workload(workload_file, simai_file, op, size, sizes, algorithm, ranks_spec, iters)
+    files = {k: v for k, v in (("workload", workload_file), ("simai", simai_file), ("chakra", chakra_prefix)) if v}
+    base, workload = _workload(files, op, size, sizes, algorithm, ranks_spec, iters)
     exp = _experiment(f"traffic-{op}", topo_name, preset, params, routing, hashing, transport, channels,
                       connection_choice, scale, pfc, cc, dilation, max_wall, workload)
     try:
@@ -100,7 +103,7 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
         title = (f"{op} {s.algorithm}, {len(s.ranks)} ranks, " + (f"sizes {sizes}" if sizes else
                                                                  f"{size} (emulated {s.size:,} bytes)"))
     else:
-        title = f"workload {Path(workload_file or simai_file).name}"
+        title = f"workload {Path(next(iter(files.values()))).name}"
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True, disable=fmt != "table") as prog:
         task = prog.add_task("replaying", total=len(replayed))
@@ -117,13 +120,17 @@ def traffic_run(topo_name, params, preset, op, algorithm, size, sizes, ranks_spe
         raise SystemExit(1)
 
 
-def _workload(workload_file, simai_file, op, size, sizes, algorithm, ranks_spec, iters) -> tuple[Path, dict]:
-    """Where workload files are read from, and the workload: a file named on the command line, or the collective
-    the options describe."""
+def _workload(files: dict[str, str], op, size, sizes, algorithm, ranks_spec, iters) -> tuple[Path, dict]:
+    """Where workload files are read from, and the workload: a file named on the command line (--workload,
+    --simai or --chakra), or the collective the options describe."""
     from traffic.workload import parse_size, size_sweep
 
-    if workload_file or simai_file:
-        return _workload_arg(workload_file, simai_file, iters or 1)
+    if len(files) > 1:
+        raise InputError("give one of --workload, --simai, --chakra", "drop the others", field=sorted(files)[1],
+                         value=files[sorted(files)[1]])
+    if files:
+        ((opt, given),) = files.items()
+        return _workload_arg(opt, given, iters or 1)
     return Path.cwd(), {"collective": {"op": op, "size": size_sweep(sizes) if sizes else parse_size(size, "size"),
                                        "algorithm": algorithm, "ranks": ranks_spec, "iters": iters or 3}}
 
@@ -173,15 +180,16 @@ def _print_record(rec: Run, title: str, dilation: float, skipped: int) -> None:
                   soft_wrap=True)
 
 
-def _workload_arg(workload_file: str | None, simai_file: str | None, iterations: int) -> tuple[Path, dict]:
+def _workload_arg(opt: str, given: str, iterations: int) -> tuple[Path, dict]:
     """The folder a workload file named on the command line is read from, and the workload spec for it: any path
-    the user names (they chose the file; an experiment file's own references stay inside its folder)."""
-    opt, given = ("workload", workload_file) if workload_file else ("simai", simai_file)
+    the user names (they chose the file; an experiment file's own references stay inside its folder). A Chakra
+    prefix names the files PREFIX.RANK.et."""
     f = Path(given).expanduser()
-    if not f.is_file():
-        raise InputError("workload file not found", "give the path of an existing file", field=opt, value=given)
-    f = f.resolve()
-    return f.parent, {"file" if workload_file else "simai": f.name, "iterations": iterations}
+    if not (f.with_name(f"{f.name}.0.et") if opt == "chakra" else f).is_file():
+        raise InputError("workload file not found", "give the prefix of PREFIX.0.et, PREFIX.1.et, ..." if
+                         opt == "chakra" else "give the path of an existing file", field=opt, value=given)
+    f = f.parent.resolve() / f.name
+    return f.parent, {"file" if opt == "workload" else opt: f.name, "iterations": iterations}
 
 
 def _iteration_table(iterations: list[Iteration]) -> Table:

@@ -27,6 +27,7 @@ from topos.addressing import nic_address
 from topos.errors import InputError
 from topos.model import Topology
 from topos.server import nvlink_of
+from traffic import chakra
 from traffic.collectives import Schedule, build_schedule
 from traffic.iteration import Step, predict
 from traffic.nvlink import nvlink_seconds
@@ -67,14 +68,16 @@ class Workloads:
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        self._read: dict[Path, Workload] = {}
+        self._read: dict[tuple, Workload] = {}
 
     def get(self, wl: WorkloadSpec, where: str) -> Workload:
-        attr = "yaml_file" if wl.yaml_file else "simai"
+        attr = "yaml_file" if wl.yaml_file else "simai" if wl.simai else "chakra"
         path = resolve(wl, self.base, attr, where)
-        if path not in self._read:
-            self._read[path] = load_yaml(path) if wl.yaml_file else load_simai(path)
-        return self._read[path]
+        key = (path, tuple(sorted((wl.groups or {}).items())) if attr == "chakra" else ())
+        if key not in self._read:
+            self._read[key] = load_yaml(path) if wl.yaml_file else load_simai(path) if wl.simai else \
+                chakra.load(path, wl.groups)
+        return self._read[key]
 
 
 Files = Path | Workloads  # where workload files are read from: a folder, or the reader that has read them
@@ -125,7 +128,7 @@ def workload_job(wl: WorkloadSpec, exp: Experiment, files: Files, topo: Topology
 def _hosts_for(w: Workload, hosts: list[str], topo: Topology, where: str) -> list[str]:
     """The servers a file written for N GPUs (a SimAI header's all_gpus) runs on: the first that hold N GPUs.
     On fewer its groups cannot be laid out as the file says, and it is refused."""
-    need = w.plan.get("all_gpus")
+    need = w.plan.get("all_gpus") or w.plan.get("ranks")  # a SimAI header's GPUs, a Chakra trace's ranks
     if need is None:
         return hosts
     per_host = topo.hosts[0].gpus or topo.hosts[0].nics
@@ -133,7 +136,8 @@ def _hosts_for(w: Workload, hosts: list[str], topo: Topology, where: str) -> lis
     if servers > len(hosts):
         raise InputError(f"the file is written for {need} GPUs and the job has {len(hosts)} hosts of {per_host} "
                          f"GPUs", f"give it at least {servers} hosts (topology hosts_per_segment, segments_per_pod) "
-                         "or more gpus_per_host", field=f"{where}.simai", value=need)
+                         "or more gpus_per_host", field=f"{where}.{'simai' if 'all_gpus' in w.plan else 'chakra'}",
+                         value=need)
     return hosts[:servers]
 
 

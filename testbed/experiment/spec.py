@@ -164,15 +164,23 @@ class WorkloadSpec(_Strict):
                                   "sizes, groups, compute), beside the experiment file")
     simai: str | None = Field(None, max_length=255, description="a SimAI/AICB workload file, beside the "
                               "experiment file")
-    iterations: int = Field(1, ge=1, le=1000, description="file/simai: training iterations to replay, each with "
-                                                           "its compute when the workload has some")
+    chakra: str | None = Field(None, max_length=255, description="Chakra execution traces: the prefix of the "
+                               "per-rank files PREFIX.RANK.et, beside the experiment file (traffic/chakra.py)")
+    groups: dict[Annotated[str, Field(max_length=128)], list[Annotated[int, Field(ge=0, lt=1 << 20)]]] | None = \
+        Field(None, max_length=4096, description="chakra: each process group's ranks by its pg_name (default: "
+                                                 "a collective without pg_name runs over every rank)")
+    iterations: int = Field(1, ge=1, le=1000, description="file/simai/chakra: training iterations to replay, each "
+                                                           "with its compute when the workload has some")
 
     @model_validator(mode="after")
     def _one(self) -> WorkloadSpec:
-        given = [k for k in ("collective", "yaml_file", "simai") if getattr(self, k) is not None]
+        given = [k for k in ("collective", "yaml_file", "simai", "chakra") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise InputError("give exactly one of collective, file, simai", "e.g. workload: {collective: {op: "
-                             "allreduce, size: 160GB}}", field="workload", value=given or None)
+            raise InputError("give exactly one of collective, file, simai, chakra", "e.g. workload: {collective: "
+                             "{op: allreduce, size: 160GB}}", field="workload", value=given or None)
+        if self.groups is not None and self.chakra is None:
+            raise InputError("groups name a Chakra trace's process groups", "give them with chakra: PREFIX",
+                             field="workload.groups", value=sorted(self.groups)[:3])
         if self.collective is not None and self.iterations != 1:
             raise InputError("a collective repeats with its own iters", "use collective.iters",
                              field="workload.iterations", value=self.iterations)
@@ -184,7 +192,7 @@ class JobSpec(_Strict):
 
     name: Name
     collective: CollectiveSpec | None = Field(None, description="the job is this collective")
-    workload: WorkloadSpec | None = Field(None, description="a workload file (file or simai) on `hosts`")
+    workload: WorkloadSpec | None = Field(None, description="a workload file (file, simai or chakra) on `hosts`")
     hosts: str | None = Field(None, max_length=4096, description="workload: the hosts its ranks map onto, "
                                                                  "h0,h1,... (default: every host)")
     gpus: int | None = Field(None, ge=1, le=1 << 20, description="workload: place this many GPUs (host NICs) by "
@@ -540,11 +548,12 @@ def load(path: str | Path) -> Experiment:
     exp = from_dict(data)
     exp.topology = exp.topology.read_file(p.parent)
     for where, wl in workloads(exp):
-        for attr in ("yaml_file", "simai"):
+        for attr in ("yaml_file", "simai", "chakra"):
             if getattr(wl, attr) is not None:
                 f = resolve(wl, p.parent, attr, where)
-                if not f.is_file():
-                    raise InputError("workload file not found", "give a path relative to the experiment file",
+                if not (f.with_name(f"{f.name}.0.et") if attr == "chakra" else f).is_file():
+                    raise InputError("workload file not found", "give a path relative to the experiment file"
+                                     + (" (the prefix of PREFIX.0.et, PREFIX.1.et, ...)" if attr == "chakra" else ""),
                                      field=_workload_field(attr, where), value=getattr(wl, attr))
     return exp
 

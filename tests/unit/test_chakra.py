@@ -5,54 +5,15 @@ control dependencies, a ring written out as sends and receives; and the pitfalls
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from chakra.schema.protobuf.et_def_pb2 import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    COMM_COLL_NODE,
-    COMM_RECV_NODE,
-    COMM_SEND_NODE,
-    COMP_NODE,
-    GlobalMetadata,
-    Node,
-)
+from chakra.schema.protobuf.et_def_pb2 import ALL_GATHER, ALL_REDUCE, COMM_COLL_NODE, Node
 from chakra.schema.protobuf.et_def_pb2 import AttributeProto as Attr
-from chakra.src.third_party.utils.protolib import encodeMessage
 
+from tests.traces import coll, comp, dp_iteration, p2p, ring, write
 from topos.errors import InputError
 from traffic.chakra import load
 from traffic.iteration import predict
 from traffic.workload import trace_ranks
-
-
-def comp(i: int, us: int, deps=(), ctrl=()) -> Node:
-    return Node(id=i, name=f"comp{i}", type=COMP_NODE, duration_micros=us, data_deps=list(deps),
-                ctrl_deps=list(ctrl))
-
-
-def coll(i: int, kind: int, size: int, deps=(), ctrl=(), pg: str | None = None) -> Node:
-    attrs = [Attr(name="comm_type", int64_val=kind), Attr(name="comm_size", int64_val=size)]
-    if pg is not None:
-        attrs.append(Attr(name="pg_name", string_val=pg))
-    return Node(id=i, name=f"coll{i}", type=COMM_COLL_NODE, data_deps=list(deps), ctrl_deps=list(ctrl), attr=attrs)
-
-
-def p2p(i: int, send: bool, peer: int, size: int, deps=()) -> Node:
-    return Node(id=i, name=f"p2p{i}", type=COMM_SEND_NODE if send else COMM_RECV_NODE, data_deps=list(deps),
-                attr=[Attr(name="comm_size", int64_val=size),
-                      Attr(name="comm_dst" if send else "comm_src", int32_val=peer)])
-
-
-def write(prefix: Path, per_rank: list[list[Node]], metadata: bool = True) -> Path:
-    for rank, nodes in enumerate(per_rank):
-        with open(f"{prefix}.{rank}.et", "wb") as f:
-            if metadata:
-                encodeMessage(f, GlobalMetadata(version="0.0.4"))
-            for n in nodes:
-                encodeMessage(f, n)
-    return prefix
 
 
 def test_one_collective_per_rank_is_one_blocking_op_over_every_rank(tmp_path):
@@ -62,15 +23,6 @@ def test_one_collective_per_rank_is_one_blocking_op_over_every_rank(tmp_path):
     assert (step.compute_s, step.overlap, step.op.op, step.op.size, step.op.group) == \
         (0.0, False, "allreduce", 1 << 20, (0, 1, 2, 3))
     assert wl.plan == {"ranks": 4}
-
-
-def dp_iteration() -> list[Node]:
-    """Forward of two layers, backward of layer 1 then 0; each layer's gradient all-reduce hangs off its backward
-    compute (control dependency); the optimizer step waits for both all-reduces."""
-    return [comp(1, 100), comp(2, 100, deps=[1]),  # forward
-            comp(3, 200, deps=[2]), coll(4, ALL_REDUCE, 8 << 20, ctrl=[3]),  # backward 1, its gradients
-            comp(5, 200, deps=[3]), coll(6, ALL_REDUCE, 4 << 20, ctrl=[5]),  # backward 0, its gradients
-            comp(7, 50, deps=[4, 6])]  # optimizer
 
 
 def test_a_data_parallel_iteration_overlaps_its_gradient_all_reduces_with_the_backward_compute(tmp_path):
@@ -95,19 +47,16 @@ def test_the_slowest_ranks_compute_is_what_the_collective_waits_for(tmp_path):
 def test_a_ring_written_as_sends_and_receives_is_one_step_sent_eagerly(tmp_path):
     """Even ranks send first and odd ranks receive first, as NCCL's p2p rings do: all the sends are one step."""
     n, size = 4, 65536
-    ranks = []
-    for r in range(n):
-        send, recv = p2p(1, True, (r + 1) % n, size), p2p(2, False, (r - 1) % n, size)
-        recv.id, send.id = (1, 2) if r % 2 else (2, 1)
-        ranks.append([send, recv] if r % 2 == 0 else [recv, send])
+    ranks = ring(n, size)
     (step,) = load(write(tmp_path / "ring", ranks)).iteration
     assert step.op.op == "sendrecv" and step.op.size == size
     pairs = set(zip(step.op.group[::2], step.op.group[1::2], strict=True))
     assert pairs == {(0, 1), (1, 2), (2, 3), (3, 0)}
     hosts = ["h0", "h1", "h2", "h3"]
-    (flows,) = trace_ranks(step.op, hosts, 1)  # one GPU per host: every pair crosses the fabric
-    assert len(flows) == 8 and flows[:2] == [("h0", 0), ("h1", 0)]
-    assert trace_ranks(step.op, ["h0", "h1"], 2) == [[("h0", 1), ("h1", 0), ("h1", 1), ("h0", 0)]]  # NVLink pairs out
+    groups = trace_ranks(step.op, hosts, 1)  # one GPU per host: every pair crosses the fabric, all at once
+    assert sorted(groups) == sorted([[("h0", 0), ("h1", 0)], [("h1", 0), ("h2", 0)], [("h2", 0), ("h3", 0)],
+                                     [("h3", 0), ("h0", 0)]])
+    assert trace_ranks(step.op, ["h0", "h1"], 2) == [[("h0", 1), ("h1", 0)], [("h1", 1), ("h0", 0)]]  # NVLink out
 
 
 def test_process_groups_come_from_the_groups_given_and_a_missing_one_is_named(tmp_path):
@@ -164,3 +113,46 @@ def test_a_trace_with_more_ranks_than_the_job_has_gpus_is_refused():
     wl_op = type("O", (), {"group": (0, 1, 2, 3, 4), "op": "allreduce"})()
     with pytest.raises(InputError, match="the trace has 5 ranks, the job 4 GPUs"):
         trace_ranks(wl_op, ["h0", "h1"], 2)
+
+
+def test_an_experiment_names_its_traces_by_prefix_beside_it_and_plans_them(tmp_path):
+    from testbed.experiment.planning import plan
+    from testbed.experiment.spec import from_dict, load
+
+    write(tmp_path / "dp", [dp_iteration()] * 4)
+    body = "name: t\ntopology: {name: hpn}\nqos: {scale: 10000}\nworkload: {chakra: dp, iterations: 2}\n"
+    (tmp_path / "e.yaml").write_text(body)
+    (p,) = plan(load(tmp_path / "e.yaml"), tmp_path, False, None)
+    job = p.jobs[0]
+    assert job.hosts == ["h0", "h1"] and job.iterations == 2  # 4 ranks: the first two hosts of 2 GPUs
+    assert [o.op for o, _s in job.items] == ["allreduce"] * 4
+    (tmp_path / "f.yaml").write_text(body.replace("chakra: dp", "chakra: nope"))
+    with pytest.raises(InputError, match="workload file not found") as exc:
+        load(tmp_path / "f.yaml")
+    assert exc.value.field == "workload.chakra"
+    with pytest.raises(InputError, match="groups name a Chakra trace's process groups"):
+        from_dict({"name": "t", "workload": {"collective": {"op": "allreduce"}, "groups": {"tp": [0, 1]}}})
+    write(tmp_path / "big", [[coll(0, ALL_REDUCE, 1 << 20)]] * 20)
+    (tmp_path / "g.yaml").write_text(body.replace("chakra: dp", "chakra: big"))
+    with pytest.raises(InputError, match="written for 20 GPUs") as exc:
+        plan(load(tmp_path / "g.yaml"), tmp_path, False, None)
+    assert exc.value.field == "workload.chakra"
+
+
+def test_a_file_that_is_not_a_trace_is_refused_without_printing_what_it_holds(tmp_path):
+    """Read as root through sudo: the error names the file, never its bytes."""
+    secret = b"hunter2-db-password"
+    (tmp_path / "s.0.et").write_bytes(bytes([len(secret)]) + secret)
+    with pytest.raises(InputError) as exc:
+        load(tmp_path / "s")
+    assert "not a Chakra trace" in exc.value.what and secret.decode() not in exc.value.line()
+    (tmp_path / "fifo.0.et").unlink(missing_ok=True)
+    import os
+
+    os.mkfifo(tmp_path / "fifo.0.et")  # a FIFO would block a read: refused before reading
+    with pytest.raises(InputError, match="not a regular file"):
+        load(tmp_path / "fifo")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "l.0.et").symlink_to(tmp_path / "s.0.et")  # a link out of the prefix's folder
+    with pytest.raises(InputError, match="not a regular file in the prefix's folder"):
+        load(tmp_path / "out" / "l")
