@@ -290,6 +290,9 @@ def _op(kth: dict[int, _Comm], groups: dict[str, list[int]], n: int, ranks: list
         if members is None:
             raise InputError(f"process group {first.group!r} has no ranks given",
                              "give its ranks in the workload's groups", field="chakra", value=where)
+        if not members or max(members) >= n or len(set(members)) != len(members):
+            raise InputError(f"process group {first.group!r}: ranks {members[:8]} are not distinct ranks of the "
+                             f"trace's {n}", f"give ranks 0..{n - 1}", field="groups", value=first.group)
         return Op(first.op, first.size, tuple(members), label=f"{first.op} {k}")
     return _p2p(kth, ranks, k)
 

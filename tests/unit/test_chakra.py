@@ -67,6 +67,9 @@ def test_process_groups_come_from_the_groups_given_and_a_missing_one_is_named(tm
     with pytest.raises(InputError, match="process group 'tp0' has no ranks given") as exc:
         load(prefix)
     assert exc.value.value == "pg.0.et node 0"
+    with pytest.raises(InputError, match="not distinct ranks of the trace's 4") as exc:
+        load(prefix, {"tp0": [0, 4], "tp1": [2, 3]})
+    assert exc.value.field == "groups"
 
 
 def test_a_trace_without_global_metadata_and_ordered_by_control_dependencies_only_reads(tmp_path):
