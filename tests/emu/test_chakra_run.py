@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.traces import dp_iteration, ring, write
 
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
@@ -24,6 +26,7 @@ variants:
 """
 
 
+@pytest.mark.slow
 def test_traces_replay_with_the_closed_forms_bytes_an_iteration_report_and_a_verdict(tmp_path, no_leftovers):
     (tmp_path / "traces").mkdir()
     write(tmp_path / "traces" / "dp", [dp_iteration()] * 4)  # 4 ranks: two hosts of the mini HPN's 2 GPUs
