@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from chakra.schema.protobuf.et_def_pb2 import ALL_GATHER, ALL_REDUCE, COMM_COLL_NODE, Node
 from chakra.schema.protobuf.et_def_pb2 import AttributeProto as Attr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.traces import coll, comp, dp_iteration, p2p, ring, write
 from topos.errors import InputError
@@ -159,3 +161,34 @@ def test_a_file_that_is_not_a_trace_is_refused_without_printing_what_it_holds(tm
     (tmp_path / "out" / "l.0.et").symlink_to(tmp_path / "s.0.et")  # a link out of the prefix's folder
     with pytest.raises(InputError, match="not a regular file in the prefix's folder"):
         load(tmp_path / "out" / "l")
+
+
+KINDS = {0: "allreduce", 2: "allgather", 5: "broadcast", 6: "alltoall", 7: "reducescatter"}
+
+
+@settings(max_examples=25, deadline=None)
+@given(ranks=st.integers(2, 8), comms=st.lists(st.tuples(st.sampled_from(sorted(KINDS)),
+                                                         st.integers(1 << 12, 1 << 24), st.integers(0, 500)),
+                                               min_size=1, max_size=6))
+def test_traces_not_seen_before_become_steps_whose_flows_carry_the_closed_forms_bytes(tmp_path_factory, ranks,
+                                                                                      comms):
+    """Random iterations (collectives of every kind Chakra names, any size, compute before each, 2 to 8 ranks):
+    one step per collective with its compute, and placed on servers of 2 GPUs, flows whose bytes are the
+    collective's closed form."""
+    from traffic import closed_form
+    from traffic.replay import op_schedule
+
+    nodes = []
+    for i, (kind, size, us) in enumerate(comms):
+        nodes += [comp(2 * i, us, deps=[2 * i - 1] if i else []), coll(2 * i + 1, kind, size, deps=[2 * i])]
+    wl = load(write(tmp_path_factory.mktemp("t") / "r", [nodes] * ranks))
+    steps = [s for s in wl.iteration if s.op is not None]
+    assert [(s.op.op, s.op.size, s.compute_s) for s in steps] == \
+        [(KINDS[k], size, pytest.approx(us * 1e-6)) for k, size, us in comms]
+    hosts = [f"h{i}" for i in range(4)]
+    for s in steps:
+        sched = op_schedule(s.op, hosts, 2, wl.plan, 2)
+        if sched is None:  # every rank inside one server: NVLink
+            assert ranks <= 2
+            continue
+        assert sum(f.bytes for step in sched.steps for f in step) == closed_form.of(sched)
