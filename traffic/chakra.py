@@ -36,7 +36,7 @@ import networkx as nx
 from topos.errors import InputError
 
 from .iteration import Step
-from .workload import MAX_OPS, Op, Workload
+from .workload import MAX_COMPUTE_S, MAX_OPS, MAX_SIZE, Op, Workload
 
 MAX_TRACE_BYTES = 64 << 20
 MAX_RANKS = 4096
@@ -169,11 +169,14 @@ def _node(n, path: Path) -> TraceNode:
     if kind == "other":
         return TraceNode(n.id, kind, 0.0, deps)
     if kind == "comp":
+        if n.duration_micros * 1e-6 > MAX_COMPUTE_S:
+            raise InputError(f"a compute node longer than {MAX_COMPUTE_S:g} s", "give duration_micros in "
+                             "microseconds", field="chakra", value=where)
         return TraceNode(n.id, kind, n.duration_micros * 1e-6, deps)
     size = attrs["comm_size"].int64_val if "comm_size" in attrs else 0
-    if size <= 0:
-        raise InputError("a communication node without comm_size", "give its bytes in comm_size",
-                         field="chakra", value=where)
+    if not 0 < size <= MAX_SIZE:
+        raise InputError("a communication node without comm_size (bytes, at most 1 PB)", "give its bytes in "
+                         "comm_size", field="chakra", value=where)
     group = attrs["pg_name"].string_val if "pg_name" in attrs else ""
     dims = list(attrs["involved_dim"].bool_list.values) if "involved_dim" in attrs else []
     if not group and dims and not all(dims):  # ASTRA-sim's dimensions of its own logical topology
