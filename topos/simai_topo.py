@@ -148,9 +148,10 @@ def _link(row: list[str], num: int, nodes: int, name: str) -> SimaiLink:
     return SimaiLink(int(row[0]), int(row[1]), float(rate[1]) * RATE_UNIT[rate[2]], num)
 
 
-def read(text: str, name: str = "file") -> dict:
-    """The fabric builder parameters (topos.fabric.FabricParams) a SimAI topology file amounts to."""
-    return _Reader(parse(text, name), name).params()
+def read(text: str | SimaiFile, name: str = "file") -> dict:
+    """The fabric builder parameters (topos.fabric.FabricParams) a SimAI topology file (its text, or as parsed)
+    amounts to."""
+    return _Reader(parse(text, name) if isinstance(text, str) else text, name).params()
 
 
 class _Reader:
@@ -253,10 +254,10 @@ class _Reader:
         return next(iter(rates))
 
 
-def check_built(topo: Topology, text: str, name: str = "file") -> None:
-    """The fabric built from a file's parameters has the file's counts: GPUs, servers, switches and links of
-    each kind; else what differs (the file's wiring is not one the fabric builder makes)."""
-    want, got = _counts(parse(text, name)), _counts(parse(export(topo), "built"))
+def check_built(topo: Topology, f: SimaiFile, name: str = "file") -> None:
+    """The fabric built from a parsed file's parameters has the file's counts: GPUs, servers, switches and links
+    of each kind; else what differs (the file's wiring is not one the fabric builder makes)."""
+    want, got = _counts(f), _counts(parse(export(topo), "built"))
     if want != got:
         diff = ", ".join(f"{k}: file {want[k]}, built {got[k]}" for k in want if want[k] != got[k])
         raise InputError(f"the file's wiring is not a fabric the builder makes ({diff})", FIX, field=name,
@@ -279,7 +280,7 @@ def load_params(path: Path, field: str) -> dict:
     fabric has the file's counts."""
     from . import build_from
 
-    text = read_text(path, field, MAX_TOPOLOGY_BYTES)
-    params = read(text, field)
-    check_built(build_from("hpn", None, params), text, field)
+    f = parse(read_text(path, field, MAX_TOPOLOGY_BYTES), field)  # parsed once: read and checked from it
+    params = read(f, field)
+    check_built(build_from("hpn", None, params), f, field)
     return params
