@@ -29,6 +29,7 @@ import gzip
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 import networkx as nx
@@ -223,6 +224,7 @@ class _Comm:
 
     compute_s: float
     nodes: list[TraceNode]
+    end: int  # the position of its last node in the rank's order
     blocking: bool = True
 
 
@@ -231,15 +233,16 @@ def _comms(order: list[TraceNode]) -> tuple[list[_Comm], float]:
     another are one); the compute after the last."""
     out: list[_Comm] = []
     compute, p2p_run = 0.0, False
-    for n in order:
+    for i, n in enumerate(order):
         if n.kind == "comp":
             compute += n.duration_s
             p2p_run = False
         elif n.kind == "coll" or (n.kind in ("send", "recv") and not p2p_run):
-            out.append(_Comm(compute, [n]))
+            out.append(_Comm(compute, [n], i))
             compute, p2p_run = 0.0, n.kind != "coll"
         elif n.kind in ("send", "recv"):
             out[-1].nodes.append(n)
+            out[-1].end = i
     for c in out:
         c.blocking = _blocking(c, order)
     return out, compute
@@ -247,11 +250,10 @@ def _comms(order: list[TraceNode]) -> tuple[list[_Comm], float]:
 
 def _blocking(c: _Comm, order: list[TraceNode]) -> bool:
     """Whether the rank's next compute node after the communication depends on it (directly or through other
-    nodes); with no compute after it, the iteration waits for it anyway."""
-    ids = {n.id for n in c.nodes}
-    after = order[order.index(c.nodes[-1]) + 1:]
-    reach = set(ids)
-    for n in after:
+    nodes); with no compute after it, the iteration waits for it anyway. Only the nodes up to that compute node
+    are looked at."""
+    reach = {n.id for n in c.nodes}
+    for n in islice(order, c.end + 1, None):
         if reach.intersection(n.deps):
             if n.kind == "comp":
                 return True
