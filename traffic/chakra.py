@@ -78,6 +78,11 @@ def load(prefix: str | Path, groups: dict[str, list[int]] | None = None) -> Work
     return Workload(Path(prefix).name, ops, {"ranks": len(ranks)}, steps)
 
 
+def first_file(prefix: Path) -> Path:
+    """Rank 0's trace: PREFIX.0.et (whether a prefix names traces at all)."""
+    return prefix.with_name(f"{prefix.name}.0.et")
+
+
 def _files(prefix: Path) -> list[Path]:
     """PREFIX.0.et, PREFIX.1.et, ... with no rank missing."""
     pattern = re.compile(re.escape(prefix.name) + r"\.(\d+)\.et$")

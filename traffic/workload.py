@@ -240,6 +240,11 @@ def group_members(kind: str, plan: dict[str, int]) -> list[range]:
             for s in range(pp) for t in range(tp) for b in range(0, dp, size)]
 
 
+def job_gpus(ranks, hosts: list[str], per_host: int) -> list[Rank]:
+    """Ranks as the job's GPUs, its servers filled in order: rank r is GPU r % per_host of hosts[r // per_host]."""
+    return [(hosts[r // per_host], r % per_host) for r in ranks]
+
+
 def fits_server(kind: str, plan: dict[str, int], per_host: int) -> bool:
     """Every group of this kind lies inside one server of `per_host` GPUs (the job's GPUs filled server by
     server): then it runs on NVLink."""
@@ -258,7 +263,7 @@ def gpu_groups(op: Op, hosts: list[str], plan: dict[str, int], per_host: int) ->
         return None
     if fits_server(op.group, plan, per_host):
         return []
-    return [[(hosts[r // per_host], r % per_host) for r in m] for m in group_members(op.group, plan)]
+    return [job_gpus(m, hosts, per_host) for m in group_members(op.group, plan)]
 
 
 def in_host_gpus(op: Op, plan: dict[str, int], gpus: int) -> int:
@@ -467,7 +472,7 @@ def trace_ranks(op: Op, hosts: list[str], per_host: int) -> list[list[Rank]]:
         raise InputError(f"the trace has {need} ranks, the job {len(hosts) * per_host} GPUs ({len(hosts)} hosts x "
                          f"{per_host})", "give the job as many GPUs as the trace has ranks", field="chakra",
                          value=need)
-    gpu = [(hosts[r // per_host], r % per_host) for r in op.group]
+    gpu = job_gpus(op.group, hosts, per_host)
     if op.op == "sendrecv":  # one group per pair, all at once: a rank may send and receive in one step
         return [[a, b] for a, b in zip(gpu[::2], gpu[1::2], strict=True) if a[0] != b[0]]
     return [gpu] if len({h for h, _ in gpu}) > 1 else []

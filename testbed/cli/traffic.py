@@ -184,8 +184,10 @@ def _workload_arg(opt: str, given: str, iterations: int) -> tuple[Path, dict]:
     """The folder a workload file named on the command line is read from, and the workload spec for it: any path
     the user names (they chose the file; an experiment file's own references stay inside its folder). A Chakra
     prefix names the files PREFIX.RANK.et."""
+    from traffic.chakra import first_file
+
     f = Path(given).expanduser()
-    if not (f.with_name(f"{f.name}.0.et") if opt == "chakra" else f).is_file():
+    if not (first_file(f) if opt == "chakra" else f).is_file():
         raise InputError("workload file not found", "give the prefix of PREFIX.0.et, PREFIX.1.et, ..." if
                          opt == "chakra" else "give the path of an existing file", field=opt, value=given)
     f = f.parent.resolve() / f.name

@@ -545,13 +545,15 @@ def load(path: str | Path) -> Experiment:
     data = load_yaml(read_text(p, "file", MAX_SPEC_BYTES), "file")
     if not isinstance(data, dict):
         raise InputError("an experiment file is a mapping", "start with 'name: ...'", field="file", value=str(path))
+    from traffic.chakra import first_file  # networkx with it: only when a file is loaded
+
     exp = from_dict(data)
     exp.topology = exp.topology.read_file(p.parent)
     for where, wl in workloads(exp):
         for attr in ("yaml_file", "simai", "chakra"):
             if getattr(wl, attr) is not None:
                 f = resolve(wl, p.parent, attr, where)
-                if not (f.with_name(f"{f.name}.0.et") if attr == "chakra" else f).is_file():
+                if not (first_file(f) if attr == "chakra" else f).is_file():
                     raise InputError("workload file not found", "give a path relative to the experiment file"
                                      + (" (the prefix of PREFIX.0.et, PREFIX.1.et, ...)" if attr == "chakra" else ""),
                                      field=_workload_field(attr, where), value=getattr(wl, attr))
