@@ -3,6 +3,10 @@
     sudo .venv/bin/python -m bench.experiments_bench [--quick] [--only NAME ...]
     sudo .venv/bin/python -m bench.experiments_bench --from RESULTS_DIR ...   (tables from finished runs)
 
+The whole bench runs every file at full size (about two hours here, failure_campaign alone ~40 min); `--only` or
+`--from` rewrite those experiments' lines and keep the others' as they were measured, each experiment under its
+own stamp (machine, commit, date), so the tables can be brought up to date a few experiments at a time.
+
 Three generated parts, nothing typed: what each file asks and the paper's figure (from the files themselves),
 the paper's figure beside ours with whether it is reproduced (`COMPARE`, computed from the runs), and one row
 per variant: busbw, fraction of ideal, drops, halted, per-job iteration time, cluster GPU utilization, Crux's
@@ -13,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from bench.tables import replace_block, stamp, stamp_of_results
+from bench.tables import markers, replace_block, stamp, stamp_of_results
 from testbed.experiment.results import cluster_summary
+from testbed.experiment.sections import frames_lost, healthy_op_s
 from testbed.net.balance import cross_segment_bytes, describe, links_used, nic_balance, nic_port_queue, ratio_text
 from testbed.qos.spec import MTU, OVS_BATCH
 from testbed.schema.results import Results, Run, load
@@ -168,20 +175,28 @@ def _campaign(d: Results) -> str:
 
 
 def _gray(d: Results) -> str:
-    base = _job_time(d, "healthy", "job")
     parts, named_1e4 = [], None
     for v in _variants(d):
         runs = [r for r in _runs(d, v) if r.gray]
         if not runs:
             continue
         after = [x["named_after_s"] for r in runs for x in r.gray["delays"]]
-        t = _job_time(d, v, "job")
+        t, base = _job_time(d, v, "job"), healthy_op_s(d.runs, runs[0])
         parts.append(f"{v}: named after " + ", ".join("never" if a is None else f"{a:.2f} s" for a in after)
-                     + (f", ops {t / base:.2f}x the healthy run's" if t and base else ""))
+                     + (f", ops {t / base:.2f}x the healthy run's" if t and base else "") + _go_back_n(runs))
         if v == "lossy-1e-4":
             named_1e4 = after
     ok = bool(named_1e4) and all(a is not None and a <= 2.0 for a in named_1e4)
     return "; ".join(parts) + ("; 1e-4 named within 2 s: reproduced" if ok else "; 1e-4 named within 2 s: NOT met")
+
+
+def _go_back_n(runs: list[Run]) -> str:
+    """Over the roce transport: what a lost frame cost the queue pairs (go-back-N's resends, the retry timer)."""
+    if not runs[0].roce:
+        return ""
+    lost, resent = sum(frames_lost(r) for r in runs), sum(r.roce["resent"] for r in runs)
+    per = f"{resent / lost:.1f} frames resent per frame lost" if lost else f"{resent:,} frames resent, none lost"
+    return f" (RoCE: {per}, {sum(r.roce['timeouts'] for r in runs):,} retry timeouts)"
 
 
 COMPARE: dict[str, Callable[[Results], str]] = {
@@ -243,26 +258,70 @@ def questions(files: list[Path]) -> list[str]:
     return out
 
 
-def tables(outdirs: list[Path], files: list[Path], quick: bool) -> str:
+@dataclass
+class Measured:
+    """One experiment's lines in the tables and where they were measured."""
+
+    bullet: str | None  # the paper beside ours (COMPARE), where the experiment has one
+    rows: list[str]  # one per variant
+    stamp: dict  # machine, commit, date
+
+
+def measured(outdir: Path, when: dict) -> tuple[str, Measured]:
+    """An experiment's lines from its finished run, measured `when`."""
+    data = load((outdir / "results.json").read_text())
+    name = data.experiment["name"]
+    paper = ", ".join(f"{k}: {v}" for k, v in (data.experiment.get("paper") or {}).items())
+    bullet = f"- **{name}** (paper: {paper or '—'}): {COMPARE[name](data)}." if name in COMPARE else None
+    return name, Measured(bullet, rows_of(outdir), when)
+
+
+STAMP = re.compile(r"Measured on (?P<machine>.+); commit (?P<commit>.+); (?P<date>[\d-]+)\.$")
+
+
+def kept(block: str) -> dict[str, Measured]:
+    """The experiments' lines in tables written before (the text between the README's markers), by name, so a
+    partial run (`--only`) rewrites its own and keeps the others' as they were measured. Tables written before
+    the per-experiment stamps carry one stamp for all."""
+    lines = block.splitlines()
+    first = STAMP.match(lines[0]) if lines else None
+    whole = first.groupdict() if first else {"machine": "not recorded", "commit": "not recorded", "date": "unknown"}
+    out: dict[str, Measured] = {}
+    section = ""
+    for line in lines:
+        if line.startswith("### "):
+            section = line
+        elif section.startswith("### The paper") and (m := re.match(r"- \*\*(\w+)\*\*", line)):
+            out.setdefault(m[1], Measured(None, [], whole)).bullet = line
+        elif section.startswith("### Every variant") and (m := re.match(r"\| (\w+) \| (?!variant )", line)):
+            out.setdefault(m[1], Measured(None, [], whole)).rows.append(line)
+        elif section.startswith("### Where") and (m := re.match(r"\| (\w+) \| (.+) \| (.+) \| (.+) \|$", line)) \
+                and m[1] != "experiment":
+            out.setdefault(m[1], Measured(None, [], whole)).stamp = {"machine": m[2], "commit": m[3], "date": m[4]}
+    return {k: v for k, v in out.items() if v.rows}
+
+
+def tables(done: dict[str, Measured], files: list[Path], quick: bool) -> str:
+    """The tables: every shipped file's question, then each experiment's lines as last measured."""
+    names = [f.stem for f in files]
+    order = names + sorted(set(done) - set(names))
     head = [f"Generated by `python -m bench.experiments_bench{' --quick' if quick else ''}`. Nothing here is "
-            "typed: rerun the script to refresh it.", "",
+            "typed: rerun the script to refresh it (`--only NAME ...` reruns some and keeps the others' lines as "
+            "they were measured, each under its own stamp).", "",
             "### What each experiment asks", "", *questions(files), "",
-            "### The paper's figures beside ours", ""]
-    compared = []
-    for d in outdirs:
-        data = load((d / "results.json").read_text())
-        name = data.experiment["name"]
-        paper = ", ".join(f"{k}: {v}" for k, v in (data.experiment.get("paper") or {}).items())
-        if name in COMPARE:
-            compared.append(f"- **{name}** (paper: {paper or '—'}): {COMPARE[name](data)}.")
-    rows = [r for d in outdirs for r in rows_of(d)]
-    return "\n".join(head + compared + [
+            "### Where each was measured", "", "| experiment | machine | commit | date |", "|---|---|---|---|"]
+    got = [(n, done[n]) for n in order if n in done]
+    missing = [n for n in names if n not in done]
+    gap = [f"Not measured at full size yet: {', '.join(missing)} (`--only` them).", ""] if missing else []
+    return "\n".join(head + [f"| {n} | {m.stamp['machine']} | {m.stamp['commit']} | {m.stamp['date']} |"
+                             for n, m in got] + ["", *gap, "### The paper's figures beside ours", ""]
+                     + [m.bullet for _, m in got if m.bullet] + [
         "", "### Every variant", "",
         "busbw in emulated Mbit/s (times the experiment's scale for the real fabric); cross-segment: MB up the ToR "
         "uplinks (mean over runs); per job: iteration (or op) time; utilization: cluster GPU utilization.", "",
         "| experiment | variant | ops | busbw | of ideal | drops (lossless/default) | halted | per job | "
         "utilization | cross-segment (MB) | load balance (first run) | fidelity | results folder |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows])
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *[r for _, m in got for r in m.rows]])
 
 
 def main() -> None:
@@ -270,19 +329,28 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--only", nargs="*", help="run these; the others' lines are kept as they were measured")
     ap.add_argument("--from", dest="done", nargs="*", help="results folders of finished runs: no new runs")
     a = ap.parse_args()
     os.chdir(ROOT)
     files = sorted((ROOT / "experiments").glob("*.yaml"))
-    if a.only:
-        files = [f for f in files if f.stem in a.only]
-    measured = stamp()
-    outdirs = [Path(p) for p in a.done] if a.done else [run(f, reduced=a.quick) for f in files]
-    block = tables(outdirs, files, a.quick)
+    chosen = [f for f in files if not a.only or f.stem in a.only]
+    if a.done:
+        fresh = dict(measured(Path(p), stamp_of_results(Path(p))) for p in a.done)
+    else:
+        fresh = {}
+        for f in chosen:  # each stamped as it finishes: a long bench spans a day
+            out = run(f, reduced=a.quick)
+            fresh.update([measured(out, stamp())])
+    if a.quick:  # a smoke run prints, never replaces the committed tables
+        print(tables(fresh, chosen, a.quick))
+        return
+    start, end = markers("experiments")
+    text = README.read_text()
+    done = kept(text[text.index(start) + len(start):text.index(end)].strip()) | fresh
+    block = tables(done, files, a.quick)
     print(block)
-    if not a.quick and not a.only:  # smoke or partial runs print, never replace the committed tables
-        replace_block(README, "experiments", block, stamp_of_results(outdirs[0]) if a.done else measured)
+    replace_block(README, "experiments", block, stamp())
 
 
 if __name__ == "__main__":
