@@ -112,19 +112,18 @@ def gray_lines(runs: list[Run]) -> list[str]:
     rows = [r for r in runs if r.gray]
     if not rows:
         return []
-    healthy = [o.seconds for r in runs if not r.gray and not r.failures for o in r.ops]
-    base = statistics.mean(healthy) if healthy else None
+    base = any(healthy_op_s(runs, r) for r in rows)
     lines = ["", "Gray failures (a link that keeps running: lossy, dropped by a BPF program; or slower; or one that "
              "flaps): when the detector named the link from the operator's counters (input errors; operational "
              "speed; carrier changes), the frames it lost each way, the hosts' retransmissions, and the mean "
              "op time"
-             + (" against the runs without a failure" if base else "") + ":", "",
+             + (" against the runs without a failure at the same transport and scales" if base else "") + ":", "",
              "| variant | failure | named after (s) | frames lost / carried | retransmissions | op time (s) |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         ops = [o.seconds for o in r.ops]
-        t = statistics.mean(ops) if ops else None
-        slow = f" ({t / base:.2f}x)" if t and base else ""
+        t, healthy = statistics.mean(ops) if ops else None, healthy_op_s(runs, r)
+        slow = f" ({t / healthy:.2f}x)" if t and healthy else ""
         for d in r.gray["delays"]:
             c = r.gray["counters"].get(d["links"][0], {})
             lost, carried = sum(c.get("errors", {}).values()), sum(c.get("frames", {}).values())
@@ -136,6 +135,14 @@ def gray_lines(runs: list[Run]) -> list[str]:
                          f"{_retransmissions(r)} | "
                          f"{'-' if t is None else f'{t:.3f}'}{slow} |")
     return lines
+
+
+def healthy_op_s(runs: list[Run], r: Run) -> float | None:
+    """The mean op time of the runs without a failure that `r` is set against: those of its transport, bytes
+    scale and dilation (an op's fabric time at another scale is another op's); None when there are none."""
+    ops = [o.seconds for h in runs if not h.gray and not h.failures
+           and (h.transport, h.scale, h.dilation) == (r.transport, r.scale, r.dilation) for o in h.ops]
+    return statistics.mean(ops) if ops else None
 
 
 def roce_lines(runs: list[Run]) -> list[str]:
@@ -152,7 +159,7 @@ def roce_lines(runs: list[Run]) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r.roce
-        lost = _frames_lost(r)
+        lost = frames_lost(r)
         per = f"{c['resent'] / lost:.1f}" if lost else "-"
         # runs recorded before the NICs counted their cuts lack the key
         dcqcn = f"{c['ce']:,} / {c['cnps_sent']:,} / {c.get('rate_cuts', 0):,}" if c["ce"] else "-"
@@ -161,7 +168,8 @@ def roce_lines(runs: list[Run]) -> list[str]:
     return lines
 
 
-def _frames_lost(r: Run) -> int:
+def frames_lost(r: Run) -> int:
+    """The frames the fabric lost in a run: the shapers' drops and the lossy links'."""
     gray = sum(sum(c.get("errors", {}).values()) for c in ((r.gray or {}).get("counters") or {}).values())
     return r.drops.high + r.drops.lossless + r.drops.default + gray
 

@@ -56,6 +56,7 @@ from traffic.workload import MAX_OPS, MAX_SWEEP, parse_size
 
 MAX_SPEC_BYTES = 1 << 20
 DAY_S = 86_400.0
+TCP_RTO_FLOOR_S = 1.0  # tcp_rto_max_ms takes 1,000 ms at the least
 MAX_EVENTS = 100_000  # failure events after expansion (flaps, random failures); each is a real interface change
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # becomes part of folder names: no '/', no leading '.'
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="letters, digits, '.', '_', '-'; at most 64")]
@@ -295,10 +296,12 @@ class ResilienceSpec(_Strict):
     restart_s: float = Field(600.0, ge=0, le=DAY_S, description="what a restart costs (reschedule, reload)")
     checkpoint_s: float = Field(3600.0, gt=0, le=30 * DAY_S, description="how often the job checkpoints: a restart "
                                                                           "loses the work since the last one")
-    retry_timer_s: float | None = Field(None, ge=1.0, le=120, description="the hosts' TCP never waits longer than "
-                                        "this to retransmit (a RoCE NIC retries on a fixed timer: NCCL_IB_TIMEOUT "
-                                        "18 is 1.07 s), so a repaired link is used again within it; default: "
-                                        "TCP's own doubling backoff, up to 120 s")
+    retry_timer_s: float | None = Field(None, ge=0.001, le=120, description="the hosts' TCP never waits longer "
+                                        "than this to retransmit (a RoCE NIC retries on a fixed timer: "
+                                        "NCCL_IB_TIMEOUT 18 is 1.07 s), so a repaired link is used again within "
+                                        "it; with transport roce, the queue pairs' retry timer (from 1 ms: "
+                                        "NCCL_IB_TIMEOUT 8; TCP's from 1 s, the kernel's floor); default: TCP's "
+                                        "own doubling backoff up to 120 s, NCCL's 1.07 s for roce")
 
 
 class TimeSpec(_Strict):
@@ -403,6 +406,12 @@ class Experiment(_Strict):
         if self.routing == "precise-host" and self.transport == "rdma":
             raise InputError("precise-host routing picks TCP source ports; the rdma transport pins ports itself",
                              "use transport: tcp, or routing: precise", field="transport", value=self.transport)
+        timer = self.resilience.retry_timer_s
+        if timer is not None and timer < TCP_RTO_FLOOR_S and self.transport != "roce":
+            raise InputError(f"the hosts' TCP cannot cap its retransmission timeout below {TCP_RTO_FLOOR_S:g} s; "
+                             "only the roce transport's retry timer goes lower",
+                             f"set it to {TCP_RTO_FLOOR_S:g} or more, or use transport: roce",
+                             field="resilience.retry_timer_s", value=timer)
         if self.transport == "roce" and self.qos.cc in ("ecn", "dctcp"):
             raise InputError(f"cc {self.qos.cc} is TCP's; a RoCE NIC runs DCQCN", "qos.cc: dcqcn or none with "
                              "transport roce, or transport tcp", field="qos.cc", value=self.qos.cc)

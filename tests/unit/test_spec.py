@@ -39,6 +39,7 @@ def test_shipped_experiments_validate():
     ("variants: [{routing: warp}]\n", "variants[0].routing"),
     ("transport: roce\nqos: {cc: dctcp}\n", "qos.cc"),  # TCP's; a RoCE NIC runs DCQCN
     ("transport: roce\nnic_port_choice: round-robin\n", "transport"),  # the hosts pin TCP's ports only
+    ("resilience: {retry_timer_s: 0.004}\n", "resilience.retry_timer_s"),  # under TCP's floor; roce's may
 ])
 def test_bad_experiments_name_the_field(tmp_path, extra, field):
     with pytest.raises(InputError) as exc:
@@ -259,3 +260,8 @@ def test_yaml_alias_bombs_are_refused_small(tmp_path):
         f = tmp_path / "latin.yaml"
         f.write_bytes(BASE.encode() + b"description: caf\xe9\n")
         load(f)
+
+
+def test_a_retry_timer_below_tcps_floor_is_the_roce_transports_alone(tmp_path):
+    exp = load(write(tmp_path, BASE + "transport: roce\nresilience: {retry_timer_s: 0.0042}\n"))
+    assert exp.resilience.retry_timer_s == 0.0042  # NCCL_IB_TIMEOUT 10

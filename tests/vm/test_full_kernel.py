@@ -11,15 +11,19 @@ import math
 import re
 import subprocess
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from testbed.net.network import Network
+from testbed.qos.ports import deepest_wait_s
 from testbed.qos.spec import QosSpec
 from topos import build
 from topos.addressing import nic_address
 from traffic.collectives import build_schedule
 from traffic.replay import Replayer
+from traffic.roce.gbn import NCCL_IB_TIMEOUT_S
+from traffic.transports import make
 from traffic.transports.rdma import ROCE_PORT, RdmaTransport, udp_sport
 
 # Two segments of two hosts, one rail: a host's flows to the other segment cross ToR -> aggregation -> ToR.
@@ -105,6 +109,8 @@ def test_rdma_transport_runs_a_ring_allreduce(fabric):
 
 
 LOSS = 0.002
+NBYTES = 4 << 20
+PATH_MTU = 1024  # rxe's on a 1500-byte Ethernet MTU, and the roce transport's (traffic/roce/qp.py)
 
 
 def _rxe_counters(net: Network, tr: RdmaTransport, host: str) -> dict[str, int]:
@@ -121,44 +127,87 @@ def _rxe_counters(net: Network, tr: RdmaTransport, host: str) -> dict[str, int]:
     return out
 
 
+@contextmanager
+def _one_lossy_port(net: Network, host: str):
+    """`host`'s NIC port 0 losing LOSS of its frames each way, its port 1 down (the receiver's ACKs and NAKs come
+    back to the port whose rxe device holds the queue pair: one rxe device per port here, where a real NIC bonds
+    its two; an ACK on the other port is lost); yields the lossy link's name."""
+    lossy, other = (next(l.name for l in net.topo.links_of(host) if l.kind == "host-tor" and l.nic_port == i)
+                    for i in (0, 1))
+    net.set_link(other, up=False)
+    net.gray.set_loss(lossy, LOSS)
+    try:
+        yield lossy
+    finally:
+        net.gray.restore(lossy)
+        net.set_link(other, up=True)
+
+
+def _rxe_over_the_lossy_link(net: Network, tr: RdmaTransport, a: str, b: str) -> dict:
+    """An RDMA WRITE of NBYTES from `a` to `b` over `a`'s lossy port: what rxe's counters and the link said."""
+    before = {h: _rxe_counters(net, tr, h) for h in (a, b)}
+    with _one_lossy_port(net, a) as lossy:
+        t0 = time.monotonic()
+        tr.send("lossy", a, nic_address(net.topo.nodes[b], 0).ip, NBYTES, sport=0xC000 + 7)
+        [rec] = tr.wait(["lossy"], timeout=900)
+        seconds = time.monotonic() - t0
+        counts = net.gray_counters()[lossy]
+    after = {h: _rxe_counters(net, tr, h) for h in (a, b)}
+    delta = {h: {k: after[h][k] - before[h].get(k, 0) for k in after[h]} for h in after}
+    assert rec.error is None, (rec.error, counts, delta)
+    assert rec.sent["bytes"] == rec.recv["bytes"] == NBYTES
+    return {"seconds": seconds, "dropped": counts["errors"]["a_to_b"], "delta": delta}
+
+
 def test_rdma_over_a_lossy_link_goes_back_n(fabric):
     """0.2% of the frames lost each way on the sender's links (the BPF program; test_loss_vm.py checks it against
     netem): rxe recovers by go-back-N. The receiver NAKs the first gap in the sequence (out_of_seq_request) and
     throws away what follows, and the sender sends everything again from the lost packet on, so it resends
     more than was lost, where TCP's selective acknowledgements resend what was lost."""
     net, tr = fabric
-    a, b = net.topo.hosts[0], net.topo.hosts[-1]
-    lossy, other = (next(l.name for l in net.topo.links_of(a.name) if l.kind == "host-tor" and l.nic_port == i)
-                    for i in (0, 1))
-    links = [lossy]
-    nbytes = 4 << 20
-    before = {h: _rxe_counters(net, tr, h) for h in (a.name, b.name)}
-    # the NIC's other port down: the receiver's ACKs and NAKs come back to the port whose rxe device holds the
-    # queue pair (one rxe device per port here, where a real NIC bonds its two; an ACK on the other port is lost)
-    net.set_link(other, up=False)
-    for name in links:
-        net.gray.set_loss(name, LOSS)
-    try:
-        t0 = time.monotonic()
-        tr.send("lossy", a.name, nic_address(b, 0).ip, nbytes, sport=0xC000 + 7)
-        [rec] = tr.wait(["lossy"], timeout=900)
-        seconds = time.monotonic() - t0
-        counts = net.gray_counters()
-    finally:
-        for name in links:
-            net.gray.restore(name)
-        net.set_link(other, up=True)
-    after = {h: _rxe_counters(net, tr, h) for h in (a.name, b.name)}
-    delta = {h: {k: after[h][k] - before[h].get(k, 0) for k in after[h]} for h in after}
-    assert rec.error is None, (rec.error, counts, delta)
-    assert rec.sent["bytes"] == rec.recv["bytes"] == nbytes
-    dropped = sum(counts[name]["errors"]["a_to_b"] for name in links)  # on the way out of the sender
-    sent, needed = delta[a.name]["sent_pkts"], math.ceil(nbytes / 1024)  # rxe's 1024-byte path MTU on 1500
-    print(f"\nRDMA WRITE of {nbytes:,} B over {LOSS:.1%} loss: {seconds:.1f} s; the sender's links lost {dropped} "
-          f"frames on the way out; rxe sent {sent} packets for {needed} (resent {sent - needed}: "
+    a, b = net.topo.hosts[0].name, net.topo.hosts[-1].name
+    got = _rxe_over_the_lossy_link(net, tr, a, b)
+    dropped, delta = got["dropped"], got["delta"]  # lost on the way out of the sender
+    sent, needed = delta[a]["sent_pkts"], math.ceil(NBYTES / PATH_MTU)  # rxe's 1024-byte path MTU on 1500
+    print(f"\nRDMA WRITE of {NBYTES:,} B over {LOSS:.1%} loss: {got['seconds']:.1f} s; the sender's links lost "
+          f"{dropped} frames on the way out; rxe sent {sent} packets for {needed} (resent {sent - needed}: "
           f"{(sent - needed) / max(dropped, 1):.1f} per frame lost); the receiver found "
-          f"{delta[b.name]['out_of_seq_request']} gaps (each NAKed once, what followed thrown away), the sender got "
-          f"{delta[a.name]['rcvd_seq_err']} NAKs and went back {delta[a.name]['completer_retry_err']} times")
+          f"{delta[b]['out_of_seq_request']} gaps (each NAKed once, what followed thrown away), the sender got "
+          f"{delta[a]['rcvd_seq_err']} NAKs and went back {delta[a]['completer_retry_err']} times")
     assert dropped > 0
-    assert delta[b.name]["out_of_seq_request"] > 0  # a gap in the sequence: NAKed, and what follows it discarded
+    assert delta[b]["out_of_seq_request"] > 0  # a gap in the sequence: NAKed, and what follows it discarded
     assert sent - needed > dropped  # more resent than was lost
+
+
+def test_the_roce_transport_goes_back_n_as_rxe_does_on_the_same_lossy_link(fabric):
+    """The agents' roce transport (traffic/rocenic.py, what runs where the kernel has no rxe) against rxe, the
+    kernel's RoCE, on the same lossy port, the same bytes from the same host: each goes back N from a NAKed
+    gap, and the frames it resends per frame lost are within 2x of rxe's (issue #46)."""
+    net, rxe = fabric
+    a, b = net.topo.hosts[0].name, net.topo.hosts[-1].name
+    got = _rxe_over_the_lossy_link(net, rxe, a, b)
+    rxe_resent = got["delta"][a]["sent_pkts"] - math.ceil(NBYTES / PATH_MTU)
+    # NCCL's retry timer, or twice the deepest queue's wait where that is longer (as a run sets it: these
+    # buffers are a second deep)
+    rto = max(NCCL_IB_TIMEOUT_S, 2 * deepest_wait_s(list(net.qos.ports.values()), net.qos_spec))
+    tr = make("roce", net, tos=net.qos_spec.lossless[0].dscp << 2, rto_s=rto)
+    tr.start()
+    try:
+        with _one_lossy_port(net, a) as lossy:
+            rp = Replayer(net, tr, channels=1, routing="precise", step_timeout=900)
+            try:
+                r = rp.run(build_schedule("sendrecv", [(a, 0), (b, 0)], NBYTES))
+            finally:
+                rp.close()
+            dropped = net.gray_counters()[lossy]["errors"]["a_to_b"]
+    finally:
+        tr.stop()
+    nic = tr.roce[a]
+    ours, theirs = nic["resent"] / max(dropped, 1), rxe_resent / max(got["dropped"], 1)
+    print(f"\n{NBYTES:,} B over {LOSS:.1%} loss each way: rxe resent {rxe_resent} frames for {got['dropped']} lost "
+          f"({theirs:.1f} per frame lost, {got['seconds']:.1f} s); the roce transport resent {nic['resent']} for "
+          f"{dropped} ({ours:.1f} per frame lost, {r.seconds:.1f} s; {nic['naks']} NAKs, {nic['timeouts']} "
+          "retry timeouts)")
+    assert r.bytes_delivered == r.bytes_expected == NBYTES
+    assert dropped > 0 and got["dropped"] > 0 and nic["naks"] > 0
+    assert 0.5 <= ours / theirs <= 2.0, (ours, theirs)
