@@ -22,7 +22,8 @@ from topos.errors import InputError
 from topos.model import Topology
 from traffic.timebase import Clock, stamp
 
-from .spec import GRAY, MAX_EVENTS, Experiment
+from .failure_spec import GRAY, MAX_EVENTS
+from .spec import Experiment
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,10 @@ from topos.errors import InputError
 from topos.model import Topology
 from traffic.transports import choose
 
+from .failure_spec import GRAY
 from .failures import Event, expand, host_links_down_in_any_rep
 from .jobs import Auto, Item, Job, Workloads, channels_of, jobs, resolve_auto
-from .spec import GRAY, CollectiveSpec, Experiment, check_against
+from .spec import CollectiveSpec, Experiment, check_against
 
 log = logging.getLogger(__name__)
 

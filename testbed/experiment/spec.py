@@ -44,7 +44,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from controllers.hashing import HashModel
 from testbed.qos.spec import QosSpec
@@ -54,29 +54,13 @@ from traffic.collectives import ALGORITHMS
 from traffic.timebase import MAX_DILATION, Timebase
 from traffic.workload import MAX_OPS, MAX_SWEEP, parse_size
 
+from .failure_spec import TCP_RTO_FLOOR_S, CampaignSpec, FailureSpec, RandomFailures, ResilienceSpec
+from .spec_base import DAY_S, NAME_FIX, NAME_PATTERN, FieldError, Name, Strict
+
 MAX_SPEC_BYTES = 1 << 20
-DAY_S = 86_400.0
-TCP_RTO_FLOOR_S = 1.0  # tcp_rto_max_ms takes 1,000 ms at the least
-MAX_EVENTS = 100_000  # failure events after expansion (flaps, random failures); each is a real interface change
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"  # becomes part of folder names: no '/', no leading '.'
-Name = Annotated[str, Field(pattern=NAME_PATTERN, description="letters, digits, '.', '_', '-'; at most 64")]
-NAME_FIX = "use letters, digits, '.', '_' and '-' (at most 64, not starting with '.' or '-')"
 
 
-class _FieldError(ValueError):
-    """An InputError raised inside a field validator, so pydantic adds where the field is."""
-
-    def __init__(self, error: InputError):
-        super().__init__(error.what)
-        self.error = error
-
-
-class _Strict(BaseModel):
-    # strict: 5.0 or true is not a count and "5" is not a number; finite: .inf is no horizon
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-
-class TopologySpec(_Strict):
+class TopologySpec(Strict):
     name: str = Field("hpn", max_length=64, description="a builder: hpn, dcn_plus, rail_optimized, spine_leaf, "
                                                        "fat_tree (`hpnlab topo list`)")
     preset: str | None = Field(None, max_length=64, description="a named parameter set of the builder, e.g. mini "
@@ -115,7 +99,7 @@ class TopologySpec(_Strict):
         return TopologySpec(name="hpn", params=params, source=f"{self.file} ({self.format})")
 
 
-class CollectiveSpec(_Strict):
+class CollectiveSpec(Strict):
     op: str = Field("allreduce", description="the collective: allreduce, allgather, reducescatter, alltoall, "
                                              "broadcast, sendrecv, incast (traffic/collectives.py)")
     size: str | int | list[str | int] = Field("160GB", description="one size, or a list: a sweep, each size "
@@ -131,26 +115,26 @@ class CollectiveSpec(_Strict):
     @classmethod
     def _op(cls, v: str) -> str:
         if v not in ALGORITHMS:
-            raise _FieldError(InputError("unknown collective", f"use one of: {', '.join(ALGORITHMS)}", value=v))
+            raise FieldError(InputError("unknown collective", f"use one of: {', '.join(ALGORITHMS)}", value=v))
         return v
 
     @field_validator("size")
     @classmethod
     def _size(cls, v: str | int | list[str | int]) -> str | int | list[str | int]:
         if isinstance(v, list) and not 1 <= len(v) <= MAX_SWEEP:
-            raise _FieldError(InputError(f"a list of 1 to {MAX_SWEEP} sizes", "e.g. [1MB, 2MB, 4MB]", value=len(v)))
+            raise FieldError(InputError(f"a list of 1 to {MAX_SWEEP} sizes", "e.g. [1MB, 2MB, 4MB]", value=len(v)))
         try:
             for one in v if isinstance(v, list) else [v]:
                 parse_size(one)
         except InputError as exc:
-            raise _FieldError(exc) from None
+            raise FieldError(exc) from None
         return v
 
     @model_validator(mode="after")
     def _ops(self) -> CollectiveSpec:
         n = self.iters * (len(self.size) if isinstance(self.size, list) else 1)
         if n > MAX_OPS:
-            raise _FieldError(InputError(f"iters x sizes is {n:,} ops, more than the {MAX_OPS:,} a workload may have",
+            raise FieldError(InputError(f"iters x sizes is {n:,} ops, more than the {MAX_OPS:,} a workload may have",
                                          "fewer iters or sizes", value=self.iters))
         return self
 
@@ -159,7 +143,7 @@ class CollectiveSpec(_Strict):
         return [parse_size(one) for one in (self.size if isinstance(self.size, list) else [self.size])]
 
 
-class WorkloadSpec(_Strict):
+class WorkloadSpec(Strict):
     collective: CollectiveSpec | None = Field(None, description="one collective, run iters times")
     yaml_file: str | None = Field(None, alias="file", max_length=255, description="a workload YAML file (ops with "
                                   "sizes, groups, compute), beside the experiment file")
@@ -188,7 +172,7 @@ class WorkloadSpec(_Strict):
         return self
 
 
-class JobSpec(_Strict):
+class JobSpec(Strict):
     """One of several jobs sharing the fabric at once (each its own connections and traffic class)."""
 
     name: Name
@@ -220,91 +204,7 @@ class JobSpec(_Strict):
 
 
 # a link that keeps running: losing frames, slower, its host NIC pausing it for good, or well again
-GRAY = ("lossy", "degrade", "pfc_storm", "restore")
-
-
-class FailureSpec(_Strict):
-    at: float = Field(ge=0, le=DAY_S, description="when, in seconds of the fabric's time after the traffic starts")
-    action: Literal["down", "up", "flap", "lossy", "degrade", "pfc_storm", "restore"] = Field(
-        "down", description="down, up, flap (down and up every period), lossy (loses frames), degrade (a lower "
-                            "rate), pfc_storm (the host NIC on the link pauses its ToR for good: a stuck NIC; "
-                            "needs PFC), restore (the link well again)")
-    link: str | None = Field(None, max_length=128, description="the link, by one end's port: h3:nic0:p0 (a host "
-                             "port) or t0-a1 (two switches)")
-    node: str | None = Field(None, max_length=64, description="a switch that fails whole: every link of it goes "
-                             "down (down/up only)")
-    period: float | None = Field(None, ge=0.001, le=3600, description="flap: seconds between down and up")
-    count: int = Field(1, ge=1, le=10_000, description="flap: how many down/up cycles")
-    loss: float | None = Field(None, gt=0, le=1, description="lossy: the probability each frame is lost, each way")
-    rate_gbps: float | None = Field(None, gt=0, le=100_000, description="degrade: the rate the link falls to")
-
-    @model_validator(mode="after")
-    def _target(self) -> FailureSpec:
-        if (self.link is None) == (self.node is None):
-            raise InputError("a failure names exactly one link or one node", "e.g. link: h3:nic0:p0",
-                             field="failures[].link", value=self.link or self.node)
-        if self.action == "flap" and self.period is None:
-            raise InputError("a flap needs a period", "e.g. period: 0.5", field="failures[].period", value=None)
-        if self.action in GRAY and self.link is None:
-            raise InputError(f"{self.action} is a link's", "name the link: link: h3:nic0:p0", field="failures[].node",
-                             value=self.node)
-        for field, action, fix in (("loss", "lossy", "e.g. loss: 0.0001"),
-                                   ("rate_gbps", "degrade", "e.g. rate_gbps: 100")):
-            if (getattr(self, field) is None) == (self.action == action):
-                raise InputError(f"{field} goes with action {action}, and action {action} needs it",
-                                 fix if self.action == action else f"leave {field} out",
-                                 field=f"failures[].{field}", value=getattr(self, field))
-        return self
-
-
-class RandomFailures(_Strict):
-    link_down_per_min: float = Field(gt=0, le=60, description="per-link failure rate (HPN's production statistics)")
-    repair_after: float = Field(1.0, gt=0, le=3600, description="seconds until a failed link comes back")
-    kinds: list[Literal["host-tor", "tor-agg", "agg-core"]] = Field(default_factory=lambda: ["tor-agg"],
-                                                                    description="which links may fail")
-
-
-class RateSpec(_Strict):
-    """One component kind's failure rate and repair time (testbed/campaign/model.py has the defaults)."""
-
-    monthly: float = Field(ge=0, lt=1, description="probability that one component of the kind fails in a month")
-    repair_median_s: float = Field(3600.0, gt=0, le=30 * DAY_S, description="median of the lognormal repair time")
-    repair_shape: float = Field(1.0, ge=0, le=5, description="sigma of the lognormal repair time")
-
-
-class CampaignSpec(_Strict):
-    """Outages sampled from production failure rates, played one after another on the running jobs: each is
-    held down `hold_s` of the fabric's time (long enough for the watchdog to decide), then repaired, then
-    `settle_s` before the next (testbed/campaign)."""
-
-    outages: int = Field(20, ge=1, le=1000, description="how many outages to sample and play")
-    kinds: list[Literal["nic-tor", "tor", "agg", "tor-agg"]] = Field(
-        default_factory=lambda: ["nic-tor", "tor", "agg", "tor-agg"], min_length=1,
-        description="component kinds that fail")
-    rates: dict[Literal["nic-tor", "tor", "agg", "tor-agg"], RateSpec] = Field(
-        default_factory=dict, description="a kind's rate and repair time instead of the published default")
-    start_s: float = Field(2.0, ge=0, le=DAY_S, description="the first outage, after the jobs warmed up")
-    hold_s: float = Field(3.0, gt=0, le=3600, description="how long each outage is held in the emulation")
-    settle_s: float = Field(2.0, ge=0, le=3600, description="after a repair, before the next outage")
-
-
-class ResilienceSpec(_Strict):
-    """What a failure costs a job (NCCL's watchdog, and the training framework's restart)."""
-
-    watchdog_s: float = Field(2.0, gt=0, le=3600, description="a collective with no progress this long fails "
-                                                                "the job (NCCL's timeout), in the fabric's time")
-    restart_s: float = Field(600.0, ge=0, le=DAY_S, description="what a restart costs (reschedule, reload)")
-    checkpoint_s: float = Field(3600.0, gt=0, le=30 * DAY_S, description="how often the job checkpoints: a restart "
-                                                                          "loses the work since the last one")
-    retry_timer_s: float | None = Field(None, ge=0.001, le=120, description="the hosts' TCP never waits longer "
-                                        "than this to retransmit (a RoCE NIC retries on a fixed timer: "
-                                        "NCCL_IB_TIMEOUT 18 is 1.07 s), so a repaired link is used again within "
-                                        "it; with transport roce, the queue pairs' retry timer (from 1 ms: "
-                                        "NCCL_IB_TIMEOUT 8; TCP's from 1 s, the kernel's floor); default: TCP's "
-                                        "own doubling backoff up to 120 s, NCCL's 1.07 s for roce")
-
-
-class TimeSpec(_Strict):
+class TimeSpec(Strict):
     """The emulation's clock against the fabric's (traffic/timebase.py)."""
 
     dilation: float | Literal["auto"] = Field(
@@ -332,7 +232,7 @@ class TimeSpec(_Strict):
         return self
 
 
-class Experiment(_Strict):
+class Experiment(Strict):
     """An experiment: what to build, how to route and shape it, what to replay and what to break when. Every key
     is in the experiment-file reference; `load` reads one from YAML, `run` runs it."""
 
@@ -524,7 +424,7 @@ def _first_error(exc: ValidationError) -> InputError:
     if err["type"] == "extra_forbidden":
         return InputError("unknown key", "remove it or check the spelling (see testbed/experiment/spec.py)", field=path,
                           value=err.get("input"))
-    if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), _FieldError):
+    if err["type"] == "value_error" and isinstance(err.get("ctx", {}).get("error"), FieldError):
         e = err["ctx"]["error"].error
         return InputError(e.what, e.fix, field=path, value=e.value)
     if err["type"] == "string_pattern_mismatch":
