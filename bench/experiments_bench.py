@@ -28,6 +28,7 @@ import yaml
 from bench.tables import markers, replace_block, stamp, stamp_of_results
 from testbed.experiment.results import cluster_summary
 from testbed.experiment.sections import frames_lost, healthy_op_s
+from testbed.experiment.spec_base import NAME_PATTERN
 from testbed.net.balance import cross_segment_bytes, describe, links_used, nic_balance, nic_port_queue, ratio_text
 from testbed.qos.spec import MTU, OVS_BATCH
 from testbed.schema.results import Results, Run, load
@@ -276,6 +277,7 @@ def measured(outdir: Path, when: dict) -> tuple[str, Measured]:
     return name, Measured(bullet, rows_of(outdir), when)
 
 
+NAME = NAME_PATTERN.strip("^$")  # an experiment's name, inside a line
 STAMP = re.compile(r"Measured on (?P<machine>.+); commit (?P<commit>.+); (?P<date>[\d-]+)\.$")
 
 
@@ -291,11 +293,11 @@ def kept(block: str) -> dict[str, Measured]:
     for line in lines:
         if line.startswith("### "):
             section = line
-        elif section.startswith("### The paper") and (m := re.match(r"- \*\*(\w+)\*\*", line)):
+        elif section.startswith("### The paper") and (m := re.match(rf"- \*\*({NAME})\*\*", line)):
             out.setdefault(m[1], Measured(None, [], whole)).bullet = line
-        elif section.startswith("### Every variant") and (m := re.match(r"\| (\w+) \| (?!variant )", line)):
+        elif section.startswith("### Every variant") and (m := re.match(rf"\| ({NAME}) \| (?!variant )", line)):
             out.setdefault(m[1], Measured(None, [], whole)).rows.append(line)
-        elif section.startswith("### Where") and (m := re.match(r"\| (\w+) \| (.+) \| (.+) \| (.+) \|$", line)) \
+        elif section.startswith("### Where") and (m := re.match(rf"\| ({NAME}) \| (.+) \| (.+) \| (.+) \|$", line)) \
                 and m[1] != "experiment":
             out.setdefault(m[1], Measured(None, [], whole)).stamp = {"machine": m[2], "commit": m[3], "date": m[4]}
     return {k: v for k, v in out.items() if v.rows}
