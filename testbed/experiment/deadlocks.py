@@ -147,7 +147,58 @@ def _stretches(times: list[float], on: list[bool]) -> list[tuple[float, float]]:
     return out
 
 
+MIN_FROZEN_SAMPLES = 10  # consecutive samples (every 20th poll of the agent): a paused queue resumes within one
+
+
+@dataclass(frozen=True)
+class Freeze:
+    """Lossless queues holding frames that the samples saw paused, their backlogs unchanged, sample after sample
+    to the end of the traffic: nothing moved in them and nothing resumed them, a deadlock whether or not the
+    routes predicted one (the egress model pauses every ingress neighbour of a congested switch, which ties
+    queues that no flow ties)."""
+
+    queues: tuple[str, ...]  # queue keys (`port/pN`)
+    from_s: float  # the samples' clock (fabric seconds) at the first sample of the stretch
+    held_s: float  # to the last sample
+
+    def record(self) -> dict:
+        return {"queues": list(self.queues), "from_s": self.from_s, "held_s": self.held_s}
+
+    def line(self, label: str) -> str:
+        shown = ", ".join(self.queues[:4]) + (f" and {len(self.queues) - 4} more" if len(self.queues) > 4 else "")
+        return (f"PFC froze, {label}: {len(self.queues)} lossless queue(s) paused with frames in them and their "
+                f"backlogs unchanged from t={self.from_s:g} s to the end ({self.held_s:g} s, fabric time): "
+                f"{shown}")
+
+
+def frozen(samples: list[dict], priorities: list[int]) -> Freeze | None:
+    """The lossless `priorities`' queues that were paused, with the same backlog above 0, in each of the last
+    MIN_FROZEN_SAMPLES samples or more (`t`, `paused` queue keys, `backlog` by queue key), with the time since
+    all of them were; None when none was."""
+    if not samples:
+        return None
+    last = samples[-1]
+    ends = tuple(f"/p{p}" for p in priorities)
+    since: dict[str, int] = {}  # queue -> the first sample of its frozen stretch to the end
+    for q in last["paused"]:
+        b = last["backlog"].get(q, 0)
+        if not q.endswith(ends) or not b:
+            continue
+        i = len(samples) - 1
+        while i > 0 and q in samples[i - 1]["paused"] and samples[i - 1]["backlog"].get(q) == b:
+            i -= 1
+        if len(samples) - i >= MIN_FROZEN_SAMPLES:
+            since[q] = i
+    if not since:
+        return None
+    first = samples[max(since.values())]["t"]
+    return Freeze(tuple(sorted(since)), first, round(last["t"] - first, 4))
+
+
 def recorded(routes: list[RouteCycles], topo: Topology, pfc: dict) -> dict:
-    """What the run's PFC record gets: the predicted cycles and those its samples saw closed."""
-    seen = holds(routes, topo, pfc.get("samples") or [], pfc.get("priorities") or [])
-    return {"buffer_cycles": [r.record() for r in routes], "deadlocks": [h.record() for h in seen]}
+    """What the run's PFC record gets: the predicted cycles, those its samples saw closed, and lossless queues
+    frozen to the end (`frozen`, null when none)."""
+    samples, priorities = pfc.get("samples") or [], pfc.get("priorities") or []
+    seen, froze = holds(routes, topo, samples, priorities), frozen(samples, priorities)
+    return {"buffer_cycles": [r.record() for r in routes], "deadlocks": [h.record() for h in seen],
+            "frozen": froze.record() if froze else None}

@@ -7,7 +7,7 @@ import statistics
 
 from testbed.schema.results import Run
 
-from .deadlocks import Hold
+from .deadlocks import Freeze, Hold
 
 TIERS = ("host", "tor", "agg", "core")
 
@@ -36,11 +36,18 @@ def pfc_lines(runs: list[Run]) -> list[str]:
 
 
 def deadlock_lines(r: Run) -> list[str]:
-    """The cyclic buffer dependencies the run's routes could close, and those its PFC samples saw closed."""
+    """The cyclic buffer dependencies the run's routes could close, those its PFC samples saw closed, and
+    lossless queues frozen to the end."""
+    label = f"{r.variant} #{r.repetition}"
+    froze = r.pfc.get("frozen")
+    return _cycle_lines(r, label) + ([Freeze(tuple(froze["queues"]), froze["from_s"], froze["held_s"]).line(label)]
+                                     if froze else [])
+
+
+def _cycle_lines(r: Run, label: str) -> list[str]:
     predicted = sum(c["count"] for c in r.pfc.get("buffer_cycles") or [])
     if not predicted:
         return []
-    label = f"{r.variant} #{r.repetition}"
     seen = [Hold(**h) for h in r.pfc.get("deadlocks") or []]
     if not seen:
         return [f"PFC deadlock, {label}: none of the {predicted} predicted cyclic buffer dependencies closed"]

@@ -209,7 +209,9 @@ class Run(Record):
                                                    "down) whose lossless flows close a cyclic buffer dependency, "
                                                    "where PFC can deadlock, and deadlocks: those the agent's "
                                                    "samples saw closed (every queue on the cycle paused): how "
-                                                   "often, the longest (s), held at the end")
+                                                   "often, the longest (s), held at the end; frozen: lossless "
+                                                   "queues paused with their backlogs unchanged to the end "
+                                                   "(queues, from_s, held_s; null when none)")
     ecn: dict[str, Any] | None = Field(description="marks per queue and the hosts' congestion-control counters "
                                                    "(null without ECN)")
     tcp: dict[str, int] | None = Field(description="the hosts' TCP counters over the run: timeouts, loss probes, fast "

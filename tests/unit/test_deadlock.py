@@ -133,3 +133,42 @@ def test_the_samples_say_when_a_predicted_cycle_closed_how_long_and_whether_it_h
     assert (broken.closed, broken.longest_s, broken.to_end) == (1, 0.1, False)
     assert "broken each time" in broken.line("x #0")
     assert holds(routes, topo, samples[3:5], [3]) == [] and holds(routes, topo, samples, []) == []
+
+
+def _at(t: float, paused: dict[str, int], moving: dict[str, int] | None = None) -> dict:
+    """A PFC agent sample: `paused` queues with their backlogs, `moving` ones not paused."""
+    return {"t": t, "paused": sorted(paused), "backlog": {**paused, **(moving or {})}}
+
+
+def test_queues_paused_with_frames_and_no_change_to_the_end_are_a_freeze_whatever_the_routes_predicted():
+    """hash_polarization's single plane froze at full size (the egress model pauses every ingress neighbour,
+    none of the routes' cycles): the samples say which lossless queues stood paused and unchanged to the end."""
+    from testbed.experiment.deadlocks import MIN_FROZEN_SAMPLES, frozen
+
+    stuck = {"agg-0:5/p3": 104_732, "tor-1:6/p3": 101_704}
+    moving = [_at(i * 0.05, {"tor-0:5/p3": 3000 + i}, {"h0:0/p3": 1500}) for i in range(20)]
+    held = [_at(1 + i * 0.05, stuck | {"tor-2:7/p3": 0, "h1:0/p6": 900}, {"h0:0/p3": 1500 * i})
+            for i in range(MIN_FROZEN_SAMPLES + 2)]
+    froze = frozen(moving + held, [3])
+    assert froze is not None and froze.queues == tuple(sorted(stuck)) and froze.from_s == 1.0  # empty, p6 left out
+    assert froze.held_s == round(held[-1]["t"] - 1.0, 4) and "2 lossless queue(s) paused" in froze.line("v #0")
+    assert frozen(held[:MIN_FROZEN_SAMPLES - 1], [3]) is None  # too short to tell from a pause that resumes
+    assert frozen(moving, [3]) is None  # paused, but its backlog keeps changing: frames still move
+    assert frozen(held + [_at(2, {}, stuck)], [3]) is None  # resumed at the end
+
+
+def test_the_summary_prints_a_freeze_beside_the_predicted_cycles_or_without_any():
+    import json
+
+    from testbed.experiment.sections import deadlock_lines
+    from testbed.schema.results import Run
+    from tests.labwork import RECORDED
+
+    run = next(r for r in json.loads((RECORDED / "pfc_deadlock.json").read_text())["runs"]
+               if r["pfc"]["buffer_cycles"])
+    froze = {"queues": ["agg-0:5/p3", "tor-1:6/p3"], "from_s": 58.94, "held_s": 22.0}
+    quiet = Run.model_validate(run | {"pfc": run["pfc"] | {"buffer_cycles": [], "frozen": froze}})
+    (line,) = deadlock_lines(quiet)  # no cycle predicted, and still a freeze
+    assert line.startswith(f"PFC froze, {quiet.variant} #0: 2 lossless queue(s)") and "t=58.94 s" in line
+    predicted = Run.model_validate(run | {"pfc": run["pfc"] | {"frozen": None}})
+    assert deadlock_lines(predicted) and not any("froze" in x for x in deadlock_lines(predicted))
