@@ -35,6 +35,7 @@ def test_a_partial_run_replaces_its_experiments_lines_and_keeps_the_others_with_
     assert "new cut" in text and "old cut" not in text and "old-folder" not in text
     assert "| hash_polarization | ci: 2 cores | abc1234 | 2026-12-01 |" in text
     assert "| placement | vm: 2 cores | 64e8476 | 2026-11-26 |" in text and text.count("p-folder") == 2
+    assert "retired" not in _written(again | {"retired": Measured(None, [_row("retired", "v", "r")], OLD)})
     missing = next(line for line in text.splitlines() if line.startswith("Not measured at full size yet"))
     assert "cc_incast" in missing and "placement" not in missing and "hash_polarization" not in missing
 
