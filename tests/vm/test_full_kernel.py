@@ -143,6 +143,14 @@ def _one_lossy_port(net: Network, host: str):
         net.set_link(other, up=True)
 
 
+@pytest.fixture(scope="module")
+def rxe_lossy(fabric) -> dict:
+    """An RDMA WRITE of NBYTES from the first host to the last over the first's lossy port (once for the module:
+    rxe's figures and the roce transport's are compared on the same link)."""
+    net, tr = fabric
+    return _rxe_over_the_lossy_link(net, tr, net.topo.hosts[0].name, net.topo.hosts[-1].name)
+
+
 def _rxe_over_the_lossy_link(net: Network, tr: RdmaTransport, a: str, b: str) -> dict:
     """An RDMA WRITE of NBYTES from `a` to `b` over `a`'s lossy port: what rxe's counters and the link said."""
     before = {h: _rxe_counters(net, tr, h) for h in (a, b)}
@@ -159,14 +167,13 @@ def _rxe_over_the_lossy_link(net: Network, tr: RdmaTransport, a: str, b: str) ->
     return {"seconds": seconds, "dropped": counts["errors"]["a_to_b"], "delta": delta}
 
 
-def test_rdma_over_a_lossy_link_goes_back_n(fabric):
+def test_rdma_over_a_lossy_link_goes_back_n(fabric, rxe_lossy):
     """0.2% of the frames lost each way on the sender's links (the BPF program; test_loss_vm.py checks it against
     netem): rxe recovers by go-back-N. The receiver NAKs the first gap in the sequence (out_of_seq_request) and
     throws away what follows, and the sender sends everything again from the lost packet on, so it resends
     more than was lost, where TCP's selective acknowledgements resend what was lost."""
-    net, tr = fabric
-    a, b = net.topo.hosts[0].name, net.topo.hosts[-1].name
-    got = _rxe_over_the_lossy_link(net, tr, a, b)
+    net, _ = fabric
+    a, b, got = net.topo.hosts[0].name, net.topo.hosts[-1].name, rxe_lossy
     dropped, delta = got["dropped"], got["delta"]  # lost on the way out of the sender
     sent, needed = delta[a]["sent_pkts"], math.ceil(NBYTES / PATH_MTU)  # rxe's 1024-byte path MTU on 1500
     print(f"\nRDMA WRITE of {NBYTES:,} B over {LOSS:.1%} loss: {got['seconds']:.1f} s; the sender's links lost "
@@ -179,13 +186,12 @@ def test_rdma_over_a_lossy_link_goes_back_n(fabric):
     assert sent - needed > dropped  # more resent than was lost
 
 
-def test_the_roce_transport_goes_back_n_as_rxe_does_on_the_same_lossy_link(fabric):
+def test_the_roce_transport_goes_back_n_as_rxe_does_on_the_same_lossy_link(fabric, rxe_lossy):
     """The agents' roce transport (traffic/rocenic.py, what runs where the kernel has no rxe) against rxe, the
     kernel's RoCE, on the same lossy port, the same bytes from the same host: each goes back N from a NAKed
     gap, and the frames it resends per frame lost are within 2x of rxe's (issue #46)."""
-    net, rxe = fabric
-    a, b = net.topo.hosts[0].name, net.topo.hosts[-1].name
-    got = _rxe_over_the_lossy_link(net, rxe, a, b)
+    net, _ = fabric
+    a, b, got = net.topo.hosts[0].name, net.topo.hosts[-1].name, rxe_lossy
     rxe_resent = got["delta"][a]["sent_pkts"] - math.ceil(NBYTES / PATH_MTU)
     # NCCL's retry timer, or twice the deepest queue's wait where that is longer (as a run sets it: these
     # buffers are a second deep)
