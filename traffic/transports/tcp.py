@@ -62,6 +62,9 @@ def wait_for_flows(ids: list[str], timeout: float, lock, records: dict[str, Flow
         return [records[i] for i in ids]
 
 
+READY_S = 120  # an agent's start (Python and its imports): under the VM's TCG emulation four took over 20 s
+
+
 @dataclass
 class TcpTransport:
     net: object  # testbed.net.network.Network (duck-typed: .python(), .topo)
@@ -106,13 +109,18 @@ class TcpTransport:
                                 stdout=subprocess.PIPE, text=True, bufsize=1)
             self.agents[h.name] = p
             threading.Thread(target=self._read, args=(h.name, p), daemon=True).start()
-        deadline = time.monotonic() + 20
-        ready = set()
+        deadline = time.monotonic() + READY_S
+        ready: set[str] = set()
         while len(ready) < len(self.agents):
+            waiting = sorted(set(self.agents) - ready)
+            if gone := [h for h in waiting if self.agents[h].poll() is not None]:
+                raise RuntimeError(f"traffic agents exited before they were ready: {gone}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"traffic agents not ready within {READY_S} s: {waiting}")
             try:
-                host, ev = self._events.get(timeout=max(0.1, deadline - time.monotonic()))
+                host, ev = self._events.get(timeout=0.5)
             except queue.Empty:
-                raise RuntimeError(f"traffic agents not ready: {sorted(set(self.agents) - ready)}") from None
+                continue
             if ev.get("event") == "ready":
                 ready.add(host)
 
