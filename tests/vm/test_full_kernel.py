@@ -186,13 +186,9 @@ def test_rdma_over_a_lossy_link_goes_back_n(fabric, rxe_lossy):
     assert sent - needed > dropped  # more resent than was lost
 
 
-def test_the_roce_transport_goes_back_n_as_rxe_does_on_the_same_lossy_link(fabric, rxe_lossy):
-    """The agents' roce transport (traffic/rocenic.py, what runs where the kernel has no rxe) against rxe, the
-    kernel's RoCE, on the same lossy port, the same bytes from the same host: each goes back N from a NAKed
-    gap, and the frames it resends per frame lost are within 2x of rxe's (issue #46)."""
-    net, _ = fabric
-    a, b, got = net.topo.hosts[0].name, net.topo.hosts[-1].name, rxe_lossy
-    rxe_resent = got["delta"][a]["sent_pkts"] - math.ceil(NBYTES / PATH_MTU)
+def _roce_over_the_lossy_link(net: Network, a: str, b: str):
+    """NBYTES from `a` to `b` over `a`'s lossy port by the agents' roce transport: (frames resent per frame lost,
+    the op's result, `a`'s NIC counters, frames the link lost on the way out)."""
     # NCCL's retry timer, or twice the deepest queue's wait where that is longer (as a run sets it: these
     # buffers are a second deep)
     rto = max(NCCL_IB_TIMEOUT_S, 2 * deepest_wait_s(list(net.qos.ports.values()), net.qos_spec))
@@ -209,7 +205,22 @@ def test_the_roce_transport_goes_back_n_as_rxe_does_on_the_same_lossy_link(fabri
     finally:
         tr.stop()
     nic = tr.roce[a]
-    ours, theirs = nic["resent"] / max(dropped, 1), rxe_resent / max(got["dropped"], 1)
+    return nic["resent"] / max(dropped, 1), r, nic, dropped
+
+
+def test_the_roce_transport_goes_back_n_as_rxe_does_on_the_same_lossy_link(fabric, rxe_lossy):
+    """The agents' roce transport (traffic/rocenic.py, what runs where the kernel has no rxe) against rxe, the
+    kernel's RoCE, on the same lossy port, the same bytes from the same host: each goes back N from a NAKed
+    gap, and the frames it resends per frame lost are within 2x of rxe's (issue #46)."""
+    net, rxe = fabric
+    a, b, got = net.topo.hosts[0].name, net.topo.hosts[-1].name, rxe_lossy
+    rxe.stop()  # its devices hold UDP port 4791 in the hosts' namespaces, where the agents' NICs listen
+    try:
+        ours, r, nic, dropped = _roce_over_the_lossy_link(net, a, b)
+    finally:
+        rxe.start()
+    rxe_resent = got["delta"][a]["sent_pkts"] - math.ceil(NBYTES / PATH_MTU)
+    theirs = rxe_resent / max(got["dropped"], 1)
     print(f"\n{NBYTES:,} B over {LOSS:.1%} loss each way: rxe resent {rxe_resent} frames for {got['dropped']} lost "
           f"({theirs:.1f} per frame lost, {got['seconds']:.1f} s); the roce transport resent {nic['resent']} for "
           f"{dropped} ({ours:.1f} per frame lost, {r.seconds:.1f} s; {nic['naks']} NAKs, {nic['timeouts']} "

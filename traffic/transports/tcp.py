@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import queue
 import subprocess
@@ -95,6 +96,8 @@ class TcpTransport:
         self.tcp: dict[str, dict[str, int]] = {}  # host -> its TCP retransmission counters, read at stop
         self.roce: dict[str, dict[str, int]] = {}  # host -> its RoCE NIC's counters (roce), read at stop
         self.cpu_s: dict[str, float] = {}  # host -> its agent's CPU seconds (user + system), read at stop
+        self._said: dict[str, collections.deque] = {}  # host -> its agent's last lines that were not events
+        self._readers: dict[str, threading.Thread] = {}
 
     def start(self) -> None:
         import subprocess
@@ -108,13 +111,17 @@ class TcpTransport:
                                 stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, bufsize=1)
             self.agents[h.name] = p
-            threading.Thread(target=self._read, args=(h.name, p), daemon=True).start()
+            self._readers[h.name] = threading.Thread(target=self._read, args=(h.name, p), daemon=True)
+            self._readers[h.name].start()
         deadline = time.monotonic() + READY_S
         ready: set[str] = set()
         while len(ready) < len(self.agents):
             waiting = sorted(set(self.agents) - ready)
             if gone := [h for h in waiting if self.agents[h].poll() is not None]:
-                raise RuntimeError(f"traffic agents exited before they were ready: {gone}")
+                for h in gone:  # its reader has its last lines once it met the end of its output
+                    self._readers[h].join(timeout=5)
+                said = "; ".join(f"{h}: {' | '.join(self._said.get(h, ())) or 'nothing'}" for h in gone[:2])
+                raise RuntimeError(f"traffic agents exited before they were ready: {gone} ({said})")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"traffic agents not ready within {READY_S} s: {waiting}")
             try:
@@ -128,7 +135,8 @@ class TcpTransport:
         for line in p.stdout:
             try:
                 ev = json.loads(line)
-            except ValueError:
+            except ValueError:  # the agent's stderr shares the pipe (Mininet's popen): its last words
+                self._said.setdefault(host, collections.deque(maxlen=3)).append(line.strip())
                 continue
             evs = ev.get("events", []) if ev.get("event") == "batch" else [ev]
             ids = []
