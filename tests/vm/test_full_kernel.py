@@ -109,7 +109,7 @@ def test_rdma_transport_runs_a_ring_allreduce(fabric):
 
 
 LOSS = 0.002
-NBYTES = 4 << 20
+NBYTES = 16 << 20  # ~35 frames lost at LOSS: enough for a ratio of resends per loss
 PATH_MTU = 1024  # rxe's on a 1500-byte Ethernet MTU, and the roce transport's (traffic/roce/qp.py)
 
 
