@@ -54,21 +54,19 @@ watching: the gates above are what enforce the pause.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from testbed.system.poll import readable
-from topos.inputs import write_file
 
 from .netlink import QdiscDumper, dumper_in
 from .pfc_frames import PauseFrames
 from .pfc_report import agent_report
 from .pfc_state import HeldElsewhere, Hold, Key, PauseState, QueueState, RemotePauses, pauses_whom
+from .pfc_statefile import StateWriter, realtime
 from .pfc_storms import STUCK_PEER, StormGuard, StuckPeers
 from .ports import Port, queue_key
 from .shaper import Shaper, lossless_leaf
@@ -78,7 +76,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REALTIME_PRIORITY = 10  # SCHED_FIFO, above every normal task and below the kernel's own threads (50)
 KERNEL_WAKE_S = 0.05  # with kernel detection the agent wakes at least this often: samples, state, liveness
 
 
@@ -121,7 +118,8 @@ class PfcAgent:
         self.polls = 0
         self.period_samples: list[tuple[float, float]] = []  # (when, time since the previous poll)
         self.poll_samples: list[tuple[float, float]] = []  # (when, how long the poll itself took)
-        self.realtime = False  # whether the loop runs SCHED_FIFO (see _realtime)
+        self.realtime = False  # whether the loop runs SCHED_FIFO (pfc_statefile.realtime)
+        self._state: StateWriter | None = None  # the state file's writer, while the loop runs
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self.samples: list[dict] = []  # time series: t, per-queue backlog (non-zero), paused ports
@@ -142,6 +140,7 @@ class PfcAgent:
     def start(self) -> None:
         self._choose_detect()
         run = self._run_kernel if self.kernel is not None else self._run
+        self._state = StateWriter(self.state_file) if self.state_file is not None else None
         self._thread = threading.Thread(target=run, name="hpnlab-pfc", daemon=True)
         self._thread.start()
 
@@ -173,6 +172,8 @@ class PfcAgent:
                 if self._own_kernel:
                     self.kernel.close()
                 self.kernel = None
+        if self._state is not None:  # its last write done before the file goes
+            self._state.close()
         if self.state_file is not None:
             self.state_file.unlink(missing_ok=True)
         for server in self.holds_out.servers():  # the other servers release what we held there
@@ -191,7 +192,7 @@ class PfcAgent:
         """Around either loop: SCHED_FIFO where allowed, the loop's CPU and wall time, and why it died if it did
         (any error ends the loop, and the report must say so: the verdict is then "unknown")."""
         t_cpu0, t_wall0 = time.thread_time(), time.monotonic()
-        self.realtime = _realtime()
+        self.realtime = realtime()
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - see above
@@ -434,19 +435,5 @@ class PfcAgent:
         state = {"paused": sorted(queue_key(*k) for k in self.shaper.paused),
                  "pause_events": {queue_key(*k): s.events for k, s in pauses if s.events},
                  "paused_by": {queue_key(*k): sorted(queue_key(*b) for b in s.by) for k, s in pauses if s.by}}
-        tmp = self.state_file.with_suffix(".tmp")
-        write_file(tmp, json.dumps(state), "PFC state")
-        tmp.replace(self.state_file)
+        self._state.put(state)
 
-
-def _realtime() -> bool:
-    """This thread at SCHED_FIFO (REALTIME_PRIORITY) when allowed: a pause must not wait for the CPU behind
-    userspace OVS and the hosts' senders (a poll gap of 170-270 ms, 30 times the configured period, let a
-    lossless queue overflow in a full test run); it sleeps between polls and rests when behind, so it
-    takes a core at most half the time."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))  # 0: this thread only
-    except (OSError, AttributeError) as exc:
-        log.info("PFC agent stays at normal priority: %s", exc)
-        return False
-    return True

@@ -147,10 +147,10 @@ def test_dcqcn_answers_ce_marks_with_cnps_and_paces_the_queue_pairs(mark_at, no_
     dequeue: an XDP program at the far end of every switch port's link, gone with the network.
 
     The claim is the CNP path, so the fabric must lose nothing: 4 MB of headroom per queue (145 ms of a ToR
-    port's ingress). At the default (3 ms of it) 1 run in 2 here lost 3-165 lossless frames, measured: frames
-    held in OVS's receive sockets while its one thread was away arrived past the headroom, and the PFC agent
-    (SCHED_FIFO) at times ran 100-157 ms after a crossing, blocked with 1.3 ms of CPU in 13 ms (this VM's
-    steal); each such run says "NOT faithful" for its lossless drops, the product's answer to it."""
+    port's ingress). At the default (3 ms of it) 1 run in 2 here lost 2-16 lossless frames: this incast keeps
+    userspace OVS's one thread behind, and the frames waiting in its receive sockets (measured: 1.3-1.5 MB in
+    all at peaks, up to 410 KB of socket memory at one aggregation port, ~35 ms of that port's rate) reach the
+    queue after its pause, past the headroom. Such a run says "NOT faithful" for its lossless drops."""
     topo = build("hpn")
     before = _xdp_links()
     qos = QosSpec(scale=10000, cc="dcqcn", ecn={"mark_at": mark_at}, pfc={"headroom_bytes": 4 << 20})
