@@ -100,10 +100,13 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
     idle = [r["cpu_idle"] for r in timeline]
     steal = [r.get("steal", 0.0) for r in timeline]
     ovs = [r["ovs_thread"] for r in timeline if "ovs_thread" in r]
+    waiting = max((r for r in timeline if r.get("ovs_rx_peak") is not None), key=lambda r: r["ovs_rx_peak"],
+                  default=None)
     out = {"cpu_idle_min": min(idle, default=None),
            "cpu_idle_mean": round(statistics.mean(idle), 4) if idle else None,
            "steal_mean": round(statistics.mean(steal), 4) if steal else None,
-           "ovs_thread_max": max(ovs, default=None), "pfc_poll_p99_ms": None, "pfc_reaction_ms": None,
+           "ovs_thread_max": max(ovs, default=None),
+           "ovs_rx_max": waiting["ovs_rx_peak"] if waiting else None, "pfc_poll_p99_ms": None, "pfc_reaction_ms": None,
            "lossless_drops": lossless_drops,
            "offered_bps": offered_bps, "budget_bps": budget_bps, "reasons": [], "unknown": []}
     reasons, unknown = out["reasons"], out["unknown"]
@@ -117,7 +120,7 @@ def verdict(timeline: list[dict], pfc: dict | None = None, pfc_enabled: bool = F
             out["pfc_poll_p99_ms"] = pfc["poll_period_ms"].get("p99")
         elif pfc.get("reaction_ms", {}).get("p99") is not None:  # kernel events: the poll period means nothing
             out["pfc_reaction_ms"] = {k: pfc["reaction_ms"][k] for k in ("median", "p99")}
-        _late_pause(pfc, reasons)
+        _late_pause(pfc, reasons, waiting)
     if pfc_enabled:
         _pfc_watched(pfc, unknown)
         # what the PFC watchdog dropped in a storm (action drop) is the fabric's doing, as on a switch
@@ -155,13 +158,23 @@ def _cpu(timeline: list[dict], idle: list[float], steal: list[float], sampler_er
         reasons.append(f"the hypervisor took {statistics.mean(steal):.0%} of the CPU (steal; <= {STEAL_MAX:.0%})")
 
 
-def _late_pause(pfc: dict, reasons: list[str]) -> None:
+def _late_pause(pfc: dict, reasons: list[str], waiting: dict | None = None) -> None:
     """A lossless queue past the depth its headroom is sized never to exceed; with model ingress, an ingress port
     whose bytes went past the dynamic threshold by more than its headroom (its egress queues may hold more than
-    any one port's XOFF: the shared buffer bounds them)."""
+    any one port's XOFF: the shared buffer bounds them). `waiting`: the timeline row with OVS's largest receive
+    backlog, named beside a late pause (frames that had left the paused queue when the pause came)."""
+    n = len(reasons)
     if pfc.get("model") == "ingress":
         _late_ingress(pfc, reasons)
-        return
+    else:
+        _late_egress(pfc, reasons)
+    if len(reasons) > n and waiting and waiting["ovs_rx_peak"]:
+        reasons[-1] += (f"; up to {waiting['ovs_rx_peak']:,} B of socket memory of frames waited for OVS's one thread "
+                        f"at {waiting['ovs_rx_port']} (at {waiting['t']:g} s): frames that had left their queue, "
+                        "which no pause holds")
+
+
+def _late_egress(pfc: dict, reasons: list[str]) -> None:
     period = pfc["poll_period_ms"]
     # A host's own egress queue has nothing upstream to pause (its sender is the host's stack, held by
     # the paused port itself, as a NIC's send queue is): past XOFF there is no late pause, only a backlog.

@@ -22,6 +22,8 @@ from testbed.system.poll import readable
 from topos.addressing import nic_address
 from traffic.timebase import Clock, stamp
 
+from .ovs_backlog import RxBacklog
+
 log = logging.getLogger(__name__)
 
 
@@ -254,6 +256,20 @@ def ovs_thread_ticks() -> dict[int, int]:
         return {}
 
 
+def _rx_backlog(net: Network) -> RxBacklog | None:
+    """A reader of OVS's receive sockets for the switch ports in this machine's root namespace, or None when
+    ovs-vswitchd's descriptors cannot be read (the rows then carry no peak: not known)."""
+    if net.qos is None:
+        return None
+    try:
+        pid = int(OVS_PIDFILE.read_text())
+        ports = {p.ifindex: p.key for p in net.qos.ports.values() if not p.is_host and p.netns is None}
+        return RxBacklog(pid, ports)
+    except (OSError, ValueError) as exc:
+        log.info("OVS's receive backlog not read: %s", exc)
+        return None
+
+
 class Sampler:
     """Every `period` s: CPU idle and steal shares, the busiest OVS thread's share of a core, and the bytes
     all host NICs sent (the offered load). Over several servers, idle is the least and steal the most of any
@@ -268,6 +284,7 @@ class Sampler:
         self.error: str | None = None  # why sampling ended early, if it did
         self.here = net.cluster.master if net.cluster is not None else ""  # this server's name in a cluster
         self.others = dict(net.cluster.agents) if net.cluster is not None else {}  # server -> its agent
+        self.backlog = _rx_backlog(net)  # OVS's receive sockets here, read more often than the rows
 
     def _cpu(self) -> dict[str, tuple[int, int, int]]:
         out = {self.here: cpu_times()}
@@ -284,6 +301,8 @@ class Sampler:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="hpnlab-sampler", daemon=True)
         self._thread.start()
+        if self.backlog is not None:
+            self.backlog.start()
 
     def _run(self) -> None:
         """Until stopped; one last row at the stop so a run shorter than a period still has one. An error ends
@@ -319,10 +338,14 @@ class Sampler:
                "ovs_thread": round(busiest, 4), "host_tx_bps": round(bits / (t - t_prev))}
         if self.others:
             row["cpu_idle_by_server"] = {server: i for server, (i, _) in shares.items()}
+        if (peak := self.backlog.take() if self.backlog is not None else None) is not None:
+            row["ovs_rx_peak"], row["ovs_rx_port"] = peak.bytes, peak.port
         return row
 
     def stop(self) -> None:
         self._stop.set()
+        if self.backlog is not None:
+            self.backlog.stop()
         if self._thread is not None:
             self._thread.join(timeout=STOP_WAIT_S)
             if self._thread.is_alive() and self.error is None:

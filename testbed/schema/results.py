@@ -88,6 +88,9 @@ class Sample(Record):
     ovs_thread: float = Field(description="Open vSwitch's busiest thread, share of a core")
     host_tx_bps: int = Field(description="what every host port sent, bits per wall second")
     cpu_idle_by_server: dict[str, float] | None = only("over several servers: each one's idle share")
+    ovs_rx_peak: int | None = only("where OVS's sockets were read: the most socket memory of frames waiting at one "
+                                   "switch port for OVS's thread since the last sample (ovs_backlog.py)")
+    ovs_rx_port: str | None = only("with ovs_rx_peak: that port")
 
 
 class Fired(Record):
@@ -127,6 +130,9 @@ class Verdict(Record):
     cpu_idle_mean: float | None = Field(description="its mean idle share")
     steal_mean: float | None = Field(description="the hypervisor's mean share (steal)")
     ovs_thread_max: float | None = Field(description="Open vSwitch's busiest thread, share of a core")
+    ovs_rx_max: int | None = only("where OVS's sockets were read: the most socket memory of frames waiting at "
+                                  "one switch port for OVS's thread (they left the upstream queue: no pause holds "
+                                  "them)")
     cpu_bound: bool = Field(description="idle fell below the bound")
     pfc_poll_p99_ms: float | None = Field(description="the polling PFC agent's p99 period")
     pfc_reaction_ms: dict[str, float] | None = Field(description="the kernel PFC's reaction, median and p99")

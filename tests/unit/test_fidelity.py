@@ -198,3 +198,21 @@ def test_each_link_direction_is_read_at_its_switch_end():
     assert loads[host_link.a, host_link.b] == {"from": host_link.a, "to": host_link.b, "bytes": 3000, "packets": 2,
                                                "gbps": host_link.rate_gbps}
     assert loads[host_link.b, host_link.a]["bytes"] == 1500 and loads[up.a, up.b]["bytes"] == 9000
+
+
+def test_a_late_pause_names_the_frames_that_waited_for_ovs():
+    """The row with OVS's largest receive backlog goes beside a late pause: those frames had left their queue."""
+    lag = {"poll_period_ms": {"configured": 50.0, "median": 50.0, "p99": 50.0, "max": 50.0}, "detect": "kernel",
+           "reaction_ms": {"median": 0.4, "p99": 2.1},
+           "queues": {"agg-p0-pl0-1:1": {"max_backlog": 203_416, "xoff": 100_000, "headroom": 101_018}}}
+    rows = [{**QUIET[0], "t": 0.5, "ovs_rx_peak": 40_000, "ovs_rx_port": "tor-p0-s0-r0-a:6"},
+            {**QUIET[1], "t": 1.0, "ovs_rx_peak": 410_112, "ovs_rx_port": "agg-p0-pl0-1:3"}]
+    v = verdict(rows, lag)
+    assert v["ovs_rx_max"] == 410_112
+    assert v["reasons"] == [
+        "a PFC pause came late: 1 lossless queue(s) past XOFF + headroom, e.g. agg-p0-pl0-1:1 at 203,416 B > "
+        "201,018 B (PFC reaction p99 2.1 ms, from kernel events); up to 410,112 B of socket memory of frames "
+        "waited for OVS's one thread at agg-p0-pl0-1:3 (at 1 s): frames that had left their queue, which no "
+        "pause holds"]
+    assert verdict(rows, PFC_OK)["faithful"]  # a backlog alone, with no pause late, is no reason
+    assert verdict(QUIET, lag)["ovs_rx_max"] is None  # not read: not known, not zero
