@@ -16,7 +16,10 @@ from .common import console
 @click.option("--only", type=click.Choice(["budget", "floor", "reaction"]), default=None,
               help="Measure one of the three (the others stay as cached): the budget (minutes), the per-op "
                    "floor (under a minute at 8 hosts) or the PFC agent's reaction (seconds).")
-def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None) -> None:
+@click.option("--transport", type=click.Choice(["tcp", "roce"]), default="tcp", show_default=True,
+              help="The traffic the budget is measured with: each transport has its own (roce's NICs are the "
+                   "agents' Python); the floor and the reaction are measured over TCP.")
+def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None, transport: str) -> None:
     """Sweep the scale on an HPN (all hosts sending on disjoint paths) and cache the faithful budget; time ops
     of next to no bytes and cache the emulator's own per-op latency (for dilation auto and the verdict); time
     the PFC agent's reaction under load and cache it (the lossless headroom covers it)."""
@@ -35,7 +38,8 @@ def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None) -> No
                       soft_wrap=True)
 
     result = measure(hosts=hosts, seconds=seconds, progress=show, save=not no_save, budget=only in (None, "budget"),
-                     floor=only in (None, "floor"), reaction=only in (None, "reaction"))
+                     floor=only in (None, "floor") and transport == "tcp",
+                     reaction=only in (None, "reaction") and transport == "tcp", transport=transport)
     saved = f", cached in {result['cache']}" if result.get("cache") else " (not saved)"
     if "floor" in result:
         f = result["floor"]
@@ -57,7 +61,7 @@ def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None) -> No
 
 
 def _budget_table(result: dict, hosts: int, saved: str) -> None:
-    t = Table(title=f"calibration — {result['machine']}, HPN of {hosts} hosts")
+    t = Table(title=f"calibration — {result['machine']}, HPN of {hosts} hosts, {result['transport']}")
     for c in ("scale", "offered (Mbit/s)", "rate fidelity", "CPU idle min", "OVS thread max", "faithful"):
         t.add_column(c, justify="right")
     for p in result["points"]:
@@ -70,4 +74,4 @@ def _budget_table(result: dict, hosts: int, saved: str) -> None:
     if result["budget_bps"] is None:
         console.print("[red]no point was faithful: the budget stays the default[/]")
         raise SystemExit(1)
-    console.print(f"budget: {result['budget_bps'] / 1e6:.0f} Mbit/s of emulated traffic{saved}")
+    console.print(f"budget ({result['transport']}): {result['budget_bps'] / 1e6:.0f} Mbit/s of emulated traffic{saved}")

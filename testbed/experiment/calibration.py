@@ -41,7 +41,15 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.qos.scale import PROBE_HOSTS, choose_scale, machine_key, offered_load, probe_params, save_budget
+from testbed.qos.scale import (
+    PROBE_HOSTS,
+    budget_key,
+    choose_scale,
+    machine_key,
+    offered_load,
+    probe_params,
+    save_budget,
+)
 from testbed.qos.spec import fixed_headroom
 from topos import build
 
@@ -72,8 +80,8 @@ def host_port_gbps(topo) -> float:
     return next(l.rate_gbps for l in topo.links if l.kind == "host-tor")
 
 
-def probe_experiment(scale: float, seconds: float = SECONDS, hosts: int = PROBE_HOSTS) -> dict:
-    """Two jobs side by side: sendrecv pairs across the segments, one each way."""
+def probe_experiment(scale: float, seconds: float = SECONDS, hosts: int = PROBE_HOSTS, transport: str = "tcp") -> dict:
+    """Two jobs side by side: sendrecv pairs across the segments, one each way, over `transport`."""
     params = probe_params(hosts)
     topo = build("hpn", **params)
     hosts = [h.name for h in topo.hosts]
@@ -85,13 +93,14 @@ def probe_experiment(scale: float, seconds: float = SECONDS, hosts: int = PROBE_
     size = int(ports * port_bps * seconds / 8) * scale  # real bytes: the emulated flow lasts `seconds`
     job = {"op": "sendrecv", "size": int(size), "iters": 1}
     return {"name": "calibrate", "topology": {"name": "hpn", "params": params}, "routing": "precise",
+            "transport": transport,
             "qos": {"scale": scale}, "time": {"dilation": UNDILATED}, "channels": ports, "step_timeout_s": 120,
             "jobs": [{"name": "there", "collective": {**job, "ranks": ",".join(f"{h}:0" for h in there)}},
                      {"name": "back", "collective": {**job, "ranks": ",".join(f"{h}:0" for h in back)}}]}
 
 
-def measure_point(scale: float, seconds: float = SECONDS, hosts: int = PROBE_HOSTS) -> dict:
-    exp = from_dict(probe_experiment(scale, seconds, hosts))
+def measure_point(scale: float, seconds: float = SECONDS, hosts: int = PROBE_HOSTS, transport: str = "tcp") -> dict:
+    exp = from_dict(probe_experiment(scale, seconds, hosts, transport))
     rec = run_one(f"scale-{scale:g}", exp, Path.cwd(), None, 0)
     topo = exp.topology.build()
     offered = len(topo.hosts) * 2 * host_port_gbps(topo) * 1e9 / scale
@@ -218,13 +227,13 @@ def measure_reaction(hosts: int = PROBE_HOSTS, seconds: float = REACTION_SECONDS
 
 def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Callable[[dict], None] | None = None,
               save: bool = True, scales: list[float] | None = None, budget: bool = True,
-              floor: bool = True, reaction: bool = True) -> dict:
-    """Measure the budget (`sweep`), the per-op floor (`measure_floor`) and/or the PFC reaction
-    (`measure_reaction`) and cache them for this machine and size; a measurement not made, or that found
-    nothing faithful, leaves the cached one as it was."""
-    result: dict = {"machine": machine_key(), "hosts": hosts}
+              floor: bool = True, reaction: bool = True, transport: str = "tcp") -> dict:
+    """Measure the budget (`sweep`, over `transport`: each has its own), the per-op floor (`measure_floor`)
+    and/or the PFC reaction (`measure_reaction`) and cache them for this machine and size; a measurement not
+    made, or that found nothing faithful, leaves the cached one as it was."""
+    result: dict = {"machine": machine_key(), "hosts": hosts, "transport": transport}
     if budget:
-        result |= sweep(hosts, seconds, progress, scales)
+        result |= sweep(hosts, seconds, progress, scales, transport)
     if floor:
         result["floor"] = measure_floor(hosts)
     if reaction:  # at the load the sweep just found faithful, if it found one
@@ -232,21 +241,25 @@ def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Call
             result["reaction"] = measure_reaction(hosts, budget_bps=result.get("budget_bps"))
         except RuntimeError as exc:  # no kernel events here: the polling agent's headroom needs no reaction
             result["reaction_error"] = str(exc)
-    # a sweep that found nothing faithful keeps the cached budget and the points it was measured with
-    keep = {k: v for k, v in result.items() if result.get("budget_bps") is not None or k not in ("budget_bps",
-                                                                                                "points")}
-    if save and ("budget_bps" in keep or "floor" in keep or "reaction" in keep):
+    # a sweep that found nothing faithful keeps the cached budget and the points it was measured with; roce's
+    # are kept beside TCP's, under their own keys (scale.budget_key)
+    key, points = budget_key(transport), "points" if transport != "roce" else "roce_points"
+    keep = {k: v for k, v in result.items() if k != "transport" and (
+        result.get("budget_bps") is not None or k not in ("budget_bps", "points"))}
+    if key != "budget_bps" and "budget_bps" in keep:
+        keep[key], keep[points] = keep.pop("budget_bps"), keep.pop("points")
+    if save and (key in keep or "floor" in keep or "reaction" in keep):
         result["cache"] = str(save_budget(keep, hosts=hosts))
     return result
 
 
 def sweep(hosts: int, seconds: float, progress: Callable[[dict], None] | None = None,
-          scales: list[float] | None = None) -> dict:
+          scales: list[float] | None = None, transport: str = "tcp") -> dict:
     """Measure from light to heavy until a point is not faithful: the budget is the heaviest faithful load."""
     points = []
     for scale in scales or scales_for(hosts):
         for attempt in range(STEAL_RETRIES + 1):
-            p = measure_point(scale, seconds, hosts)
+            p = measure_point(scale, seconds, hosts, transport)
             if p["faithful"] or not stolen_only(p) or attempt == STEAL_RETRIES:
                 break
             if progress:

@@ -346,16 +346,16 @@ class Auto:
         return [c.why() for c in (self.time, self.scale) if c is not None]
 
 
-def resolve_auto(exp: Experiment, files: Files, topo: Topology) -> tuple[Experiment, Auto]:
+def resolve_auto(exp: Experiment, files: Files, topo: Topology, transport: str = "tcp") -> tuple[Experiment, Auto]:
     """The experiment with numbers for `auto`: the dilation first (the scale that fits depends on it), both
-    from the jobs at real size, scheduled once."""
+    from the jobs at real size, scheduled once, within the budget of the transport the run takes."""
     if exp.time.dilation != "auto" and exp.qos.scale != "auto":
         return exp, Auto()
     real = _real_jobs(exp, files, topo)
     channels = channels_of(exp, topo)
     exp, dilation = resolve_time(exp, real, topo, channels)
     load = offered(real, topo)
-    budget = fabric_budget(load, topo)
+    budget = fabric_budget(load, topo, transport)
     if dilation is not None:  # D takes what the scale cannot without steps of too few frames (testbed/qos/cpu.py)
         largest = max_scale(step_bytes(real, topo, channels))
         scale = exp.qos.scale if exp.qos.scale != "auto" else largest
@@ -366,11 +366,11 @@ def resolve_auto(exp: Experiment, files: Files, topo: Topology) -> tuple[Experim
     return exp, Auto(scale, dilation)
 
 
-def fabric_budget(load: float, topo: Topology) -> Budget:
+def fabric_budget(load: float, topo: Topology, transport: str = "tcp") -> Budget:
     """This machine's budget for jobs offering `load` (real bits/s, `offered`): held lower the more host ports
     send at once (testbed/qos/cpu.py)."""
     port_bps = next(l.rate_gbps for l in topo.links if l.kind == "host-tor") * 1e9
-    return load_budget(hosts=len(topo.hosts), ports=round(load / port_bps))
+    return load_budget(hosts=len(topo.hosts), ports=round(load / port_bps), transport=transport)
 
 
 def step_bytes(real: list[Job], topo: Topology, channels: int) -> list[tuple[float, int]]:

@@ -41,7 +41,7 @@ class Plan:
     exp: Experiment  # the repetition, with numbers where the file said auto
     topo: Topology
     auto: Auto  # what scale and dilation auto chose, and why
-    transport: str  # the kind the agents run: tcp or rdma
+    transport: str  # the kind the agents run: tcp, roce or rdma
     jobs: list[Job]
     events: list[Event]  # the failure schedule of this repetition
     channels: int  # connections per peer
@@ -78,14 +78,14 @@ def plan_variant(label: str, exp: Experiment, base: Path, cluster: ClusterSpec |
     _refuse_gray_on_a_cluster(exp, cluster)
     _refuse_ingress_pfc_on_a_cluster(exp, cluster)
     files = Workloads(base)
-    resolved, auto = resolve_auto(exp, files, topo)
+    kind, notes = _transport(exp, topo, cluster)
+    resolved, auto = resolve_auto(exp, files, topo, kind)
     job_list = jobs(resolved, files, topo)
     items = [it for j in job_list for it in j.items]
     if not any(sched is not None for _op, sched in items):  # nothing to measure
         raise InputError(f"variant '{label}': the workload sends nothing over the network ({len(items)} op(s), "
                          "none between hosts: rows of NONE, counts of 0, or every group inside one host)",
                          "give a workload with at least one collective between hosts", field="workload", value=label)
-    kind, notes = _transport(exp, topo, cluster)
     return Plan(label, resolved, topo, auto, kind, job_list, expand(resolved, topo), channels_of(resolved, topo),
                 notes=auto.lines() + notes)
 

@@ -284,7 +284,8 @@ def _campaign(p: Plan, d: dict) -> dict:
 def _fidelity(p: Plan, d: dict) -> dict:
     """The verdict on a finished run, with whether every op delivered exactly the bytes its closed form says."""
     load = offered(p.jobs, p.topo)
-    budget = fabric_budget(load, p.topo)  # the budget and the floor of this fabric and load, as auto took them
+    # the budget and the floor of this fabric, load and transport, as auto took them
+    budget = fabric_budget(load, p.topo, p.transport)
     floor = load_floor(hosts=len(p.topo.hosts), ports=switch_ports(p.topo))
     lossless = None if d["drops"]["unread"] else d["drops"]["lossless"]
     v = verdict(d["timeline"], d["pfc"], p.exp.qos.pfc.enabled, lossless,

@@ -135,13 +135,43 @@ def test_calibration_measures_again_a_point_spoilt_only_by_steal(monkeypatch, tm
                5: [point(5, False, ["CPU-bound"])]}
     calls = []
 
-    def measure(scale, seconds, hosts):
+    def measure(scale, seconds, hosts, transport):
         calls.append(scale)
         return answers[scale].pop(0)
 
     monkeypatch.setattr(cal, "measure_point", measure)
     r = cal.calibrate(hosts=8, scales=[10, 5], save=False, floor=False, reaction=False)
     assert calls == [10, 10, 5] and r["budget_bps"] == 1e9 / 10
+
+
+def test_roce_has_a_budget_of_its_own_and_without_it_takes_tcps(monkeypatch, tmp_path):
+    """The roce transport's NICs are the agents' Python: its budget is calibrated over roce and kept beside TCP's;
+    where it was not, a run over roce takes TCP's figure, and says so."""
+    from testbed.experiment import calibration as cal
+
+    path = tmp_path / "calibration.json"
+    monkeypatch.setattr(sc, "CACHE", path)
+    assert sc.load_budget(path, transport="roce") == sc.Budget(sc.DEFAULT_BUDGET_BPS, False, tcps=True)
+    sc.save_budget({"budget_bps": 2e8}, path)
+    tcp_only = sc.load_budget(path, transport="roce")
+    assert tcp_only == sc.Budget(2e8, True, 8, tcps=True)
+    assert "TCP's (roce not calibrated here: run 'hpnlab calibrate --transport roce')" in tcp_only.source(8)
+    assert "TCP's" not in sc.load_budget(path).source(8)
+    seen = []
+
+    def measure(scale, seconds, hosts, transport):
+        seen.append(transport)
+        return {"scale": scale, "offered_bps": 1e9 / scale, "rate_fidelity": 1.0, "faithful": scale > 5,
+                "reasons": [] if scale > 5 else ["CPU-bound"], "fidelity": {"steal_mean": 0.0}}
+
+    monkeypatch.setattr(cal, "measure_point", measure)
+    r = cal.calibrate(hosts=8, scales=[10, 5], floor=False, reaction=False, transport="roce")
+    assert seen == ["roce", "roce"] and r["budget_bps"] == 1e8
+    saved = json.loads(path.read_text())[sc.machine_key()]["by_hosts"]["8"]
+    assert saved["budget_bps"] == 2e8 and saved["roce_budget_bps"] == 1e8 and len(saved["roce_points"]) == 2
+    assert sc.load_budget(path, transport="roce") == sc.Budget(1e8, True, 8)  # its own now, whole
+    assert sc.load_budget(path).bps == 2e8 == sc.load_budget(path, transport="rdma").bps  # TCP's as it was
+    assert cal.probe_experiment(20_000, transport="roce")["transport"] == "roce"
 
 
 def test_bigger_probes_sweep_the_same_loads_per_host_from_light_to_heavy():

