@@ -125,6 +125,7 @@ class Counters:
     received: int = 0  # data frames that arrived
     out_of_order: int = 0  # dropped by a responder (after a gap, or duplicates)
     naks: int = 0
+    acks: int = 0  # ACKs (and NAKs) that reached one of this NIC's QPs
     cnps_sent: int = 0
     cnps_received: int = 0
     ce: int = 0
@@ -300,6 +301,7 @@ class Nic:
         if h.opcode in (OP_ACK, OP_CNP):
             qp = self.qps.get(h.dqpn)
             if qp is not None:
+                self.counters.acks += h.opcode == OP_ACK
                 qp.on_frame(h)
             return
         self._data(h, src, dst, transport[BTH_LEN:], frame[1] & 3 == _ECN_CE, now)

@@ -60,13 +60,16 @@ def test_an_allreduce_over_roce_is_rocev2_on_the_wire_and_delivers_its_bytes(tmp
             tr.stop()
     r = results[0]
     assert r.bytes_delivered == r.bytes_expected > 0
-    totals = {k: sum(c[k] for c in tr.roce.values()) for k in ("sent", "resent", "received", "icrc_errors")}
-    # nothing lost, nothing resent; every frame sent arrived and its ICRC held
+    totals = {k: sum(c[k] for c in tr.roce.values()) for k in ("sent", "resent", "received", "icrc_errors", "acks")}
+    # nothing lost, nothing resent; every frame sent arrived and its ICRC held; the responders' ACKs reached the
+    # requesters (counted where they land: h1's capture of its port 0 at times holds none of the frames that
+    # port's qdisc sent, measured 48 ACKs sent and 0 captured, while the NICs counted all 192 of every run)
     assert totals["resent"] == totals["icrc_errors"] == 0 and totals["sent"] == totals["received"] > 0, tr.roce
+    assert totals["acks"] > 0, tr.roce
     frames = [p for d in (tmp_path / "h1-0.pcap", tmp_path / "h1-1.pcap") for p in rdpcap(str(d))]
     assert len(frames) > 100
     opcodes = {p[BTH].opcode for p in frames}
-    assert SENDS & opcodes and OP_ACK in opcodes, opcodes
+    assert SENDS & opcodes, opcodes
     for p in frames:
         assert p[UDP].dport == ROCE_PORT and p[IP].tos >> 2 == DSCP26 >> 2 and p[IP].flags == "DF"
         rebuilt = IP(bytes(p[IP]))
