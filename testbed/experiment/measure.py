@@ -263,7 +263,8 @@ def _rx_backlog(net: Network) -> RxBacklog | None:
         return None
     try:
         pid = int(OVS_PIDFILE.read_text())
-        ports = {p.ifindex: p.key for p in net.qos.ports.values() if not p.is_host and p.netns is None}
+        here = net.qos.local_ports() if net.cluster is not None else net.qos.ports.values()  # this server's
+        ports = {p.ifindex: p.key for p in here if not p.is_host and p.netns is None}
         return RxBacklog(pid, ports)
     except (OSError, ValueError) as exc:
         log.info("OVS's receive backlog not read: %s", exc)
