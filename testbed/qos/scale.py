@@ -4,10 +4,10 @@ The budget is the aggregate host-NIC rate (bits/s of emulated traffic, on
 cross-segment paths of three switches) at which `hpnlab calibrate` measured
 rate fidelity >= 0.95 with the CPU never running out. It is cached per machine,
 per probe size (CACHE) and per transport (roce's NICs are the agents' own
-Python; without a calibration of its own it takes TCP's, and says so): what a machine forwards faithfully shrinks as the
-fabric grows (more ports for Open vSwitch and the PFC agent to poll, more
-agent processes), so a fabric uses the calibration of the largest probe not
-bigger than itself, and the choice says which. Without a calibration the
+Python; without a calibration of its own it takes TCP's, and says so): what a
+machine forwards faithfully shrinks as the fabric grows (more ports for Open
+vSwitch and the PFC agent to poll, more agent processes), so a fabric uses the
+calibration of the largest probe not bigger than itself, and the choice says which. Without a calibration the
 DEFAULT_BUDGET measured on the development machine (2 cores, userspace OVS)
 is used, and the choice says so. A latency measured on a smaller fabric than
 the one it is used for (a default one: on 8 hosts) is scaled by `growth`, the
