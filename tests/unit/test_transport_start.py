@@ -1,5 +1,5 @@
 """The agents' transport starting: it waits for every agent to say ready, and names an agent that died first
-with its last words (its stderr, a traceback, goes down the same pipe as its events)."""
+with its last words (Mininet's popen sends an agent's stderr down the same pipe as its events)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from traffic.transports.tcp import TcpTransport
 
 READY = 'import json; print(json.dumps({"event": "ready"}), flush=True); input()'
-DIES = "import sys; sys.stderr.write('OSError: [Errno 98] Address already in use\\n'); sys.exit(1)"
+DIES = "import sys; print('OSError: [Errno 98] Address already in use', flush=True); sys.exit(1)"
 
 
 class _Hosts:

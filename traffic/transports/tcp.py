@@ -108,8 +108,8 @@ class TcpTransport:
                       "--cnp-tos", str(self.cnp_tos), *(("--dcqcn", json.dumps(self.dcqcn)) if self.dcqcn else ())]
         for h in self.net.topo.hosts:
             p = self.net.python(h.name, "traffic.agent", "--port", str(self.port), "--tos", str(self.tos), *extra,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, bufsize=1)  # its last words, if it dies
+                                stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, bufsize=1)
             self.agents[h.name] = p
             self._readers[h.name] = threading.Thread(target=self._read, args=(h.name, p), daemon=True)
             self._readers[h.name].start()
@@ -135,7 +135,7 @@ class TcpTransport:
         for line in p.stdout:
             try:
                 ev = json.loads(line)
-            except ValueError:  # the agent's stderr shares the pipe (start): its last words
+            except ValueError:  # the agent's stderr shares the pipe (Mininet's popen): its last words
                 self._said.setdefault(host, collections.deque(maxlen=3)).append(line.strip())
                 continue
             evs = ev.get("events", []) if ev.get("event") == "batch" else [ev]
