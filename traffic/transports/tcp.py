@@ -117,7 +117,9 @@ class TcpTransport:
         ready: set[str] = set()
         while len(ready) < len(self.agents):
             waiting = sorted(set(self.agents) - ready)
-            if gone := [h for h in waiting if self.agents[h].poll() is not None]:
+            # gone: its process ended and its output with it (over several servers the process a host's popen
+            # returns can end while the agent it started runs on, its output still open)
+            if gone := [h for h in waiting if self.agents[h].poll() is not None and not self._readers[h].is_alive()]:
                 for h in gone:  # its reader has its last lines once it met the end of its output
                     self._readers[h].join(timeout=5)
                 said = "; ".join(f"{h}: {' | '.join(self._said.get(h, ())) or 'nothing'}" for h in gone[:2])
