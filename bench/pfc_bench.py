@@ -22,7 +22,8 @@ from bench.tables import BENCHMARKS, replace_block, stamp, table, write_saved
 from testbed.experiment.calibration import measure_reaction
 from testbed.experiment.measure import StreamSpec, iperf, receiver_bottleneck, run_streams, shaped_rate, udp_incast
 from testbed.net.network import Network
-from testbed.qos.scale import choose_scale, offered_load, probe_params
+from testbed.qos.calibrated import probe_params
+from testbed.qos.scale import choose_scale, offered_load
 from testbed.qos.shaper import lossless_leaf
 from testbed.qos.spec import QosSpec
 from topos import build

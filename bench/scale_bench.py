@@ -31,7 +31,8 @@ from testbed.experiment.jobs import resolve_auto
 from testbed.experiment.runner import run_one
 from testbed.experiment.spec import from_dict
 from testbed.net.network import Network
-from testbed.qos.scale import choose_scale, offered_load, probe_params
+from testbed.qos.calibrated import probe_params
+from testbed.qos.scale import choose_scale, offered_load
 from testbed.qos.spec import QosSpec
 from testbed.schema.results import Verdict
 from testbed.system.ownership import exit_cleanly_on_signals

@@ -14,7 +14,7 @@ import statistics
 import time
 
 from testbed.net.network import Network
-from testbed.qos.scale import probe_params
+from testbed.qos.calibrated import probe_params
 from testbed.qos.spec import QosSpec
 from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.web.fabric import QUEUE_SHARE, FabricProbe

@@ -24,7 +24,7 @@ def calibrate(seconds: float, hosts: int, no_save: bool, only: str | None, trans
     of next to no bytes and cache the emulator's own per-op latency (for dilation auto and the verdict); time
     the PFC agent's reaction under load and cache it (the lossless headroom covers it)."""
     from testbed.experiment.calibration import calibrate as measure
-    from testbed.qos.scale import probe_params
+    from testbed.qos.calibrated import probe_params
     from testbed.system.capabilities import probe
 
     probe_params(hosts)  # a bad size is refused before anything starts

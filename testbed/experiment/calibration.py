@@ -41,15 +41,8 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from testbed.qos.scale import (
-    PROBE_HOSTS,
-    budget_key,
-    choose_scale,
-    machine_key,
-    offered_load,
-    probe_params,
-    save_budget,
-)
+from testbed.qos.calibrated import PROBE_HOSTS, budget_key, machine_key, probe_params, save_budget
+from testbed.qos.scale import choose_scale, offered_load
 from testbed.qos.spec import fixed_headroom
 from topos import build
 
@@ -242,7 +235,7 @@ def calibrate(hosts: int = PROBE_HOSTS, seconds: float = SECONDS, progress: Call
         except RuntimeError as exc:  # no kernel events here: the polling agent's headroom needs no reaction
             result["reaction_error"] = str(exc)
     # a sweep that found nothing faithful keeps the cached budget and the points it was measured with; roce's
-    # are kept beside TCP's, under their own keys (scale.budget_key)
+    # are kept beside TCP's, under their own keys (calibrated.budget_key)
     key, points = budget_key(transport), "points" if transport != "roce" else "roce_points"
     keep = {k: v for k, v in result.items() if k != "transport" and (
         result.get("budget_bps") is not None or k not in ("budget_bps", "points"))}

@@ -3,7 +3,7 @@
 The budget is the aggregate host-NIC rate (bits/s of emulated traffic, on
 cross-segment paths of three switches) at which `hpnlab calibrate` measured
 rate fidelity >= 0.95 with the CPU never running out. It is cached per machine,
-per probe size (CACHE) and per transport (roce's NICs are the agents' own
+per probe size and per transport (testbed/qos/calibrated.py; roce's NICs are the agents' own
 Python; without a calibration of its own it takes TCP's, and says so): what a
 machine forwards faithfully shrinks as the fabric grows (more ports for Open
 vSwitch and the PFC agent to poll, more agent processes), so a fabric uses the
@@ -34,19 +34,15 @@ this machine, per fabric size) against each op's ideal time in the fabric:
 from __future__ import annotations
 
 import functools
-import json
 import math
-import os
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 from topos import build
-from topos.errors import InputError
-from topos.inputs import write_file
 from topos.model import Topology
 from traffic.timebase import MAX_DILATION
 
+from .calibrated import PROBE_HOSTS, calibrations, floors, probe_for, probe_params, reactions
 from .ports import switch_ports
 
 DEFAULT_BUDGET_BPS = 128e6  # the lower of two calibrations of the development machine (128, 160 Mbit/s)
@@ -54,7 +50,6 @@ PORT_LOAD_BPS = 16e9  # emulated bits/s x host ports sending at once that kept C
 SAFETY = 1.0  # the calibration probe already runs agents, the controller and PFC polling, as runs do
 NICE = (1, 2, 2.5, 5)
 FINE = (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8)  # dilations: each step costs wall time, so finer steps
-CACHE = Path(os.environ.get("HPNLAB_CACHE", "/var/cache/hpnlab")) / "calibration.json"
 
 
 @dataclass(frozen=True)
@@ -71,12 +66,6 @@ class Budget:
             said += ", TCP's (roce not calibrated here: run 'hpnlab calibrate --transport roce')"
         return said + (f", held to {PORT_LOAD_BPS / 1e9:g} Gbit/s over its {self.ports} sending host ports "
                        "(testbed/qos/cpu.py)" if self.ports else "")
-
-
-def budget_key(transport: str) -> str:
-    """Where a transport's budget is kept in the calibration: roce's own, or TCP's (rdma's NICs are the kernel's
-    too)."""
-    return "roce_budget_bps" if transport == "roce" else "budget_bps"
 
 
 def _source(default: str, calibrated: bool, at_hosts: int | None, hosts: int | None) -> str:
@@ -139,22 +128,6 @@ class ScaleChoice:
                 f"{self.offered_emulated_bps / 1e6:.0f} Mbit/s emulated, within {SAFETY:.0%} of "
                 f"{self.budget.bps / 1e6:.0f} Mbit/s from {self.budget.source(self.hosts)}")
 
-
-def machine_key() -> str:
-    """What a calibration is valid for: this host's name, cores and kernel."""
-    return f"{platform.node()}/{os.cpu_count()}cpu/{platform.release()}"
-
-
-PROBE_HOSTS = 8  # the default calibration's fabric (and that of entries saved before sizes were recorded)
-
-
-def probe_params(hosts: int) -> dict:
-    """HPN of `hosts` hosts as the calibration and the scale benchmark size it: the default (8 hosts, two
-    segments of 4) or segments of 8 hosts, 2 rails, one pod."""
-    if hosts < PROBE_HOSTS or hosts % PROBE_HOSTS:
-        raise InputError("the probe's size must be 8 or a multiple of 8 hosts", "use --hosts 8, 16, 32, 64 or 128",
-                         field="hosts", value=hosts)
-    return {} if hosts == PROBE_HOSTS else {"segments_per_pod": hosts // 8, "hosts_per_segment": 8}
 
 # The emulator's own wall time for an op of nothing on the development machine, 8 hosts (hpnlab calibrate
 # measures this machine's): handing the op out and hearing it is done, and each dependent step after that.
@@ -328,68 +301,9 @@ def choose_dilation(ops: list[OpTime], virtual_s: float, floor: Floor | None = N
                           cap, hosts, busy_s)
 
 
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _by_hosts(data: dict) -> dict[str, dict]:
-    """This machine's calibration records by probe size, as saved (an entry from before sizes were
-    recorded is the PROBE_HOSTS one)."""
-    entry = data.get(machine_key())
-    if not isinstance(entry, dict):
-        return {}
-    return dict(entry.get("by_hosts") or {str(PROBE_HOSTS): entry})
-
-
-def calibrations(path: Path | None = None, transport: str = "tcp") -> dict[int, float]:
-    """{probe hosts: budget bits/s} measured on this machine for `transport` (budget_key)."""
-    key = budget_key(transport)
-    return {int(hosts): float(result[key]) for hosts, result in _by_hosts(_read(path or CACHE)).items()
-            if isinstance(result, dict) and isinstance(result.get(key), (int, float)) and str(hosts).isdigit()}
-
-
-def floors(path: Path | None = None) -> dict[int, tuple[float, float, float]]:
-    """{probe hosts: (base, per step, full frames per step) seconds} of the per-op floors measured on this
-    machine (a floor saved before the frames were measured adds none; one edited into nonsense is left out)."""
-    out = {}
-    for hosts, result in _by_hosts(_read(path or CACHE)).items():
-        f = result.get("floor") if isinstance(result, dict) else None
-        if not (str(hosts).isdigit() and isinstance(f, dict) and "base_s" in f and "per_step_s" in f):
-            continue
-        figures = tuple(f.get(k, 0.0) for k in ("base_s", "per_step_s", "frame_s"))
-        if all(isinstance(x, (int, float)) and x >= 0 for x in figures):
-            out[int(hosts)] = tuple(float(x) for x in figures)
-    return out
-
-
-def reactions(path: Path | None = None) -> dict[int, dict]:
-    """{probe hosts: Reaction's figures} of the PFC reactions measured on this machine (one edited into nonsense
-    is left out)."""
-    out = {}
-    for hosts, result in _by_hosts(_read(path or CACHE)).items():
-        r = result.get("reaction") if isinstance(result, dict) else None
-        if not (str(hosts).isdigit() and isinstance(r, dict)):
-            continue
-        figures = {k: r.get(k) for k in ("max_s", "p99_s", "needed_s") if isinstance(r.get(k), (int, float))}
-        if figures.get("max_s", 0) > 0 and all(v >= 0 for v in figures.values()):
-            out[int(hosts)] = figures
-    return out
-
-
-def _probe_for(known: dict, hosts: int | None) -> int:
-    """The calibration a fabric of `hosts` uses: the largest probe not bigger than it (else the smallest: a
-    bigger fabric's figures are the conservative ones)."""
-    fits = [h for h in known if hosts is None or h <= hosts]
-    return max(fits) if fits else min(known)
-
-
 def load_budget(path: Path | None = None, hosts: int | None = None, ports: int | None = None,
                 transport: str = "tcp") -> Budget:
-    """This machine's budget for a fabric of `hosts` (`_probe_for`) and `transport`, or the default; with
+    """This machine's budget for a fabric of `hosts` (`probe_for`) and `transport`, or the default; with
     `ports` host ports sending at once, at most PORT_LOAD_BPS over them (testbed/qos/cpu.py says why). roce
     without a calibration of its own takes TCP's, and says so: the transport benchmark measured it faithful at
     TCP's default (8 hosts at 128 Mbit/s: 93.8% of ideal, CPU idle 18% against TCP's 39%), its agents' CPU
@@ -398,7 +312,7 @@ def load_budget(path: Path | None = None, hosts: int | None = None, ports: int |
     tcps = transport == "roce" and not known
     if tcps:
         known = calibrations(path)
-    at = _probe_for(known, hosts) if known else None
+    at = probe_for(known, hosts) if known else None
     bps = known[at] if known else DEFAULT_BUDGET_BPS
     if ports and PORT_LOAD_BPS / ports < bps:
         return Budget(PORT_LOAD_BPS / ports, bool(known), at, ports, tcps)
@@ -406,41 +320,25 @@ def load_budget(path: Path | None = None, hosts: int | None = None, ports: int |
 
 
 def load_floor(path: Path | None = None, hosts: int | None = None, ports: int | None = None) -> Floor:
-    """This machine's per-op floor for a fabric of `hosts` (`_probe_for`; its switch `ports`, if given, set
+    """This machine's per-op floor for a fabric of `hosts` (`probe_for`; its switch `ports`, if given, set
     the growth), or the default."""
     known = floors(path)
     if not known:
         base, per_step = DEFAULT_FLOOR_S
         return Floor(base, per_step * (g := growth(None, hosts, ports)), grown=g)
-    at = _probe_for(known, hosts)
+    at = probe_for(known, hosts)
     base, per_step, frame = known[at]
     return Floor(base, per_step * (g := growth(at, hosts, ports)), calibrated=True, at_hosts=at, frame_s=frame,
                  grown=g)
 
 
 def load_reaction(path: Path | None = None, hosts: int | None = None) -> Reaction:
-    """This machine's PFC reaction for a fabric of `hosts` (`_probe_for`), or the development machine's."""
+    """This machine's PFC reaction for a fabric of `hosts` (`probe_for`), or the development machine's."""
     known = reactions(path)
     if not known:
         return Reaction(DEFAULT_REACTION_MAX_S, grown=growth(None, hosts))
-    at = _probe_for(known, hosts)
+    at = probe_for(known, hosts)
     return Reaction(**known[at], calibrated=True, at_hosts=at, grown=growth(at, hosts))
-
-
-def save_budget(result: dict, path: Path | None = None, hosts: int = PROBE_HOSTS) -> Path:
-    """Keep a calibration of a fabric of `hosts`: its budget (`budget_bps`, `points`), its per-op floor (`floor`)
-    and/or its PFC reaction (`reaction`); what `result` does not measure stays as it was."""
-    path = path or CACHE
-    data = _read(path)
-    by_hosts = _by_hosts(data)  # the other sizes' records stay whole
-    old = by_hosts.get(str(hosts))
-    by_hosts[str(hosts)] = {**(old if isinstance(old, dict) else {}), **result}
-    data[machine_key()] = {"by_hosts": by_hosts}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    write_file(tmp, json.dumps(data, indent=1), "calibration")
-    tmp.replace(path)
-    return path
 
 
 def offered_load(topo: Topology, ranks: list[tuple[str, int]] | None = None) -> float:

@@ -8,6 +8,7 @@ import pytest
 from testbed.experiment.jobs import offered, resolve_auto, step_bytes
 from testbed.experiment.planning import plan
 from testbed.experiment.spec import from_dict
+from testbed.qos import calibrated as cal
 from testbed.qos import cpu
 from testbed.qos import scale as sc
 from traffic.simai import Model, Plan, transformer
@@ -49,7 +50,7 @@ def test_the_budget_is_held_by_the_host_ports_sending_at_once(tmp_path):
 def test_a_128_gpu_job_on_8_rail_servers_gets_steps_of_frames_and_a_load_its_ports_allow(tmp_path, monkeypatch):
     """The acceptance run's plan (16 hosts x 8 rails x 8 GPUs, TP 8, PP 2), worked out without running it: the
     data-parallel ops keep 8 frames a step and connection, D carries the rest, the wall time stays short."""
-    monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")
+    monkeypatch.setattr(cal, "CACHE", tmp_path / "none.json")
     transformer(Plan(8, 128, pp=2, pp_comm=8 << 20), Model(layers=40, hidden=5120, params=13_000_000_000,
                                                             layer_ns=2_000_000)).write(tmp_path / "g128.txt")
     exp = from_dict({"name": "g128", "routing": "precise", "workload": {"simai": "g128.txt"},

@@ -8,6 +8,7 @@ import pytest
 
 from testbed.experiment.jobs import resolve_auto
 from testbed.experiment.spec import from_dict
+from testbed.qos import calibrated as cal
 from testbed.qos import scale as sc
 from testbed.qos.scale import Floor, OpTime, choose_dilation
 from topos import build
@@ -55,13 +56,13 @@ def test_the_pfc_reaction_is_cached_beside_the_others_and_the_headroom_covers_tw
     default = sc.load_reaction(path)
     assert (default.max_s, default.calibrated) == (sc.DEFAULT_REACTION_MAX_S, False)
     assert "not calibrated" in default.why() and default.window_s == 2 * default.max_s
-    sc.save_budget({"budget_bps": 1.6e8, "points": []}, path, hosts=8)
-    sc.save_budget({"reaction": {"max_s": 0.0012, "p99_s": 0.0008}}, path, hosts=8)  # calibrate --only reaction
-    sc.save_budget({"reaction": {"max_s": 0.004, "p99_s": 0.002}}, path, hosts=64)
+    cal.save_budget({"budget_bps": 1.6e8, "points": []}, path, hosts=8)
+    cal.save_budget({"reaction": {"max_s": 0.0012, "p99_s": 0.0008}}, path, hosts=8)  # calibrate --only reaction
+    cal.save_budget({"reaction": {"max_s": 0.004, "p99_s": 0.002}}, path, hosts=64)
     assert sc.load_budget(path).bps == 1.6e8
     assert sc.load_reaction(path, hosts=8) == sc.Reaction(0.0012, 0.0008, True, 8)
     assert sc.load_reaction(path, hosts=128).window_s == pytest.approx(2 * 0.004 * sc.growth(64, 128))
-    sc.save_budget({"reaction": {"max_s": -1}}, path, hosts=8)  # edited into nonsense: left out
+    cal.save_budget({"reaction": {"max_s": -1}}, path, hosts=8)  # edited into nonsense: left out
     assert sc.load_reaction(path, hosts=8).at_hosts == 64
 
 
@@ -73,36 +74,36 @@ def test_figures_measured_on_a_smaller_fabric_grow_with_the_switch_ports(tmp_pat
     g = sc.growth(8, 64)
     assert sc.load_budget(path, hosts=64).bps == sc.DEFAULT_BUDGET_BPS
     assert sc.load_floor(path, hosts=64).per_step_s == pytest.approx(sc.DEFAULT_FLOOR_S[1] * g)
-    sc.save_budget({"reaction": {"max_s": 0.001, "needed_s": 0.0015}}, path, hosts=8)
+    cal.save_budget({"reaction": {"max_s": 0.001, "needed_s": 0.0015}}, path, hosts=8)
     assert sc.load_reaction(path, hosts=8).window_s == pytest.approx(0.003)  # 2 x the longer: the queues' intake
     big = sc.load_reaction(path, hosts=64)
     assert big.window_s == pytest.approx(0.003 * g) and "x 5.33 for this fabric's switch ports" in big.why(64)
-    sc.save_budget({"reaction": {"max_s": 0.002}}, path, hosts=64)  # measured on it: taken as it is
+    cal.save_budget({"reaction": {"max_s": 0.002}}, path, hosts=64)  # measured on it: taken as it is
     assert sc.load_reaction(path, hosts=64).window_s == pytest.approx(0.004)
 
 
 def test_the_floor_is_cached_beside_the_budget_and_each_keeps_the_other(tmp_path):
     path = tmp_path / "calibration.json"
     assert sc.load_floor(path) == Floor(*sc.DEFAULT_FLOOR_S) and "not calibrated" in sc.load_floor(path).source()
-    sc.save_budget({"budget_bps": 1.6e8, "points": []}, path, hosts=8)
-    sc.save_budget({"floor": {"base_s": 0.02, "per_step_s": 0.002}}, path, hosts=8)  # calibrate --only floor
+    cal.save_budget({"budget_bps": 1.6e8, "points": []}, path, hosts=8)
+    cal.save_budget({"floor": {"base_s": 0.02, "per_step_s": 0.002}}, path, hosts=8)  # calibrate --only floor
     assert sc.load_budget(path).bps == 1.6e8 and sc.load_floor(path) == Floor(0.02, 0.002, True, 8)
-    sc.save_budget({"budget_bps": 1.8e8, "points": []}, path, hosts=8)  # calibrate --only budget
+    cal.save_budget({"budget_bps": 1.8e8, "points": []}, path, hosts=8)  # calibrate --only budget
     g = sc.growth(8, 64)  # a bigger fabric than the probe: the per-step floor grows with the switch ports
     assert sc.load_floor(path, hosts=64) == Floor(0.02, 0.002 * g, True, 8, grown=g)
     assert sc.load_budget(path).bps == 1.8e8
-    sc.save_budget({"floor": {"base_s": 0.02, "per_step_s": 0.002, "frame_s": 0.001}}, path, hosts=8)
+    cal.save_budget({"floor": {"base_s": 0.02, "per_step_s": 0.002, "frame_s": 0.001}}, path, hosts=8)
     assert sc.load_floor(path).frame_s == 0.001
     assert "plus 1.0 ms per step of full frames" in sc.load_floor(path).source()
     assert "calibrate --hosts 64" in sc.load_floor(path, hosts=64).source(64)
     data = json.loads(path.read_text())
-    data[sc.machine_key()]["by_hosts"]["8"]["floor"] = {"base_s": -1, "per_step_s": "x"}  # edited by hand
+    data[cal.machine_key()]["by_hosts"]["8"]["floor"] = {"base_s": -1, "per_step_s": "x"}  # edited by hand
     path.write_text(json.dumps(data))
     assert not sc.load_floor(path).calibrated
 
 
 def test_resolve_chooses_the_dilation_then_the_scale_that_fits_at_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")
+    monkeypatch.setattr(cal, "CACHE", tmp_path / "none.json")
     monkeypatch.setattr(sc, "DEFAULT_FLOOR_S", (FLOOR.base_s, FLOOR.per_step_s))
     exp = from_dict({"name": "x", "qos": {"scale": "auto"}, "time": {"dilation": "auto"},
                      "workload": {"collective": {"op": "allreduce", "size": "16MB", "ranks": "rail0", "iters": 3}}})
@@ -129,67 +130,67 @@ def test_time_is_checked_with_the_field_and_the_fix():
 
 
 def test_the_floor_is_the_line_through_a_one_step_and_a_ring_probe(monkeypatch, tmp_path):
-    from testbed.experiment import calibration as cal
+    from testbed.experiment import calibration
 
-    monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")  # the default budget
+    monkeypatch.setattr(cal, "CACHE", tmp_path / "none.json")  # the default budget
     probes = {("sendrecv", False): {"op": "sendrecv", "steps": 1, "q_s": 0.006},
               ("allreduce", False): {"op": "allreduce", "steps": 14, "q_s": 0.045},
               ("allreduce", True): {"op": "allreduce", "steps": 14, "q_s": 0.030}}
-    monkeypatch.setattr(cal, "floor_point", lambda hosts, op, frames=False: probes[op, frames])
-    f = cal.measure_floor(8)
+    monkeypatch.setattr(calibration, "floor_point", lambda hosts, op, frames=False: probes[op, frames])
+    f = calibration.measure_floor(8)
     assert (f["base_s"], f["per_step_s"]) == (0.003, 0.003)  # 6 ms = 3 + 3 x 1; 45 ms = 3 + 3 x 14
     assert f["frame_s"] == 0.0  # full frames added less beyond their ideal than the line: nothing
     probes["allreduce", True]["q_s"] = 0.087  # 3 ms + 14 x (3 + 3) ms: each step's frames added 3 ms
-    assert cal.measure_floor(8)["frame_s"] == pytest.approx(0.003)
+    assert calibration.measure_floor(8)["frame_s"] == pytest.approx(0.003)
     probes["sendrecv", False]["q_s"] = 0.001  # a lucky one-step probe: the base is not made negative
-    assert cal.measure_floor(8)["base_s"] == 0.0
-    exp = cal.floor_experiment(8, "sendrecv")
+    assert calibration.measure_floor(8)["base_s"] == 0.0
+    exp = calibration.floor_experiment(8, "sendrecv")
     assert exp["workload"]["collective"]["ranks"] == "h0:0,h4:0"  # across the segments
-    assert cal.floor_experiment(16, "allreduce")["workload"]["collective"]["ranks"].count(":0") == 16
+    assert calibration.floor_experiment(16, "allreduce")["workload"]["collective"]["ranks"].count(":0") == 16
     # the frames probe runs at the rate runs use (scale auto with every host port sending: 6.4 Tbit/s over the
     # default 128 Mbit/s) with 4 full frames per connection and ring step
-    full = cal.floor_experiment(8, "allreduce", frames=True)
+    full = calibration.floor_experiment(8, "allreduce", frames=True)
     assert full["qos"]["scale"] == 50_000 and full["channels"] == 2
     assert full["workload"]["collective"]["size"] == 4 * 1448 * 8 * 2 * 50_000
     # the probes measure the machine in wall time: undilated, whatever the default dilation is (auto would
     # dilate ops of next to no bytes and measure a floor of nothing)
-    for probe in (exp, full, cal.probe_experiment(20_000)):
-        assert cal.from_dict(probe).time.dilation == 1
+    for probe in (exp, full, calibration.probe_experiment(20_000)):
+        assert calibration.from_dict(probe).time.dilation == 1
 
 
 def test_a_sweep_that_found_nothing_keeps_the_cached_budget_and_its_points(monkeypatch, tmp_path):
-    from testbed.experiment import calibration as cal
+    from testbed.experiment import calibration
 
-    monkeypatch.setattr(sc, "CACHE", tmp_path / "calibration.json")
-    sc.save_budget({"budget_bps": 1.6e8, "points": [{"scale": 20_000}]}, hosts=8)
-    monkeypatch.setattr(cal, "sweep", lambda *a: {"budget_bps": None, "points": [{"scale": 80_000}]})
-    monkeypatch.setattr(cal, "measure_floor", lambda hosts: {"base_s": 0.004, "per_step_s": 0.003})
-    monkeypatch.setattr(cal, "measure_reaction", lambda hosts, **kw: {"max_s": 0.002, "p99_s": 0.001})
-    r = cal.calibrate(hosts=8)
+    monkeypatch.setattr(cal, "CACHE", tmp_path / "calibration.json")
+    cal.save_budget({"budget_bps": 1.6e8, "points": [{"scale": 20_000}]}, hosts=8)
+    monkeypatch.setattr(calibration, "sweep", lambda *a: {"budget_bps": None, "points": [{"scale": 80_000}]})
+    monkeypatch.setattr(calibration, "measure_floor", lambda hosts: {"base_s": 0.004, "per_step_s": 0.003})
+    monkeypatch.setattr(calibration, "measure_reaction", lambda hosts, **kw: {"max_s": 0.002, "p99_s": 0.001})
+    r = calibration.calibrate(hosts=8)
     assert r["budget_bps"] is None and r["points"] == [{"scale": 80_000}]  # what was measured is shown
-    saved = json.loads(sc.CACHE.read_text())[sc.machine_key()]["by_hosts"]["8"]
+    saved = json.loads(cal.CACHE.read_text())[cal.machine_key()]["by_hosts"]["8"]
     assert saved["budget_bps"] == 1.6e8 and saved["points"] == [{"scale": 20_000}]
     assert sc.load_floor(hosts=8) == Floor(0.004, 0.003, True, 8)
     assert sc.load_reaction(hosts=8) == sc.Reaction(0.002, 0.001, True, 8)
 
 
 def test_a_machine_without_kernel_events_calibrates_the_rest(monkeypatch, tmp_path):
-    from testbed.experiment import calibration as cal
+    from testbed.experiment import calibration
 
-    monkeypatch.setattr(sc, "CACHE", tmp_path / "calibration.json")
-    monkeypatch.setattr(cal, "measure_floor", lambda hosts: {"base_s": 0.004, "per_step_s": 0.003})
+    monkeypatch.setattr(cal, "CACHE", tmp_path / "calibration.json")
+    monkeypatch.setattr(calibration, "measure_floor", lambda hosts: {"base_s": 0.004, "per_step_s": 0.003})
 
     def no_bpf(hosts, **kw):
         raise RuntimeError("the PFC reaction probe saw no reaction on kernel events (detect 'poll')")
 
-    monkeypatch.setattr(cal, "measure_reaction", no_bpf)
-    r = cal.calibrate(hosts=8, budget=False)
+    monkeypatch.setattr(calibration, "measure_reaction", no_bpf)
+    r = calibration.calibrate(hosts=8, budget=False)
     assert "detect 'poll'" in r["reaction_error"] and "reaction" not in r
     assert sc.load_floor(hosts=8).calibrated and not sc.load_reaction(hosts=8).calibrated
 
 
 def test_by_default_time_is_auto_and_a_bulk_op_of_a_small_fabric_runs_undilated(tmp_path, monkeypatch):
-    monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")
+    monkeypatch.setattr(cal, "CACHE", tmp_path / "none.json")
     exp = from_dict({"name": "x", "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0"}}})
     resolved, auto = resolve_auto(exp, tmp_path, build("hpn"))
     assert resolved.time.dilation == auto.time.dilation == 1 and auto.time.bound == 0

@@ -10,6 +10,7 @@ import pytest
 from testbed.experiment.calibration import probe_experiment
 from testbed.experiment.jobs import jobs, resolve_auto
 from testbed.experiment.spec import from_dict
+from testbed.qos import calibrated as cal
 from testbed.qos import scale as sc
 from topos import build
 
@@ -35,39 +36,39 @@ def test_choice_fits_the_load_into_the_budget_and_says_why():
 def test_budget_cache_is_per_machine(tmp_path):
     path = tmp_path / "calibration.json"
     assert sc.load_budget(path) == sc.Budget(sc.DEFAULT_BUDGET_BPS, False)
-    sc.save_budget({"budget_bps": 5e8}, path)
+    cal.save_budget({"budget_bps": 5e8}, path)
     assert sc.load_budget(path) == sc.Budget(5e8, True, 8)
     data = json.loads(path.read_text())
-    path.write_text(json.dumps({"another-machine/2cpu/6.1": data[sc.machine_key()]}))
+    path.write_text(json.dumps({"another-machine/2cpu/6.1": data[cal.machine_key()]}))
     assert sc.load_budget(path).calibrated is False
     path.write_text("{not json")
     assert sc.load_budget(path).calibrated is False
-    path.write_text(json.dumps({sc.machine_key(): {"budget_bps": 1.6e8, "points": []}}))  # saved before sizes
+    path.write_text(json.dumps({cal.machine_key(): {"budget_bps": 1.6e8, "points": []}}))  # saved before sizes
     assert sc.load_budget(path, hosts=64) == sc.Budget(1.6e8, True, 8)
-    sc.save_budget({"budget_bps": 6e7}, path, hosts=32)  # the older record is kept whole, as the 8-host one
-    assert json.loads(path.read_text())[sc.machine_key()]["by_hosts"]["8"] == {"budget_bps": 1.6e8, "points": []}
+    cal.save_budget({"budget_bps": 6e7}, path, hosts=32)  # the older record is kept whole, as the 8-host one
+    assert json.loads(path.read_text())[cal.machine_key()]["by_hosts"]["8"] == {"budget_bps": 1.6e8, "points": []}
 
 
 def test_a_fabric_uses_the_calibration_of_the_largest_probe_not_bigger_than_itself(tmp_path):
     path = tmp_path / "calibration.json"
-    sc.save_budget({"budget_bps": 160e6}, path, hosts=8)
-    sc.save_budget({"budget_bps": 60e6}, path, hosts=32)
-    assert sc.calibrations(path) == {8: 160e6, 32: 60e6}
+    cal.save_budget({"budget_bps": 160e6}, path, hosts=8)
+    cal.save_budget({"budget_bps": 60e6}, path, hosts=32)
+    assert cal.calibrations(path) == {8: 160e6, 32: 60e6}
     assert [sc.load_budget(path, hosts=h).bps for h in (8, 16, 32, 64)] == [160e6, 160e6, 60e6, 60e6]
-    sc.save_budget({"budget_bps": 180e6}, path, hosts=8)  # a new calibration replaces only its size
-    assert sc.calibrations(path) == {8: 180e6, 32: 60e6}
-    sc.save_budget({"budget_bps": 70e6, "points": [{"scale": 1}]}, path, hosts=64)
-    sc.save_budget({"budget_bps": 190e6}, path, hosts=8)
-    assert json.loads(path.read_text())[sc.machine_key()]["by_hosts"]["64"]["points"] == [{"scale": 1}]
+    cal.save_budget({"budget_bps": 180e6}, path, hosts=8)  # a new calibration replaces only its size
+    assert cal.calibrations(path) == {8: 180e6, 32: 60e6}
+    cal.save_budget({"budget_bps": 70e6, "points": [{"scale": 1}]}, path, hosts=64)
+    cal.save_budget({"budget_bps": 190e6}, path, hosts=8)
+    assert json.loads(path.read_text())[cal.machine_key()]["by_hosts"]["64"]["points"] == [{"scale": 1}]
     only_big = tmp_path / "big.json"
-    sc.save_budget({"budget_bps": 60e6}, only_big, hosts=32)
+    cal.save_budget({"budget_bps": 60e6}, only_big, hosts=32)
     assert sc.load_budget(only_big, hosts=8) == sc.Budget(60e6, True, 32)  # the conservative one
     assert "calibrate --hosts 64" in sc.Budget(160e6, True, 8).source(64)
     assert "--hosts" not in sc.Budget(60e6, True, 32).source(32)
 
 
 def test_scale_auto_uses_the_ranks_of_the_workload(tmp_path, monkeypatch):
-    monkeypatch.setattr(sc, "CACHE", tmp_path / "none.json")
+    monkeypatch.setattr(cal, "CACHE", tmp_path / "none.json")
     topo = build("hpn")
     exp = from_dict({"name": "x", "qos": {"scale": "auto"},
                      "workload": {"collective": {"op": "allreduce", "size": "160GB", "ranks": "rail0"}}})
@@ -147,12 +148,12 @@ def test_calibration_measures_again_a_point_spoilt_only_by_steal(monkeypatch, tm
 def test_roce_has_a_budget_of_its_own_and_without_it_takes_tcps(monkeypatch, tmp_path):
     """The roce transport's NICs are the agents' Python: its budget is calibrated over roce and kept beside TCP's;
     where it was not, a run over roce takes TCP's figure, and says so."""
-    from testbed.experiment import calibration as cal
+    from testbed.experiment import calibration
 
     path = tmp_path / "calibration.json"
-    monkeypatch.setattr(sc, "CACHE", path)
+    monkeypatch.setattr(cal, "CACHE", path)
     assert sc.load_budget(path, transport="roce") == sc.Budget(sc.DEFAULT_BUDGET_BPS, False, tcps=True)
-    sc.save_budget({"budget_bps": 2e8}, path)
+    cal.save_budget({"budget_bps": 2e8}, path)
     tcp_only = sc.load_budget(path, transport="roce")
     assert tcp_only == sc.Budget(2e8, True, 8, tcps=True)
     assert "TCP's (roce not calibrated here: run 'hpnlab calibrate --transport roce')" in tcp_only.source(8)
@@ -164,14 +165,14 @@ def test_roce_has_a_budget_of_its_own_and_without_it_takes_tcps(monkeypatch, tmp
         return {"scale": scale, "offered_bps": 1e9 / scale, "rate_fidelity": 1.0, "faithful": scale > 5,
                 "reasons": [] if scale > 5 else ["CPU-bound"], "fidelity": {"steal_mean": 0.0}}
 
-    monkeypatch.setattr(cal, "measure_point", measure)
-    r = cal.calibrate(hosts=8, scales=[10, 5], floor=False, reaction=False, transport="roce")
+    monkeypatch.setattr(calibration, "measure_point", measure)
+    r = calibration.calibrate(hosts=8, scales=[10, 5], floor=False, reaction=False, transport="roce")
     assert seen == ["roce", "roce"] and r["budget_bps"] == 1e8
-    saved = json.loads(path.read_text())[sc.machine_key()]["by_hosts"]["8"]
+    saved = json.loads(path.read_text())[cal.machine_key()]["by_hosts"]["8"]
     assert saved["budget_bps"] == 2e8 and saved["roce_budget_bps"] == 1e8 and len(saved["roce_points"]) == 2
     assert sc.load_budget(path, transport="roce") == sc.Budget(1e8, True, 8)  # its own now, whole
     assert sc.load_budget(path).bps == 2e8 == sc.load_budget(path, transport="rdma").bps  # TCP's as it was
-    assert cal.probe_experiment(20_000, transport="roce")["transport"] == "roce"
+    assert calibration.probe_experiment(20_000, transport="roce")["transport"] == "roce"
 
 
 def test_bigger_probes_sweep_the_same_loads_per_host_from_light_to_heavy():
