@@ -31,6 +31,14 @@ def cli(verbose: int) -> None:
     """hpnlab: emulate AI-training datacenter networks (HPN and baselines) on Mininet + OVS."""
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
                         format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("asyncio").addFilter(_strand_reports)
+
+
+def _strand_reports(record: logging.LogRecord) -> bool:
+    """Keep asyncio's records but its report of async generators it could not close: pyroute2's, stranded when a
+    Ctrl-C landed inside its event loop (the interrupt is handled, exit 130; the report is two tracebacks that
+    say nothing to a user). Short netlink batches hold Ctrl-C till done (testbed/system/linkgroup.py)."""
+    return "closing of asynchronous generator" not in record.getMessage()
 
 
 for command in (doctor, calibrate, topo, up, validate, run_cmd, results, compare, traffic, qos, lab, controller,

@@ -21,7 +21,7 @@ def serve(tp, *, routing: str = "static", mode: str = "ecmp", hashing: str = "ov
     from testbed.experiment.watch import Watch
     from testbed.net import Network
     from testbed.qos import QosSpec
-    from testbed.system.ownership import exit_cleanly_on_signals
+    from testbed.system.signals import exit_cleanly_on_signals
 
     for link in fail_links:
         tp.find_link(link)  # a bad name is refused before anything starts

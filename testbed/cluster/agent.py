@@ -43,8 +43,9 @@ from testbed.qos.ports import ports_from_json
 from testbed.qos.shaper import Shaper
 from testbed.qos.spec import QosSpec
 from testbed.system.capabilities import probe
-from testbed.system.ownership import RUN_DIR, RUN_ID, Ownership, exit_cleanly_on_signals
+from testbed.system.ownership import RUN_DIR, RUN_ID, Ownership
 from testbed.system.poll import json_lines
+from testbed.system.signals import exit_cleanly_on_signals
 from testbed.system.site import LocalSite
 from testbed.system.versions import versions
 

@@ -173,19 +173,22 @@ def gap_after(report: dict, t: float, stream: int = 0) -> float:
 
 
 def iperf(net: Network, pairs: list[tuple[str, str]], duration: float, tos: int | None = None, nic: int = 0,
-          base_port: int = 5201, during: Callable[[], None] | None = None, cc: str | None = None) -> list[dict]:
+          base_port: int = 5201, during: Callable[[], None] | None = None, cc: str | None = None,
+          sports: list[int] | None = None) -> list[dict]:
     """TCP flows with iperf3, one server per flow; returns per flow bytes received, seconds, retransmits, and
     the receiver's per-second intervals as (start, end, bytes).
 
     `during` runs while the flows are in steady state (after 1 s), e.g. to sample counters. `cc`: the TCP
-    congestion control of both ends (iperf3 -C; its server takes the client's).
+    congestion control of both ends (iperf3 -C; its server takes the client's). `sports`: each flow's source
+    port (iperf3 --cport; a pinned one chooses the sender's NIC port, topos/addressing.py), else the kernel's.
     """
     servers = [net.popen(dst, ["iperf3", "-s", "-1", "-J", "-p", str(base_port + i)], stdout=subprocess.PIPE)
                for i, (_src, dst) in enumerate(pairs)]
     time.sleep(0.5)
     extra = (["-S", str(tos)] if tos is not None else []) + (["-C", cc] if cc else [])
     clients = [net.popen(src, ["iperf3", "-c", nic_address(net.topo.nodes[dst], nic).ip, "-p", str(base_port + i),
-                               "-t", str(duration), "-J", *extra], stdout=subprocess.PIPE)
+                               "-t", str(duration), "-J", *extra, *(["--cport", str(sports[i])] if sports else [])],
+                         stdout=subprocess.PIPE)
                for i, (src, dst) in enumerate(pairs)]
     if during is not None:
         time.sleep(1.0)

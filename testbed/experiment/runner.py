@@ -41,7 +41,7 @@ from testbed.qos.scale import load_floor
 from testbed.schema.results import Run
 from testbed.system import stages
 from testbed.system.capabilities import probe
-from testbed.system.ownership import exit_cleanly_on_signals
+from testbed.system.signals import exit_cleanly_on_signals
 from testbed.system.versions import versions
 from topos.inputs import read_text, write_file
 from topos.model import Topology

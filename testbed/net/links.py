@@ -46,9 +46,9 @@ def host_offloads_line(ifname: str) -> str:
 
 def delay(ifnames: list[str], delay_ms: float) -> None:
     """netem on every given egress: a host-to-host path of h hops gets h x delay one way."""
-    from pyroute2 import IPRoute
+    from testbed.system.linkgroup import iproute
 
-    with IPRoute() as ipr:
+    with iproute() as ipr:
         for ifname in ifnames:
             idx = ipr.link_lookup(ifname=ifname)[0]
             ipr.tc("replace", "netem", idx, delay=int(delay_ms * 1000))

@@ -35,7 +35,8 @@ from testbed.cluster.spec import ClusterSpec
 from testbed.qos.spec import QosSpec
 from testbed.system import stages
 from testbed.system.capabilities import Capabilities, probe
-from testbed.system.ownership import RUN_DIR, Ownership, signals_deferred
+from testbed.system.ownership import RUN_DIR, Ownership
+from testbed.system.signals import signals_deferred
 from testbed.system.site import LocalSite
 from topos.errors import InputError
 from topos.model import Link, Topology

@@ -40,8 +40,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from testbed.system.ownership import exit_cleanly_on_signals
 from testbed.system.poll import json_lines, readable
+from testbed.system.signals import exit_cleanly_on_signals
 
 from .kqueues import (
     COUNTED,

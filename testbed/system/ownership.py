@@ -16,7 +16,6 @@ found or killed by a broad name.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -38,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from topos.inputs import write_file
 
 from .capabilities import ovs_db_target
-from .linkgroup import unless_vanished
+from .linkgroup import iproute, unless_vanished
 
 log = logging.getLogger(__name__)
 
@@ -303,11 +302,9 @@ def _ours(folder: Path) -> bool:
 def _proven_interfaces(names: list[str], group: int, bridges: list[str]) -> list[str]:
     """The named root-namespace interfaces that sit in this run's link group or on one of its bridges (one that
     vanishes while it is looked at is gone: `unless_vanished`)."""
-    from pyroute2 import IPRoute
-
     on_bridges = {p for b in bridges for p in _vsctl("list-ifaces", b).stdout.split()}
     out = []
-    with IPRoute() as ipr:
+    with iproute() as ipr:
         for name in names:
             with unless_vanished():
                 idx = ipr.link_lookup(ifname=name)
@@ -374,47 +371,3 @@ def clean(force: bool = False) -> tuple[list[str], list[str]]:
 
 def live_runs() -> list[Ownership]:
     return [r for r in Ownership.load_all() if r.owner_alive() and r.data["owner_pid"] != os.getpid()]
-
-
-class _Terminated(SystemExit):
-    pass
-
-
-def exit_cleanly_on_signals() -> None:
-    """Turn SIGTERM/SIGHUP into SystemExit so `finally` blocks (teardown) run, as on Ctrl-C."""
-
-    owner = os.getpid()
-
-    def handler(signum, _frame):
-        if os.getpid() != owner:  # a forked child (a library's helper) keeps the default behaviour
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise _Terminated(128 + signum)
-
-    for s in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, handler)
-
-
-@contextlib.contextmanager
-def signals_deferred():
-    """Ctrl-C, SIGTERM and SIGHUP wait until the block is done (a teardown cut in half leaves what it had not
-    removed yet), then act as they would have: KeyboardInterrupt, or SystemExit(128 + signal)."""
-    if threading.current_thread() is not threading.main_thread():  # handlers are the main thread's to set
-        yield
-        return
-    got: list[int] = []
-    old = {s: signal.signal(s, lambda signum, _frame: got.append(signum))
-           for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-        if got:
-            log.info("signal %d during teardown: acted on after it", got[0])
-            handler = old[got[0]]
-            if callable(handler):
-                handler(got[0], None)  # Python's Ctrl-C handler raises KeyboardInterrupt, ours SystemExit
-            elif handler == signal.SIG_DFL:
-                raise SystemExit(128 + got[0])

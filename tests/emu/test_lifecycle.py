@@ -16,7 +16,7 @@ HOLD = """
 import sys, time
 from topos import build
 from testbed.net.network import Network
-from testbed.system.ownership import exit_cleanly_on_signals
+from testbed.system.signals import exit_cleanly_on_signals
 exit_cleanly_on_signals()
 with Network(build("hpn", hosts_per_segment=2)) as net:
     print("up", flush=True)
