@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 from bench.tables import args_or_saved, stamp, table, write_new
-from testbed.system.ownership import exit_cleanly_on_signals
+from testbed.system.signals import exit_cleanly_on_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 NS3_PYTHON = ROOT / ".venv-ns3" / "bin" / "python"

@@ -35,7 +35,7 @@ from testbed.qos.calibrated import probe_params
 from testbed.qos.scale import choose_scale, offered_load
 from testbed.qos.spec import QosSpec
 from testbed.schema.results import Verdict
-from testbed.system.ownership import exit_cleanly_on_signals
+from testbed.system.signals import exit_cleanly_on_signals
 from topos import build
 from topos.addressing import dpid_hex
 

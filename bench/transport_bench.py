@@ -20,7 +20,7 @@ from bench.scale_bench import _experiment
 from bench.tables import args_or_saved, stamp, table, write_new
 from testbed.experiment.runner import run_one
 from testbed.experiment.sections import cpu_per_gbit
-from testbed.system.ownership import exit_cleanly_on_signals
+from testbed.system.signals import exit_cleanly_on_signals
 
 TRANSPORTS = ("tcp", "roce")
 

@@ -16,7 +16,7 @@ import time
 from testbed.net.network import Network
 from testbed.qos.calibrated import probe_params
 from testbed.qos.spec import QosSpec
-from testbed.system.ownership import exit_cleanly_on_signals
+from testbed.system.signals import exit_cleanly_on_signals
 from testbed.web.fabric import QUEUE_SHARE, FabricProbe
 from testbed.web.hub import PERIOD_S
 from topos import build
